@@ -1,0 +1,269 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// widgetCRD is preceded by an empty document on purpose.
+const widgetCRD = `
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.ctrl.dev
+spec:
+  group: example.ctrl.dev
+  scope: Namespaced
+  names:
+    kind: Widget
+    listKind: WidgetList
+    plural: widgets
+    singular: widget
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size:
+                type: integer
+          status:
+            type: object
+            properties:
+              ready:
+                type: boolean
+`
+
+// gadgetCRD is a JSON List, to exercise the other manifest forms.
+const gadgetCRD = `{"apiVersion": "v1", "kind": "List", "items": [{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "gadgets.example.ctrl.dev"},
+  "spec": {
+    "group": "example.ctrl.dev",
+    "scope": "Cluster",
+    "names": {"kind": "Gadget", "plural": "gadgets"},
+    "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+  }
+}]}`
+
+var widgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}
+
+func TestEnv(t *testing.T) {
+	began := time.Now()
+	env, err := Start(Options{CRDs: [][]byte{[]byte(widgetCRD)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ready in %s", time.Since(began).Round(time.Millisecond))
+	defer env.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Typed client: create and read a ConfigMap.
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "testenv", Namespace: "default"},
+		Data:       map[string]string{"k": "v"},
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "testenv", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data["k"] != "v" {
+		t.Fatalf("ConfigMap data = %v", got.Data)
+	}
+
+	// Version stamping from hack/controlplane/build.sh.
+	version, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version.GitVersion != "v1.37.2" {
+		t.Errorf("server gitVersion = %q, want v1.37.2", version.GitVersion)
+	}
+
+	// The CRD from Options is served: create a Widget and set its status.
+	dyn, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	widgets := dyn.Resource(widgetGVR).Namespace("default")
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.ctrl.dev/v1",
+		"kind":       "Widget",
+		"metadata":   map[string]any{"name": "w1"},
+		"spec":       map[string]any{"size": int64(3)},
+	}}
+	w, err = widgets.Create(ctx, w, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(w.Object, true, "status", "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := widgets.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// InstallCRDs on a running server, with an update of an existing CRD.
+	if err := env.InstallCRDs([]byte(gadgetCRD), []byte(widgetCRD)); err != nil {
+		t.Fatal(err)
+	}
+	gadget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.ctrl.dev/v1alpha1",
+		"kind":       "Gadget",
+		"metadata":   map[string]any{"name": "g1"},
+	}}
+	if _, err := dyn.Resource(widgetGVR.GroupVersion().WithResource("gadgets")).Create(ctx, gadget, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubeconfig file works too.
+	kcfg, err := clientcmd.BuildConfigFromFlags("", env.KubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcs, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kcs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart the apiserver: the same clients work again, data is kept.
+	host := env.Config().Host
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	_, err = cs.CoreV1().ConfigMaps("default").Get(short, "testenv", metav1.GetOptions{})
+	cancelShort()
+	if err == nil {
+		t.Fatal("Get succeeded with the apiserver stopped")
+	}
+	began = time.Now()
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted in %s", time.Since(began).Round(time.Millisecond))
+	if h := env.Config().Host; h != host {
+		t.Errorf("host after restart = %s, want %s", h, host)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "testenv", metav1.GetOptions{}); err != nil {
+		t.Fatalf("Get after restart: %v", err)
+	}
+	w, err = widgets.Get(ctx, "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Get Widget after restart: %v", err)
+	}
+	if ready, _, _ := unstructured.NestedBool(w.Object, "status", "ready"); !ready {
+		t.Errorf("Widget status after restart = %v", w.Object["status"])
+	}
+
+	// Stop leaves nothing behind.
+	pids := []int{env.etcd.cmd.Process.Pid, env.apiserver.cmd.Process.Pid}
+	ports := []int{env.apiPort, env.etcdPort, env.etcdPeerPort}
+	if err := env.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(env.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temp dir %s still there after Stop: %v", env.dir, err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process %d still exists after Stop (kill 0: %v)", pid, err)
+		}
+	}
+	for _, port := range ports {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %d still accepts connections after Stop", port)
+		}
+	}
+	if err := env.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if err := env.StartAPIServer(); err == nil {
+		t.Error("StartAPIServer after Stop succeeded")
+	}
+}
+
+func TestStartWithoutBinaries(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Start(Options{BinDir: dir})
+	if err == nil {
+		t.Fatal("Start succeeded without binaries")
+	}
+	want := "kube-apiserver not found in " + dir + ": run `make controlplane`"
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+}
+
+func TestDefaultBinDir(t *testing.T) {
+	t.Setenv(BinDirEnv, "")
+	dir, err := defaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(dir)
+	if filepath.Base(dir) != "bin" || modulePath(filepath.Join(root, "go.mod")) != ModulePath {
+		t.Errorf("defaultBinDir() = %s, not the bin directory at the root of %s", dir, ModulePath)
+	}
+	t.Setenv(BinDirEnv, "/somewhere")
+	if dir, err := defaultBinDir(); err != nil || dir != "/somewhere" {
+		t.Errorf("with %s set: defaultBinDir() = %q, %v", BinDirEnv, dir, err)
+	}
+}
+
+func TestParseCRDs(t *testing.T) {
+	crds, err := parseCRDs([][]byte{[]byte(widgetCRD), []byte(gadgetCRD)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, crd := range crds {
+		names = append(names, crd.GetName())
+	}
+	if got := strings.Join(names, ","); got != "widgets.example.ctrl.dev,gadgets.example.ctrl.dev" {
+		t.Errorf("parsed CRDs %s", got)
+	}
+	_, err = parseCRDs([][]byte{[]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")})
+	if err == nil || !strings.Contains(err.Error(), "not an apiextensions.k8s.io/v1 CustomResourceDefinition") {
+		t.Errorf("parsing a ConfigMap: %v", err)
+	}
+}
