@@ -1,0 +1,190 @@
+// Package binding resolves a Go type to the resource the API server serves it
+// as, and performs typed requests for it without a Scheme shared between
+// types. Built-in types come from the generated table in internal/builtin;
+// custom resources are registered by their Go type.
+//
+// A binding talks to one of three backends: the REST backend (a real API
+// server: protobuf for built-in types, JSON for custom resources), the fake
+// clientset of client-go (built-in types in tests), or a dynamic client
+// (custom resources in tests).
+package binding
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/typedctrl/ctrl/internal/builtin"
+)
+
+// Object is what every bound type implements: a pointer to a struct with
+// ObjectMeta, TypeMeta and a deep copy.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// Info says where the API server serves a Go type.
+type Info struct {
+	Type       reflect.Type
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+	Builtin    bool // a k8s.io/api type: protobuf and strategic merge patch
+	Watch      bool // can be listed and watched
+	Status     bool // has a status subresource (always assumed for custom resources)
+}
+
+// GVK returns the group, version and kind of the type.
+func (i Info) GVK() schema.GroupVersionKind { return i.GVR.GroupVersion().WithKind(i.Kind) }
+
+// String names the Go type and its resource, for error messages:
+// "*v1.ConfigMap (configmaps)", "*main.Widget (widgets.example.dev/v1)".
+func (i Info) String() string {
+	r := i.GVR.Resource
+	if i.GVR.Group != "" {
+		r += "." + i.GVR.Group
+	}
+	if !i.Builtin {
+		r += "/" + i.GVR.Version
+	}
+	return fmt.Sprintf("%s (%s)", i.Type, r)
+}
+
+var registry sync.Map // reflect.Type -> Info
+
+// Register records where a custom resource type is served. Registering the
+// same type again with the same Info is a no-op; with a different one, an
+// error.
+func Register(info Info) error {
+	t := info.Type
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("register %s: the type must be a pointer to a struct", t)
+	}
+	if info.GVR.Version == "" || info.GVR.Resource == "" {
+		return fmt.Errorf("register %s: Version and Resource must be set", t)
+	}
+	if info.GVR.Resource != strings.ToLower(info.GVR.Resource) {
+		return fmt.Errorf("register %s: resource %q must be the lower-case plural name", t, info.GVR.Resource)
+	}
+	if _, ok := builtin.Lookup(t); ok {
+		return fmt.Errorf("register %s: it is a built-in type and needs no registration", t)
+	}
+	if info.Kind == "" {
+		info.Kind = t.Elem().Name()
+	}
+	info.Watch, info.Status, info.Builtin = true, true, false
+	if prev, loaded := registry.LoadOrStore(t, info); loaded && prev.(Info) != info {
+		return fmt.Errorf("register %s: already registered as %s %s", t, prev.(Info).GVR, prev.(Info).Kind)
+	}
+	return nil
+}
+
+// Lookup returns the Info of T, or an error that names the type.
+func Lookup[T Object]() (Info, error) {
+	t := reflect.TypeFor[T]()
+	if r, ok := builtin.Lookup(t); ok {
+		return Info{
+			Type:       t,
+			GVR:        schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
+			Kind:       r.Kind,
+			Namespaced: r.Namespaced,
+			Builtin:    true,
+			Watch:      r.Watch,
+			Status:     r.Status,
+		}, nil
+	}
+	if info, ok := registry.Load(t); ok {
+		return info.(Info), nil
+	}
+	if t.Kind() != reflect.Pointer {
+		return Info{}, fmt.Errorf("%s is not a pointer to an API object: use *%s", t, t)
+	}
+	if strings.HasPrefix(t.Elem().PkgPath(), "k8s.io/api/") {
+		return Info{}, fmt.Errorf("%s is not served by the API server as a resource of its own", t)
+	}
+	return Info{}, fmt.Errorf("%s is not a known resource: register it with ctrl.Register", t)
+}
+
+// Clients are what a binding may talk to. The manager fills them from its
+// options; at least one must serve each bound type.
+type Clients struct {
+	// Config and HTTP serve every type over REST. HTTP is shared by all types
+	// so they share connections.
+	Config *rest.Config
+	HTTP   *http.Client
+	// Clientset serves built-in types. Only client-go's fake clientset (or
+	// anything with its Invokes and InvokesWatch methods) is accepted.
+	Clientset any
+	// Dynamic serves custom resources.
+	Dynamic dynamic.Interface
+}
+
+// Backend performs requests for one type. Namespace is "" for cluster-scoped
+// types and for "all namespaces" in List and Watch.
+type Backend[T Object] interface {
+	Get(ctx context.Context, namespace, name string, opts metav1.GetOptions) (T, error)
+	List(ctx context.Context, namespace string, opts metav1.ListOptions) (*List[T], error)
+	Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+	Delete(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
+	// Fake reports whether the backend is an in-memory fake. Its objects do
+	// not carry resource versions, and each write yields exactly one watch
+	// event before the write returns.
+	Fake() bool
+}
+
+// Binding is a type's Info and the backend that serves it.
+type Binding[T Object] struct {
+	Info
+	Backend[T]
+}
+
+// For resolves T and picks its backend from clients.
+func For[T Object](c Clients) (*Binding[T], error) {
+	info, err := Lookup[T]()
+	if err != nil {
+		return nil, err
+	}
+	b := &Binding[T]{Info: info}
+	switch {
+	case info.Builtin && c.Clientset != nil:
+		inv, ok := c.Clientset.(invoker)
+		if !ok {
+			return nil, fmt.Errorf("%s: Options.Clientset is %T, which is not a fake clientset: pass a *rest.Config as Options.Config to reach a real API server", info, c.Clientset)
+		}
+		b.Backend = &fakeBackend[T]{info: info, fake: inv}
+	case !info.Builtin && c.Dynamic != nil:
+		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR)}
+	case c.Config != nil:
+		rb, err := newRESTBackend[T](info, c.Config, c.HTTP)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", info, err)
+		}
+		b.Backend = rb
+	case info.Builtin:
+		return nil, fmt.Errorf("%s: no client serves built-in types: set Options.Config or Options.Clientset", info)
+	default:
+		return nil, fmt.Errorf("%s: no client serves custom resources: set Options.Config or Options.Dynamic", info)
+	}
+	return b, nil
+}
+
+// New returns a new zero object of T.
+func New[T Object]() T {
+	return reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
+}

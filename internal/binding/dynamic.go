@@ -1,0 +1,132 @@
+package binding
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+)
+
+// dynamicBackend serves custom resources from a dynamic client (in tests,
+// client-go's fake dynamic client), converting between unstructured objects
+// and T.
+type dynamicBackend[T Object] struct {
+	info   Info
+	client dynamic.NamespaceableResourceInterface
+}
+
+// Fake is true: a dynamic client is accepted for tests; a real API server is
+// reached through the REST backend, which decodes straight into T.
+func (b *dynamicBackend[T]) Fake() bool { return true }
+
+func (b *dynamicBackend[T]) ri(namespace string) dynamic.ResourceInterface {
+	if !b.info.Namespaced {
+		return b.client
+	}
+	return b.client.Namespace(namespace)
+}
+
+// convert turns an unstructured object (or T itself) into T.
+func convert[T Object](obj runtime.Object) (T, error) {
+	if t, ok := obj.(T); ok {
+		return t, nil
+	}
+	var zero T
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return zero, fmt.Errorf("got %T, want %T", obj, zero)
+	}
+	t := New[T]()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, t); err != nil {
+		return zero, fmt.Errorf("decode %s into %T: %w", u.GroupVersionKind(), t, err)
+	}
+	return t, nil
+}
+
+func (b *dynamicBackend[T]) toUnstructured(obj T) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(b.info.GVK())
+	return u, nil
+}
+
+func (b *dynamicBackend[T]) result(u *unstructured.Unstructured, err error) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return convert[T](u)
+}
+
+func (b *dynamicBackend[T]) Get(ctx context.Context, namespace, name string, opts metav1.GetOptions) (T, error) {
+	return b.result(b.ri(namespace).Get(ctx, name, opts))
+}
+
+func (b *dynamicBackend[T]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (*List[T], error) {
+	l, err := b.ri(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return toList[T](l, opts)
+}
+
+func (b *dynamicBackend[T]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := b.ri(namespace).Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		if ev.Type == watch.Error {
+			return ev, true
+		}
+		t, err := convert[T](ev.Object)
+		if err != nil {
+			return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}}, true
+		}
+		ev.Object = t
+		return ev, true
+	}), nil
+}
+
+func (b *dynamicBackend[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
+	u, err := b.toUnstructured(obj)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return b.result(b.ri(obj.GetNamespace()).Create(ctx, u, opts))
+}
+
+func (b *dynamicBackend[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	u, err := b.toUnstructured(obj)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return b.result(b.ri(obj.GetNamespace()).Update(ctx, u, opts))
+}
+
+func (b *dynamicBackend[T]) UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	u, err := b.toUnstructured(obj)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return b.result(b.ri(obj.GetNamespace()).UpdateStatus(ctx, u, opts))
+}
+
+func (b *dynamicBackend[T]) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
+	return b.result(b.ri(namespace).Patch(ctx, name, pt, data, opts, subresources...))
+}
+
+func (b *dynamicBackend[T]) Delete(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error {
+	return b.ri(namespace).Delete(ctx, name, opts)
+}
