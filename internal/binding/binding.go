@@ -42,7 +42,7 @@ type Info struct {
 	Kind       string
 	Namespaced bool
 	Builtin    bool // a k8s.io/api type: protobuf and strategic merge patch
-	Watch      bool // can be listed and watched
+	Watchable  bool // can be listed and watched
 	Status     bool // has a status subresource (always assumed for custom resources)
 }
 
@@ -84,7 +84,7 @@ func Register(info Info) error {
 	if info.Kind == "" {
 		info.Kind = t.Elem().Name()
 	}
-	info.Watch, info.Status, info.Builtin = true, true, false
+	info.Watchable, info.Status, info.Builtin = true, true, false
 	if prev, loaded := registry.LoadOrStore(t, info); loaded && prev.(Info) != info {
 		return fmt.Errorf("register %s: already registered as %s %s", t, prev.(Info).GVR, prev.(Info).Kind)
 	}
@@ -101,7 +101,7 @@ func Lookup[T Object]() (Info, error) {
 			Kind:       r.Kind,
 			Namespaced: r.Namespaced,
 			Builtin:    true,
-			Watch:      r.Watch,
+			Watchable:  r.Watch,
 			Status:     r.Status,
 		}, nil
 	}

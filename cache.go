@@ -1,0 +1,723 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/watcher"
+)
+
+// CacheOptions select what a [Cache] holds. The zero value caches every
+// object of the type in the manager's namespace, with managedFields removed.
+// Caches with equal options for the same type are one cache.
+type CacheOptions struct {
+	// Namespace restricts the cache to one namespace. Default: the
+	// manager's Options.Namespace. Ignored for cluster-scoped types.
+	Namespace string
+	// LabelSelector restricts the cache to matching objects, in the syntax
+	// of kubectl's -l flag. Default: everything.
+	LabelSelector string
+	// FieldSelector restricts the cache to objects whose fields match, as
+	// the API server supports them for the type. Default: everything.
+	FieldSelector string
+	// ResyncPeriod, if positive, makes every controller of the cache
+	// reconcile every cached object at this interval. Default: never.
+	ResyncPeriod time.Duration
+	// KeepManagedFields keeps metadata.managedFields in cached objects.
+	// Default: they are removed as objects arrive; they are large and
+	// controllers rarely read them.
+	KeepManagedFields bool
+}
+
+// Cache is a typed, read-only, continuously updated view of the objects of
+// one type, fed by a single list-and-watch on the API server. All
+// controllers, clients and indexes that ask for the same type with the same
+// [CacheOptions] share one Cache.
+//
+// Objects returned by Get, List and ByIndex are shared with the cache and
+// every other reader: never modify them; call DeepCopyObject first. The
+// cache may lag the server: a write is visible here only once its watch
+// event has arrived. All methods are safe for concurrent use.
+type Cache[T Object] struct {
+	mgr  *Manager
+	b    *binding.Binding[T]
+	opts CacheOptions
+	sel  labels.Selector // nil: everything
+
+	mu        sync.RWMutex
+	items     map[Key]T
+	indexes   map[string]*index[T]
+	expect    map[Key]expectation
+	transform func(T) T // set by run from userTransform; read only by the store
+	userTF    func(T) T
+	onError   func(error)
+	handlers  []handler[T]
+	started   bool
+
+	synced      chan struct{} // closed after the first complete list
+	syncOnce    sync.Once
+	dispatching atomic.Int32
+	lastErr     atomic.Pointer[error]
+	fakeEvents  atomic.Pointer[<-chan watch.Event]
+}
+
+// handler receives a cache's changes, in order, on the cache's goroutine.
+// It must not block.
+type handler[T Object] interface {
+	add(obj T)
+	update(old, obj T)
+	delete(obj T)
+	resync(obj T)
+}
+
+type index[T Object] struct {
+	fn     func(T) []string
+	values map[string]map[Key]struct{}
+}
+
+// expectation is a write through a [Client] that the cache has not observed.
+type expectation struct {
+	rv       string // observed once the cached object has this version or newer
+	deleting bool   // observed once the object is gone or has a deletionTimestamp
+	writes   int    // fake backends: events still to come
+}
+
+// NewCache returns the manager's cache of T for opts, creating it on first
+// use. A cache created before [Manager.Start] starts with the manager; one
+// created later starts at once. It returns an error if T is not a known
+// resource or cannot be watched, or if a selector does not parse.
+func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
+	b, err := bind[T](m)
+	if err != nil {
+		return nil, err
+	}
+	if !b.Watchable {
+		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
+	}
+	if !b.Namespaced {
+		opts.Namespace = ""
+	} else if opts.Namespace == "" {
+		opts.Namespace = m.opts.Namespace
+	}
+	var sel labels.Selector
+	if opts.LabelSelector != "" {
+		if sel, err = labels.Parse(opts.LabelSelector); err != nil {
+			return nil, fmt.Errorf("ctrl: cache of %s: label selector: %w", b.Info, err)
+		}
+		opts.LabelSelector = sel.String()
+	}
+	if opts.FieldSelector != "" {
+		fs, err := fields.ParseSelector(opts.FieldSelector)
+		if err != nil {
+			return nil, fmt.Errorf("ctrl: cache of %s: field selector: %w", b.Info, err)
+		}
+		opts.FieldSelector = fs.String()
+	}
+	id := cacheID{typ: b.Type, opts: opts}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.caches[id]; ok {
+		return c.(*Cache[T]), nil
+	}
+	c := &Cache[T]{
+		mgr:     m,
+		b:       b,
+		opts:    opts,
+		sel:     sel,
+		items:   map[Key]T{},
+		indexes: map[string]*index[T]{},
+		expect:  map[Key]expectation{},
+		synced:  make(chan struct{}),
+	}
+	m.caches[id] = c
+	m.cacheList = append(m.cacheList, c)
+	if m.running != nil {
+		m.startCache(c)
+	}
+	return c, nil
+}
+
+type cacheID struct {
+	typ  reflect.Type
+	opts CacheOptions
+}
+
+func stripManagedFields[T Object](obj T) T {
+	obj.SetManagedFields(nil)
+	return obj
+}
+
+// String describes the cache for logs and errors: its type, resource and
+// scope.
+func (c *Cache[T]) String() string {
+	s := c.b.Info.String()
+	if c.opts.Namespace != "" {
+		s += fmt.Sprintf(" in namespace %q", c.opts.Namespace)
+	}
+	if c.opts.LabelSelector != "" {
+		s += fmt.Sprintf(" with labels %q", c.opts.LabelSelector)
+	}
+	if c.opts.FieldSelector != "" {
+		s += fmt.Sprintf(" with fields %q", c.opts.FieldSelector)
+	}
+	return s
+}
+
+// Get returns the cached object with the given key. The object is shared:
+// do not modify it.
+func (c *Cache[T]) Get(key Key) (T, bool) {
+	c.mu.RLock()
+	obj, ok := c.items[key]
+	c.mu.RUnlock()
+	return obj, ok
+}
+
+// List returns the cached objects in namespace ("" for all) that match
+// selector (nil for all), in no particular order. The objects are shared:
+// do not modify them.
+func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []T
+	for k, obj := range c.items {
+		if namespace != "" && k.Namespace != namespace {
+			continue
+		}
+		if selector != nil && !selector.Matches(labels.Set(obj.GetLabels())) {
+			continue
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// AddIndex adds an index named name. fn returns the values under which an
+// object is found by [Cache.ByIndex]; it must be fast, must not block, and
+// must not modify the object. Objects already cached are indexed at once.
+// It returns an error if the name is taken.
+func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
+	if fn == nil {
+		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.indexes[name]; ok {
+		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
+	}
+	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
+	for k, obj := range c.items {
+		idx.add(k, obj)
+	}
+	c.indexes[name] = idx
+	return nil
+}
+
+// ByIndex returns the cached objects that the index named name files under
+// value. The objects are shared: do not modify them. It returns an error if
+// there is no such index.
+func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	idx, ok := c.indexes[name]
+	if !ok {
+		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
+	}
+	keys := idx.values[value]
+	out := make([]T, 0, len(keys))
+	for k := range keys {
+		out = append(out, c.items[k])
+	}
+	return out, nil
+}
+
+// SetTransform makes the cache pass every object through fn before storing
+// it, to drop fields nobody reads and save memory. fn may modify its argument
+// and must return the object to store; it must give the same result when
+// given its own output, because an object may pass through it twice. It
+// runs after managedFields are removed. It returns an error once the cache
+// has started or if a transform is already set.
+func (c *Cache[T]) SetTransform(fn func(T) T) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case fn == nil:
+		return fmt.Errorf("ctrl: transform of %s: nil function", c)
+	case c.started:
+		return fmt.Errorf("ctrl: transform of %s: %w", c, ErrStarted)
+	case c.userTF != nil:
+		return fmt.Errorf("ctrl: transform of %s is already set", c)
+	}
+	c.userTF = fn
+	return nil
+}
+
+// OnWatchError sets a function called with each error that interrupts the
+// cache's list or watch (the API server unreachable, a 410 Gone, a missing
+// CustomResourceDefinition), in addition to the manager's logging. It is
+// called on the cache's goroutine and must not block.
+func (c *Cache[T]) OnWatchError(fn func(error)) {
+	c.mu.Lock()
+	c.onError = fn
+	c.mu.Unlock()
+}
+
+// HasSynced reports whether the cache has completed its first list.
+func (c *Cache[T]) HasSynced() bool {
+	select {
+	case <-c.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitForSync blocks until the cache has completed its first list, or ctx
+// is done. Before the manager starts, it waits for the start.
+func (c *Cache[T]) WaitForSync(ctx context.Context) error {
+	select {
+	case <-c.synced:
+		return nil
+	case <-ctx.Done():
+		err := fmt.Errorf("ctrl: %s did not sync: %w", c, context.Cause(ctx))
+		if last := c.lastErr.Load(); last != nil {
+			err = fmt.Errorf("%w; last watch error: %w", err, *last)
+		}
+		return err
+	}
+}
+
+// addHandler registers h for every change from now on. Handlers are added
+// while wiring, before the manager starts.
+func (c *Cache[T]) addHandler(h handler[T]) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	c.handlers = append(c.handlers, h)
+	return nil
+}
+
+// describe and the other unexported methods below implement runner, the
+// manager's view of a cache.
+func (c *Cache[T]) describe() string { return c.String() }
+
+func (c *Cache[T]) lastError() error {
+	if e := c.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
+
+// run lists and watches until ctx is done.
+func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
+	c.mu.Lock()
+	c.started = true
+	strip, user := !c.opts.KeepManagedFields, c.userTF
+	switch {
+	case strip && user != nil:
+		c.transform = func(obj T) T { return user(stripManagedFields(obj)) }
+	case strip:
+		c.transform = stripManagedFields[T]
+	default:
+		c.transform = user
+	}
+	c.mu.Unlock()
+	lw := &listWatch[T]{c: c}
+	watcher.Run(ctx, watcher.Config{
+		Name:         c.String(),
+		Type:         binding.New[T](),
+		ListerWatch:  lw,
+		Store:        (*store[T])(c),
+		ResyncPeriod: c.opts.ResyncPeriod,
+		Logger:       log,
+		OnError: func(err error) {
+			c.lastErr.Store(&err)
+			c.mu.RLock()
+			fn := c.onError
+			c.mu.RUnlock()
+			if fn != nil {
+				fn(err)
+			}
+		},
+	})
+}
+
+// idle reports whether every write made through a Client has been observed
+// and no event is being dispatched.
+func (c *Cache[T]) idle() bool {
+	if c.dispatching.Load() != 0 {
+		return false
+	}
+	if ch := c.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.expect) == 0
+}
+
+// listWatch lists and watches the cache's scope through the binding.
+type listWatch[T Object] struct{ c *Cache[T] }
+
+func (lw *listWatch[T]) options(opts metav1.ListOptions) metav1.ListOptions {
+	opts.LabelSelector = lw.c.opts.LabelSelector
+	opts.FieldSelector = lw.c.opts.FieldSelector
+	return opts
+}
+
+func (lw *listWatch[T]) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), opts)
+}
+
+func (lw *listWatch[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), opts)
+}
+
+func (lw *listWatch[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return lw.c.b.List(ctx, lw.c.opts.Namespace, lw.options(opts))
+}
+
+func (lw *listWatch[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := lw.c.b.Watch(ctx, lw.c.opts.Namespace, lw.options(opts))
+	if err == nil && lw.c.b.Fake() {
+		ch := w.ResultChan()
+		lw.c.fakeEvents.Store(&ch)
+	}
+	return w, err
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector that fakes cannot
+// stream the initial list.
+func (lw *listWatch[T]) IsWatchListSemanticsUnSupported() bool { return lw.c.b.Fake() }
+
+// store is the Cache seen by the reflector: it applies each change to the
+// items and indexes under the lock, then dispatches it to the handlers
+// outside the lock, on the reflector's goroutine. There is no intermediate
+// queue: the handlers only compute keys and add them to work queues.
+type store[T Object] Cache[T]
+
+func (s *store[T]) cache() *Cache[T] { return (*Cache[T])(s) }
+
+// Transformer lets the reflector transform objects of a streamed initial
+// list as they arrive, before Replace.
+func (s *store[T]) Transformer() cache.TransformFunc {
+	c := s.cache()
+	c.mu.RLock()
+	fn := c.transform
+	c.mu.RUnlock()
+	if fn == nil {
+		return nil
+	}
+	return func(obj any) (any, error) {
+		if t, ok := obj.(T); ok {
+			return fn(t), nil
+		}
+		return obj, nil
+	}
+}
+
+func (s *store[T]) prepare(obj any) (T, bool) {
+	t, ok := obj.(T)
+	if !ok {
+		return t, false
+	}
+	if s.transform != nil {
+		t = s.transform(t)
+	}
+	return t, true
+}
+
+func (s *store[T]) matches(obj T) bool {
+	return s.sel == nil || s.sel.Matches(labels.Set(obj.GetLabels()))
+}
+
+func (s *store[T]) Add(obj any) error { return s.Update(obj) }
+
+func (s *store[T]) Update(obj any) error {
+	t, ok := s.prepare(obj)
+	if !ok {
+		return fmt.Errorf("ctrl: %s received %T", s.cache(), obj)
+	}
+	if !s.matches(t) { // fakes ignore label selectors on watches
+		s.remove(t)
+		return nil
+	}
+	c := s.cache()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	key := KeyOf(t)
+	c.mu.Lock()
+	old, existed := c.items[key]
+	c.items[key] = t
+	for _, idx := range c.indexes {
+		if existed {
+			idx.remove(key, old)
+		}
+		idx.add(key, t)
+	}
+	c.observe(key, t, true)
+	c.mu.Unlock()
+	for _, h := range c.handlers {
+		if existed {
+			h.update(old, t)
+		} else {
+			h.add(t)
+		}
+	}
+	return nil
+}
+
+func (s *store[T]) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := s.prepare(obj)
+	if !ok {
+		return fmt.Errorf("ctrl: %s received %T", s.cache(), obj)
+	}
+	s.remove(t)
+	return nil
+}
+
+// remove deletes a prepared object and dispatches its deletion.
+func (s *store[T]) remove(t T) {
+	c := s.cache()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	key := KeyOf(t)
+	c.mu.Lock()
+	old, existed := c.items[key]
+	if existed {
+		delete(c.items, key)
+		for _, idx := range c.indexes {
+			idx.remove(key, old)
+		}
+	}
+	c.observe(key, t, false)
+	c.mu.Unlock()
+	if existed {
+		for _, h := range c.handlers {
+			h.delete(t)
+		}
+	}
+}
+
+// Replace installs a complete list: the first one, or a relist after the
+// watch was lost. Objects whose resourceVersion did not change produce no
+// event; objects missing from the list are deleted with their last known
+// state.
+func (s *store[T]) Replace(list []any, _ string) error {
+	c := s.cache()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	items := make(map[Key]T, len(list))
+	for _, obj := range list {
+		t, ok := s.prepare(obj)
+		if !ok {
+			return fmt.Errorf("ctrl: %s received %T", c, obj)
+		}
+		if s.matches(t) {
+			items[KeyOf(t)] = t
+		}
+	}
+	type change struct{ old, obj T }
+	var added, updated, deleted []change
+	c.mu.Lock()
+	for k, obj := range items {
+		old, existed := c.items[k]
+		switch {
+		case !existed:
+			added = append(added, change{obj: obj})
+		case old.GetResourceVersion() != obj.GetResourceVersion() || old.GetResourceVersion() == "":
+			updated = append(updated, change{old: old, obj: obj})
+		default:
+			items[k] = old // keep the instance readers may hold
+			continue
+		}
+		c.observe(k, obj, true)
+	}
+	for k, old := range c.items {
+		if _, ok := items[k]; !ok {
+			deleted = append(deleted, change{obj: old})
+			c.observe(k, old, false)
+		}
+	}
+	c.items = items
+	for _, idx := range c.indexes {
+		idx.values = map[string]map[Key]struct{}{}
+		for k, obj := range items {
+			idx.add(k, obj)
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range c.handlers {
+		for _, ch := range added {
+			h.add(ch.obj)
+		}
+		for _, ch := range updated {
+			h.update(ch.old, ch.obj)
+		}
+		for _, ch := range deleted {
+			h.delete(ch.obj)
+		}
+	}
+	c.syncOnce.Do(func() { close(c.synced) })
+	return nil
+}
+
+// Resync hands every cached object to the handlers again.
+func (s *store[T]) Resync() error {
+	c := s.cache()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	c.mu.RLock()
+	objs := make([]T, 0, len(c.items))
+	for _, obj := range c.items {
+		objs = append(objs, obj)
+	}
+	c.mu.RUnlock()
+	for _, h := range c.handlers {
+		for _, obj := range objs {
+			h.resync(obj)
+		}
+	}
+	return nil
+}
+
+func (c *Cache[T]) doneDispatching() {
+	c.dispatching.Add(-1)
+	c.mgr.activity.Add(1)
+}
+
+// observe settles the expectation for key given the object's new state
+// (present false: it is gone). Called with c.mu held.
+func (c *Cache[T]) observe(key Key, obj T, present bool) {
+	e, ok := c.expect[key]
+	if !ok {
+		return
+	}
+	if c.b.Fake() {
+		if e.writes--; e.writes > 0 {
+			c.expect[key] = e
+			return
+		}
+	} else if present && !seen(e, obj) {
+		return
+	}
+	delete(c.expect, key)
+}
+
+// seen reports whether obj reflects the write that e expects.
+func seen[T Object](e expectation, obj T) bool {
+	if e.deleting {
+		return obj.GetDeletionTimestamp() != nil
+	}
+	cmp, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), e.rv)
+	return err != nil || cmp >= 0 // a version we cannot compare cannot be waited for
+}
+
+// expectWrite is called before a write through a Client to the object with
+// key. It returns the function to call with the write's outcome: the object
+// the server returned (for a delete: deleted true).
+func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
+	if c.opts.Namespace != "" && key.Namespace != c.opts.Namespace {
+		return func(T, bool, error) {}
+	}
+	c.mgr.activity.Add(1)
+	if c.b.Fake() {
+		// A fake sends the event before the write returns, so count the
+		// write first and take it back if it failed.
+		c.mu.Lock()
+		e := c.expect[key]
+		e.writes++
+		c.expect[key] = e
+		c.mu.Unlock()
+		return func(_ T, _ bool, err error) {
+			if err == nil {
+				return
+			}
+			c.mu.Lock()
+			if e, ok := c.expect[key]; ok {
+				if e.writes--; e.writes > 0 {
+					c.expect[key] = e
+				} else {
+					delete(c.expect, key)
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+	return func(obj T, deleted bool, err error) {
+		if err != nil {
+			return
+		}
+		e := expectation{deleting: deleted}
+		if !deleted {
+			e.rv = obj.GetResourceVersion()
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		cur, cached := c.items[key]
+		switch {
+		case deleted && !cached:
+		case cached && seen(e, cur):
+		case !deleted && !cached && !(c.sel == nil || c.sel.Matches(labels.Set(obj.GetLabels()))):
+			// Outside the cache's selector: no event will come.
+		default:
+			c.expect[key] = e
+		}
+	}
+}
+
+func (idx *index[T]) add(k Key, obj T) {
+	for _, v := range idx.fn(obj) {
+		set := idx.values[v]
+		if set == nil {
+			set = map[Key]struct{}{}
+			idx.values[v] = set
+		}
+		set[k] = struct{}{}
+	}
+}
+
+func (idx *index[T]) remove(k Key, obj T) {
+	for _, v := range idx.fn(obj) {
+		if set := idx.values[v]; set != nil {
+			delete(set, k)
+			if len(set) == 0 {
+				delete(idx.values, v)
+			}
+		}
+	}
+}
+
+// notFound is the error a cached read returns for a missing object, with
+// the meaning apierrors.IsNotFound recognizes.
+func (c *Cache[T]) notFound(key Key) error {
+	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
+}
+
+// covers reports whether the cache holds every object that could have key.
+func (c *Cache[T]) covers(key Key) bool {
+	return c.opts.LabelSelector == "" && c.opts.FieldSelector == "" &&
+		(c.opts.Namespace == "" || c.opts.Namespace == key.Namespace)
+}
+

@@ -1,0 +1,676 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// Object is implemented by every Kubernetes API object: a pointer to a
+// struct with TypeMeta and ObjectMeta and a generated DeepCopyObject, such as
+// *corev1.ConfigMap or a custom resource type.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// Key names an object: its namespace ("" for cluster-scoped objects) and
+// name. Work queues hold keys, not objects, so each key is reconciled
+// against the latest state of its object.
+type Key struct {
+	Namespace, Name string
+}
+
+// KeyOf returns the key of obj.
+func KeyOf(obj metav1.Object) Key { return Key{obj.GetNamespace(), obj.GetName()} }
+
+// String returns "namespace/name", or "name" for cluster-scoped objects.
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return k.Name
+	}
+	return k.Namespace + "/" + k.Name
+}
+
+// Result tells a controller what to do after a successful reconcile. The
+// zero value means done: the object is reconciled again only when it, or
+// something mapped to it, changes.
+type Result struct {
+	// RequeueAfter, if positive, reconciles the object again after this
+	// long, unless a change reconciles it sooner.
+	RequeueAfter time.Duration
+}
+
+// Terminal marks err as not worth retrying: the controller logs it, counts
+// it in controller_runtime_terminal_reconcile_errors_total, and does not
+// requeue the object. A later change to the object reconciles it again.
+// Terminal(nil) is nil.
+func Terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &terminalError{err}
+}
+
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return "terminal error: " + e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+// ControllerOptions configure a [Controller]. The zero value is one worker,
+// [DefaultRateLimiter], and the default cache of the type.
+type ControllerOptions struct {
+	// Workers is how many objects are reconciled at once. Default: 1.
+	Workers int
+	// RateLimiter spaces out retries after errors. Default:
+	// DefaultRateLimiter().
+	RateLimiter RateLimiter
+	// Cache selects the objects the controller reconciles. Default: every
+	// object of the type in the manager's namespace.
+	Cache CacheOptions
+}
+
+// Controller reconciles objects of type T: whenever an object changes, or
+// an object mapped to it does, its key is queued and a worker calls the
+// reconcile function with the latest cached state. Create it with
+// [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
+// and its methods.
+//
+// Guarantees:
+//   - a key is never reconciled by two workers at once;
+//   - keys queued several times before a worker takes them are reconciled
+//     once;
+//   - reconcile receives its own deep copy of the cached object, which it may
+//     modify;
+//   - an error or a panic requeues the key with the rate limiter's backoff;
+//     nothing stops the controller but the manager.
+type Controller[T Object] struct {
+	mgr       *Manager
+	ctrlName  string
+	reconcile func(context.Context, T) (Result, error)
+	opts      ControllerOptions
+	cache     *Cache[T]
+	client    *Client[T]
+	q         *queue
+	log       logr.Logger
+	metrics   controllerMetrics
+
+	mu         sync.Mutex
+	started    bool
+	watched    []runner
+	updatePass []func(old, obj T) bool
+	finalizer  string
+	finalize   func(context.Context, T) error
+	onDelete   func(context.Context, T) error
+	tombstones map[Key]T // last known state of deleted objects not yet handed to onDelete
+
+	stopping atomic.Bool
+	active   atomic.Int32
+	wg       sync.WaitGroup
+}
+
+// NewController returns a controller named name that calls reconcile for
+// objects of type T; T is inferred from reconcile. The name labels logs and
+// metrics and must be unique in the manager. It returns an error if T is
+// not a known, watchable resource, if reconcile is nil, if the name is empty
+// or taken, or if the manager has started.
+//
+// If reconcile returns an error, the key is retried with backoff and the
+// Result is ignored. An object that is gone when its key comes up is not
+// passed to reconcile; see [Controller.OnDelete].
+func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
+	if name == "" {
+		return nil, errors.New("ctrl: NewController: empty name")
+	}
+	if reconcile == nil {
+		return nil, fmt.Errorf("ctrl: NewController %q: nil reconcile function", name)
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.RateLimiter == nil {
+		opts.RateLimiter = DefaultRateLimiter()
+	}
+	cache, err := NewCache[T](m, opts.Cache)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+	}
+	c := &Controller[T]{
+		mgr:       m,
+		ctrlName:  name,
+		reconcile: reconcile,
+		opts:      opts,
+		cache:     cache,
+		client:    &Client[T]{m: m, b: cache.b},
+		log:       m.log.WithValues("controller", name),
+		watched:   []runner{cache},
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.started:
+		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
+	case m.controllers[name] != nil:
+		return nil, fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+	}
+	if err := cache.addHandler(c); err != nil {
+		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+	}
+	c.metrics = m.metrics.forController(name, opts.Workers)
+	c.q = newQueue(name, opts.RateLimiter, queueProvider{m.metrics})
+	m.controllers[name] = c
+	m.ctrlList = append(m.ctrlList, c)
+	return c, nil
+}
+
+// Cache returns the cache of the objects the controller reconciles.
+func (c *Controller[T]) Cache() *Cache[T] { return c.cache }
+
+// Name returns the controller's name.
+func (c *Controller[T]) Name() string { return c.ctrlName }
+
+// FilterUpdates makes the controller reconcile an update only if one of
+// changed reports true for the old and new object, for example
+// [GenerationChanged] to ignore status-only writes. Creations, deletions,
+// resyncs and updates of objects being deleted are always reconciled.
+// Several calls add to the list. It returns an error after the manager
+// started.
+func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
+	for _, f := range changed {
+		if f == nil {
+			return fmt.Errorf("ctrl: %s: FilterUpdates: nil function", c)
+		}
+	}
+	return c.wire("FilterUpdates", func() { c.updatePass = append(c.updatePass, changed...) })
+}
+
+// Finalizer makes the controller own the finalizer name (a qualified name
+// such as "example.com/cleanup") on its objects: it adds the finalizer
+// before reconciling an object, and when the object is being deleted it
+// calls finalize instead of reconcile and removes the finalizer once
+// finalize returns nil, which lets the deletion complete. An error from
+// finalize is retried with backoff. It returns an error for an invalid
+// name, a second call, or after the manager started.
+func (c *Controller[T]) Finalizer(name string, finalize func(ctx context.Context, obj T) error) error {
+	if errs := validation.ValidateFinalizerName(name, nil); len(errs) > 0 || !strings.Contains(name, "/") || finalize == nil {
+		return fmt.Errorf("ctrl: %s: Finalizer %q: want a qualified name like example.com/cleanup and a function", c, name)
+	}
+	var err error
+	werr := c.wire("Finalizer", func() {
+		if c.finalizer != "" {
+			err = fmt.Errorf("ctrl: %s: Finalizer %q: already set to %q", c, name, c.finalizer)
+			return
+		}
+		c.finalizer, c.finalize = name, finalize
+	})
+	return errors.Join(werr, err)
+}
+
+// OnDelete sets a function that receives the last known state of each
+// object once it is gone from the API server (and from the cache), so that
+// deletions without a finalizer are observable too. An error is retried with
+// backoff, with the same object. If a new object with the same key exists
+// by the time the key comes up, fn still receives the old one, before the
+// new one is reconciled. It returns an error after the manager started.
+func (c *Controller[T]) OnDelete(fn func(ctx context.Context, obj T) error) error {
+	if fn == nil {
+		return fmt.Errorf("ctrl: %s: OnDelete: nil function", c)
+	}
+	return c.wire("OnDelete", func() {
+		c.onDelete = fn
+		c.tombstones = map[Key]T{}
+	})
+}
+
+func (c *Controller[T]) wire(what string, fn func()) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return fmt.Errorf("ctrl: %s: %s: %w", c, what, ErrStarted)
+	}
+	fn()
+	return nil
+}
+
+// String returns "controller <name>".
+func (c *Controller[T]) String() string { return fmt.Sprintf("controller %q", c.ctrlName) }
+
+// Owns makes controller c reconcile the controlling owner of each object of
+// type O that changes: the object named by O's ownerReference with
+// controller=true whose kind is T's. Set that reference with
+// [SetControllerReference]. O is given, T is inferred:
+//
+//	err := ctrl.Owns[*corev1.ConfigMap](c)
+//
+// It returns an error if O is not a known, watchable resource or the manager
+// has started.
+func Owns[O, T Object](c *Controller[T]) error {
+	opts := CacheOptions{}
+	if c.cache.b.Namespaced {
+		opts.Namespace = c.cache.opts.Namespace
+	}
+	owned, err := NewCache[O](c.mgr, opts)
+	if err != nil {
+		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	gvk := c.cache.b.GVK()
+	h := &ownerHandler[O]{q: c.enqueuer(), group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced}
+	return c.watch("Owns", owned, func() error { return owned.addHandler(h) })
+}
+
+// Watches makes controller c reconcile the keys that fn returns for each
+// object of src that changes. For an update, fn is called with the old and
+// the new object and the union is queued. fn runs on the cache's goroutine:
+// it must be fast and must not block; it may read other caches. T and O are
+// inferred:
+//
+//	err := ctrl.Watches(c, nodes, func(n *corev1.Node) []ctrl.Key { ... })
+//
+// It returns an error if fn is nil or the manager has started.
+func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key) error {
+	if fn == nil || src == nil {
+		return fmt.Errorf("ctrl: %s: Watches: nil cache or function", c)
+	}
+	if src.mgr != c.mgr {
+		return fmt.Errorf("ctrl: %s: Watches: %s belongs to another manager", c, src)
+	}
+	h := &mapHandler[O]{q: c.enqueuer(), fn: fn, log: c.log}
+	return c.watch("Watches", src, func() error { return src.addHandler(h) })
+}
+
+// watch registers a handler on src and makes the controller wait for src
+// to sync before it starts.
+func (c *Controller[T]) watch(what string, src runner, register func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return fmt.Errorf("ctrl: %s: %s: %w", c, what, ErrStarted)
+	}
+	if err := register(); err != nil {
+		return fmt.Errorf("ctrl: %s: %s: %w", c, what, err)
+	}
+	if !slices.Contains(c.watched, src) {
+		c.watched = append(c.watched, src)
+	}
+	return nil
+}
+
+// enqueuer adds keys to the controller's queue.
+type enqueuer struct {
+	q   *queue
+	mgr *Manager
+}
+
+func (c *Controller[T]) enqueuer() enqueuer { return enqueuer{c.q, c.mgr} }
+
+func (e enqueuer) add(k Key) {
+	e.q.Add(k)
+	e.mgr.activity.Add(1)
+}
+
+// The controller is the handler of its own cache.
+
+func (c *Controller[T]) add(obj T) { c.enqueuer().add(KeyOf(obj)) }
+
+func (c *Controller[T]) update(old, obj T) {
+	if c.passes(old, obj) {
+		c.enqueuer().add(KeyOf(obj))
+	}
+}
+
+func (c *Controller[T]) passes(old, obj T) (pass bool) {
+	if len(c.updatePass) == 0 || obj.GetDeletionTimestamp() != nil {
+		return true
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error(fmt.Errorf("panic: %v", r), "update filter panicked; reconciling the update", "key", KeyOf(obj), "stack", string(debug.Stack()))
+			pass = true
+		}
+	}()
+	for _, f := range c.updatePass {
+		if f(old, obj) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller[T]) delete(obj T) {
+	key := KeyOf(obj)
+	if c.onDelete != nil {
+		c.mu.Lock()
+		c.tombstones[key] = obj
+		c.mu.Unlock()
+	}
+	c.enqueuer().add(key)
+}
+
+func (c *Controller[T]) resync(obj T) { c.enqueuer().add(KeyOf(obj)) }
+
+// ownerHandler queues the controlling owner of each changed object.
+type ownerHandler[O Object] struct {
+	q           enqueuer
+	group, kind string
+	namespaced  bool
+}
+
+func (h *ownerHandler[O]) owner(obj O) (Key, bool) {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Controller == nil || !*ref.Controller || ref.Kind != h.kind {
+			continue
+		}
+		if gv, err := schemaGroup(ref.APIVersion); err != nil || gv != h.group {
+			continue
+		}
+		k := Key{Name: ref.Name}
+		if h.namespaced {
+			k.Namespace = obj.GetNamespace()
+		}
+		return k, true
+	}
+	return Key{}, false
+}
+
+func (h *ownerHandler[O]) enqueue(obj O) {
+	if k, ok := h.owner(obj); ok {
+		h.q.add(k)
+	}
+}
+
+func (h *ownerHandler[O]) add(obj O)    { h.enqueue(obj) }
+func (h *ownerHandler[O]) delete(obj O) { h.enqueue(obj) }
+func (h *ownerHandler[O]) resync(obj O) { h.enqueue(obj) }
+func (h *ownerHandler[O]) update(old, obj O) {
+	h.enqueue(obj)
+	if k, ok := h.owner(old); ok {
+		if k2, ok2 := h.owner(obj); !ok2 || k2 != k {
+			h.q.add(k)
+		}
+	}
+}
+
+// mapHandler queues the keys a user function maps each changed object to.
+type mapHandler[O Object] struct {
+	q   enqueuer
+	fn  func(O) []Key
+	log logr.Logger
+}
+
+func (h *mapHandler[O]) enqueue(obj O) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error(fmt.Errorf("panic: %v", r), "Watches mapping function panicked; the change maps to no key",
+				"object", KeyOf(obj), "stack", string(debug.Stack()))
+		}
+	}()
+	for _, k := range h.fn(obj) {
+		h.q.add(k)
+	}
+}
+
+func (h *mapHandler[O]) add(obj O)    { h.enqueue(obj) }
+func (h *mapHandler[O]) delete(obj O) { h.enqueue(obj) }
+func (h *mapHandler[O]) resync(obj O) { h.enqueue(obj) }
+func (h *mapHandler[O]) update(old, obj O) {
+	h.enqueue(old)
+	h.enqueue(obj) // keys queued twice are reconciled once
+}
+
+// The rest implements worker, the manager's view of a controller.
+
+func (c *Controller[T]) name() string { return c.ctrlName }
+
+func (c *Controller[T]) caches() []runner {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watched
+}
+
+func (c *Controller[T]) start(_ context.Context, reconcileCtx context.Context) {
+	c.mu.Lock()
+	c.started = true
+	c.mu.Unlock()
+	for range c.opts.Workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for {
+				key, shutdown := c.q.get()
+				if shutdown {
+					return
+				}
+				if c.stopping.Load() {
+					c.q.Done(key)
+					continue // drain without reconciling
+				}
+				c.process(reconcileCtx, key)
+				c.q.Done(key)
+			}
+		}()
+	}
+}
+
+func (c *Controller[T]) shutdown(timeout time.Duration) error {
+	c.stopping.Store(true)
+	c.q.ShutDown()
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.active.Load())
+	}
+}
+
+func (c *Controller[T]) idle(horizon time.Duration) bool {
+	return c.active.Load() == 0 && c.q.Len() == 0 && !c.q.dueWithin(horizon)
+}
+
+// process reconciles one key and decides when it comes back.
+func (c *Controller[T]) process(ctx context.Context, key Key) {
+	c.active.Add(1)
+	c.metrics.active.Inc()
+	c.mgr.activity.Add(1)
+	start := time.Now()
+	defer func() {
+		c.metrics.time.Observe(time.Since(start).Seconds())
+		c.metrics.active.Dec()
+		c.active.Add(-1)
+		c.mgr.activity.Add(1)
+	}()
+
+	log := c.log.WithValues("namespace", key.Namespace, "name", key.Name, "reconcileID", uuid.NewUUID())
+	ctx = logr.NewContext(ctx, log)
+	res, err := c.safely(ctx, log, key)
+	switch {
+	case err != nil:
+		c.metrics.errored.Inc()
+		c.metrics.errors.Inc()
+		if res.RequeueAfter > 0 {
+			log.V(1).Info("reconcile returned both a result and an error: the result is ignored")
+		}
+		var terminal *terminalError
+		if errors.As(err, &terminal) {
+			c.metrics.terminal.Inc()
+			c.q.forget(key)
+			log.Error(err, "reconcile failed; not retrying")
+			return
+		}
+		c.q.addRateLimited(key)
+		log.Error(err, "reconcile failed; retrying with backoff")
+	case res.RequeueAfter > 0:
+		c.metrics.requeueAfter.Inc()
+		c.q.forget(key)
+		c.q.addAfter(key, res.RequeueAfter)
+	default:
+		c.metrics.success.Inc()
+		c.q.forget(key)
+	}
+}
+
+// safely runs the reconcile path for key, turning a panic into an error.
+func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.metrics.panics.Inc()
+			err = fmt.Errorf("panic: %v [recovered]", r)
+			log.Error(err, "reconcile panicked", "stack", string(debug.Stack()))
+		}
+	}()
+	return c.reconcileKey(ctx, key)
+}
+
+func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, error) {
+	cached, ok := c.cache.Get(key)
+	if c.onDelete != nil {
+		c.mu.Lock()
+		gone, had := c.tombstones[key]
+		delete(c.tombstones, key)
+		c.mu.Unlock()
+		if had && (!ok || gone.GetUID() != cached.GetUID()) {
+			if err := c.onDelete(ctx, gone.DeepCopyObject().(T)); err != nil {
+				c.mu.Lock()
+				if _, newer := c.tombstones[key]; !newer {
+					c.tombstones[key] = gone
+				}
+				c.mu.Unlock()
+				return Result{}, fmt.Errorf("OnDelete: %w", err)
+			}
+		}
+	}
+	if !ok {
+		return Result{}, nil
+	}
+	obj := cached.DeepCopyObject().(T)
+	if c.finalizer != "" {
+		done, err := c.finalizeStep(ctx, &obj)
+		if done || err != nil {
+			return Result{}, err
+		}
+	}
+	return c.reconcile(ctx, obj)
+}
+
+// finalizeStep adds the controller's finalizer to a live object, or runs the
+// finalize hook and removes the finalizer from one being deleted. done
+// reports that there is nothing left to reconcile.
+func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, err error) {
+	o := *obj
+	has := slices.Contains(o.GetFinalizers(), c.finalizer)
+	if o.GetDeletionTimestamp() != nil {
+		if !has {
+			return true, nil
+		}
+		if err := c.finalize(ctx, o); err != nil {
+			return true, fmt.Errorf("finalize: %w", err)
+		}
+		_, err := c.patchFinalizers(ctx, o, slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == c.finalizer }))
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		return true, err
+	}
+	if has {
+		return false, nil
+	}
+	updated, err := c.patchFinalizers(ctx, o, append(slices.Clone(o.GetFinalizers()), c.finalizer))
+	if err != nil {
+		return true, err
+	}
+	*obj = updated
+	return false, nil
+}
+
+// patchFinalizers replaces the object's finalizers with a merge patch that
+// carries its resourceVersion, so a concurrent change makes it fail with a
+// conflict instead of dropping another controller's finalizer.
+func (c *Controller[T]) patchFinalizers(ctx context.Context, obj T, finalizers []string) (T, error) {
+	patch, err := jsonMarshal(map[string]any{"metadata": map[string]any{
+		"finalizers":      finalizers,
+		"resourceVersion": obj.GetResourceVersion(),
+	}})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return c.client.Patch(ctx, KeyOf(obj), types.MergePatchType, patch)
+}
+
+// GenerationChanged reports whether metadata.generation changed: the spec
+// changed, not only the status or metadata. Use it with
+// [Controller.FilterUpdates].
+func GenerationChanged[T Object](old, obj T) bool { return old.GetGeneration() != obj.GetGeneration() }
+
+// LabelsChanged reports whether the labels changed. Use it with
+// [Controller.FilterUpdates].
+func LabelsChanged[T Object](old, obj T) bool {
+	return !mapsEqual(old.GetLabels(), obj.GetLabels())
+}
+
+// AnnotationsChanged reports whether the annotations changed. Use it with
+// [Controller.FilterUpdates].
+func AnnotationsChanged[T Object](old, obj T) bool {
+	return !mapsEqual(old.GetAnnotations(), obj.GetAnnotations())
+}
+
+// SetControllerReference makes owner the controller of obj: it adds an
+// ownerReference with controller=true and blockOwnerDeletion=true, so that
+// [Owns] maps changes of obj to owner and the garbage collector deletes obj
+// with owner. It returns an error if obj already has another controller, if
+// owner is namespaced and obj is in another namespace or cluster-scoped, or
+// if O is not a known resource.
+func SetControllerReference[O Object](owner O, obj metav1.Object) error {
+	info, err := binding.Lookup[O]()
+	if err != nil {
+		return fmt.Errorf("ctrl: SetControllerReference: %w", err)
+	}
+	if info.Namespaced && owner.GetNamespace() != obj.GetNamespace() {
+		return fmt.Errorf("ctrl: SetControllerReference: %s %s cannot own %s in namespace %q", info.Kind, KeyOf(owner), obj.GetName(), obj.GetNamespace())
+	}
+	gvk := info.GVK()
+	ref := metav1.OwnerReference{
+		APIVersion:         gvk.GroupVersion().String(),
+		Kind:               gvk.Kind,
+		Name:               owner.GetName(),
+		UID:                owner.GetUID(),
+		Controller:         new(true),
+		BlockOwnerDeletion: new(true),
+	}
+	refs := obj.GetOwnerReferences()
+	for i, r := range refs {
+		if r.Controller == nil || !*r.Controller {
+			continue
+		}
+		if g, _ := schemaGroup(r.APIVersion); g != gvk.Group || r.Kind != gvk.Kind || r.Name != ref.Name {
+			return fmt.Errorf("ctrl: SetControllerReference: %s is already controlled by %s %s", obj.GetName(), r.Kind, r.Name)
+		}
+		refs[i] = ref
+		obj.SetOwnerReferences(refs)
+		return nil
+	}
+	obj.SetOwnerReferences(append(refs, ref))
+	return nil
+}

@@ -1,0 +1,357 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// Options configure a [Manager]. Set Config to reach an API server, or
+// Clientset and Dynamic to run against client-go's fakes. The zero value of
+// every other field means its default.
+type Options struct {
+	// Config reaches a real API server. Built-in types travel as protobuf,
+	// custom resources as JSON. Zero QPS and Burst mean 20 and 30, shared by
+	// all of the manager's requests.
+	Config *rest.Config
+	// Clientset serves built-in types in tests: pass client-go's
+	// fake.NewClientset(objects...). It takes precedence over Config for
+	// built-in types.
+	Clientset kubernetes.Interface
+	// Dynamic serves registered custom resources in tests: pass client-go's
+	// dynamic fake. It takes precedence over Config for custom resources.
+	Dynamic dynamic.Interface
+
+	// Namespace restricts caches of namespaced types to one namespace.
+	// Default: all namespaces.
+	Namespace string
+	// Logger receives the manager's logs, and each reconcile's logger is
+	// derived from it. Default: logs are discarded.
+	Logger logr.Logger
+	// Registerer receives the manager's Prometheus metrics. Default: a new
+	// registry, returned by [Manager.Registry].
+	Registerer prometheus.Registerer
+	// FieldManager names this program in managedFields for Create, Update,
+	// Patch and Apply. Default: "ctrl".
+	FieldManager string
+	// SyncTimeout bounds how long Start waits for the caches' first lists.
+	// Default: 2 minutes.
+	SyncTimeout time.Duration
+	// ShutdownTimeout bounds how long Start waits, once its context is done,
+	// for running reconciles to return. Default: 30 seconds.
+	ShutdownTimeout time.Duration
+}
+
+// ErrStarted is returned by wiring calls made after [Manager.Start], and by
+// a second Start.
+var ErrStarted = errors.New("manager already started")
+
+// Manager owns the caches, clients and controllers of one program and runs
+// them. Create it with [NewManager], wire controllers to it, then call
+// [Manager.Start]. All methods are safe for concurrent use.
+type Manager struct {
+	opts     Options
+	clients  binding.Clients
+	log      logr.Logger
+	metrics  *metrics
+	registry *prometheus.Registry // nil if the user supplied a Registerer
+
+	mu          sync.Mutex
+	caches      map[cacheID]runner
+	cacheList   []runner
+	controllers map[string]worker
+	ctrlList    []worker
+	started     bool
+	running     context.Context // the caches' context while Start runs
+	startedCh   chan struct{}   // closed when the caches synced and workers run
+	stopped     chan struct{}   // closed when Start returns
+	startErr    error
+	wg          sync.WaitGroup // cache goroutines
+	activity    atomic.Uint64  // bumped by every change the idle check reads
+}
+
+// runner is the manager's view of a cache.
+type runner interface {
+	describe() string
+	run(ctx context.Context, log logr.Logger)
+	syncedChan() <-chan struct{}
+	lastError() error
+	idle() bool
+}
+
+// worker is the manager's view of a controller.
+type worker interface {
+	name() string
+	caches() []runner
+	start(ctx context.Context, reconcileCtx context.Context) // starts the workers
+	shutdown(timeout time.Duration) error                     // stops them, waits bounded
+	idle(horizon time.Duration) bool
+}
+
+// NewManager returns a manager for opts. It returns an error if no client
+// is configured or the Config is invalid.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Config == nil && opts.Clientset == nil && opts.Dynamic == nil {
+		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.Clientset or Options.Dynamic for fakes")
+	}
+	if opts.FieldManager == "" {
+		opts.FieldManager = "ctrl"
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = 2 * time.Minute
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	m := &Manager{
+		opts:        opts,
+		log:         opts.Logger,
+		caches:      map[cacheID]runner{},
+		controllers: map[string]worker{},
+		startedCh:   make(chan struct{}),
+		stopped:     make(chan struct{}),
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		m.registry = prometheus.NewRegistry()
+		reg = m.registry
+	}
+	var err error
+	if m.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
+	}
+	m.clients = binding.Clients{Config: opts.Config, Dynamic: opts.Dynamic}
+	if opts.Clientset != nil {
+		m.clients.Clientset = opts.Clientset
+	}
+	if cfg := opts.Config; cfg != nil {
+		cfg = rest.CopyConfig(cfg)
+		if cfg.QPS == 0 {
+			cfg.QPS = 20
+		}
+		if cfg.Burst == 0 {
+			cfg.Burst = 30
+		}
+		if cfg.RateLimiter == nil && cfg.QPS > 0 {
+			cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+		}
+		var httpClient *http.Client
+		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
+		}
+		m.clients.Config, m.clients.HTTP = cfg, httpClient
+	}
+	return m, nil
+}
+
+// bind resolves T against the manager's clients.
+func bind[T Object](m *Manager) (*binding.Binding[T], error) {
+	b, err := binding.For[T](m.clients)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: %w", err)
+	}
+	return b, nil
+}
+
+// Registry returns the registry holding the manager's metrics, or nil if
+// Options.Registerer was set.
+func (m *Manager) Registry() *prometheus.Registry { return m.registry }
+
+// Start runs the manager: it starts every cache, waits until each has
+// listed its objects, starts every controller's workers, and blocks until
+// ctx is done or a fatal error occurs. Then it stops handing out work, waits
+// up to Options.ShutdownTimeout for running reconciles to return (their
+// context is canceled when that time is up), stops the caches, and returns.
+//
+// It returns nil after a shutdown requested through ctx; otherwise the
+// error: a cache that did not sync within Options.SyncTimeout (named by
+// type), a resource the server does not serve, or a shutdown that timed
+// out. Reconcile errors never stop the manager. Start may be called once.
+func (m *Manager) Start(ctx context.Context) (err error) {
+	m.mu.Lock()
+	if m.started {
+		m.mu.Unlock()
+		return fmt.Errorf("ctrl: Start: %w", ErrStarted)
+	}
+	m.started = true
+	cacheCtx, stopCaches := context.WithCancel(context.WithoutCancel(ctx))
+	m.running = cacheCtx
+	for _, c := range m.cacheList {
+		m.startCache(c)
+	}
+	caches := append([]runner(nil), m.cacheList...)
+	ctrls := append([]worker(nil), m.ctrlList...)
+	m.mu.Unlock()
+
+	defer func() {
+		stopCaches()
+		m.wg.Wait()
+		m.mu.Lock()
+		m.startErr = err
+		m.mu.Unlock()
+		close(m.stopped)
+	}()
+
+	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
+	if err := m.waitForSync(ctx, caches); err != nil {
+		return err
+	}
+	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReconciles()
+	for _, c := range ctrls {
+		c.start(ctx, reconcileCtx)
+	}
+	close(m.startedCh)
+	m.log.Info("started")
+
+	<-ctx.Done()
+	m.log.Info("stopping: waiting for running reconciles", "timeout", m.opts.ShutdownTimeout)
+	var errs []error
+	deadline := time.Now().Add(m.opts.ShutdownTimeout)
+	for _, c := range ctrls {
+		if err := c.shutdown(time.Until(deadline)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cancelReconciles()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	m.log.Info("stopped")
+	return nil
+}
+
+// startCache runs a cache on the manager's running context. Called with
+// m.mu held.
+func (m *Manager) startCache(c runner) {
+	m.wg.Add(1)
+	log := m.log.WithValues("cache", c.describe())
+	go func() {
+		defer m.wg.Done()
+		c.run(m.running, log)
+	}()
+}
+
+// waitForSync waits for every cache's first list. A resource the server
+// does not serve fails at once, since waiting will not help.
+func (m *Manager) waitForSync(ctx context.Context, caches []runner) error {
+	timer := time.NewTimer(m.opts.SyncTimeout)
+	defer timer.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for _, c := range caches {
+		for synced := false; !synced; {
+			select {
+			case <-c.syncedChan():
+				synced = true
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
+				if last := c.lastError(); last != nil {
+					err = fmt.Errorf("%w: %w", err, last)
+				}
+				return err
+			case <-poll.C:
+				if last := c.lastError(); last != nil && apierrors.IsNotFound(last) {
+					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// WaitIdle blocks until the manager is idle, or ctx is done, or the manager
+// has stopped. Idle means: Start has synced every cache and started every
+// controller; every write made through a [Client] of this manager has been
+// observed by the caches of its type; no event is being dispatched; every
+// work queue is empty; no reconcile is running; and no requeue is due within
+// horizon. It is meant for tests and examples, in place of sleeps.
+//
+// Writes made with other clients are not tracked: wait for their effect on
+// the server or in a cache instead.
+func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
+	select {
+	case <-m.startedCh:
+	case <-m.stopped:
+		return m.stoppedErr()
+	case <-ctx.Done():
+		return fmt.Errorf("ctrl: WaitIdle: %w", context.Cause(ctx))
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !m.idle(horizon) {
+		select {
+		case <-tick.C:
+		case <-m.stopped:
+			return m.stoppedErr()
+		case <-ctx.Done():
+			return fmt.Errorf("ctrl: WaitIdle: %w", context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+func (m *Manager) stoppedErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.startErr != nil {
+		return fmt.Errorf("ctrl: WaitIdle: manager stopped: %w", m.startErr)
+	}
+	return errors.New("ctrl: WaitIdle: manager stopped")
+}
+
+// idle checks every condition of WaitIdle twice around a read of the
+// activity counter, so that the conditions held at one instant.
+func (m *Manager) idle(horizon time.Duration) bool {
+	before := m.activity.Load()
+	m.mu.Lock()
+	caches := append([]runner(nil), m.cacheList...)
+	ctrls := append([]worker(nil), m.ctrlList...)
+	m.mu.Unlock()
+	for _, c := range caches {
+		select {
+		case <-c.syncedChan():
+		default:
+			return false
+		}
+		if !c.idle() {
+			return false
+		}
+	}
+	for _, c := range ctrls {
+		if !c.idle(horizon) {
+			return false
+		}
+	}
+	return m.activity.Load() == before
+}
+
+// cachesOf returns the manager's caches of the type t.
+func (m *Manager) cachesOf(t reflect.Type) []runner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []runner
+	for id, c := range m.caches {
+		if id.typ == t {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,191 @@
+package ctrl
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// metrics are the manager's Prometheus metrics. Names, labels and buckets
+// are controller-runtime's, so its dashboards and alerts work unchanged.
+type metrics struct {
+	reconcileTotal    *prometheus.CounterVec
+	reconcileErrors   *prometheus.CounterVec
+	terminalErrors    *prometheus.CounterVec
+	reconcilePanics   *prometheus.CounterVec
+	reconcileTime     *prometheus.HistogramVec
+	maxConcurrent     *prometheus.GaugeVec
+	activeWorkers     *prometheus.GaugeVec
+	depth             *prometheus.GaugeVec
+	adds              *prometheus.CounterVec
+	latency           *prometheus.HistogramVec
+	workDuration      *prometheus.HistogramVec
+	unfinished        *prometheus.GaugeVec
+	longestRunning    *prometheus.GaugeVec
+	retries           *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	native := func(o prometheus.HistogramOpts) prometheus.HistogramOpts {
+		o.NativeHistogramBucketFactor = 1.1
+		o.NativeHistogramMaxBucketNumber = 100
+		o.NativeHistogramMinResetDuration = time.Hour
+		return o
+	}
+	ctrlLabel := []string{"controller"}
+	queueLabels := []string{"name", "controller"}
+	m := &metrics{
+		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_total",
+			Help: "Total number of reconciliations per controller",
+		}, []string{"controller", "result"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_errors_total",
+			Help: "Total number of reconciliation errors per controller",
+		}, ctrlLabel),
+		terminalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_terminal_reconcile_errors_total",
+			Help: "Total number of terminal reconciliation errors per controller",
+		}, ctrlLabel),
+		reconcilePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_panics_total",
+			Help: "Total number of reconciliation panics per controller",
+		}, ctrlLabel),
+		reconcileTime: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Name: "controller_runtime_reconcile_time_seconds",
+			Help: "Length of time per reconciliation per controller",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+				1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60},
+		}), ctrlLabel),
+		maxConcurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_max_concurrent_reconciles",
+			Help: "Maximum number of concurrent reconciles per controller",
+		}, ctrlLabel),
+		activeWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_active_workers",
+			Help: "Number of currently used workers per controller",
+		}, ctrlLabel),
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "depth",
+			Help: "Current depth of workqueue",
+		}, queueLabels),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue", Name: "adds_total",
+			Help: "Total number of adds handled by workqueue",
+		}, queueLabels),
+		latency: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Subsystem: "workqueue", Name: "queue_duration_seconds",
+			Help:    "How long in seconds an item stays in workqueue before being requested",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}), queueLabels),
+		workDuration: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Subsystem: "workqueue", Name: "work_duration_seconds",
+			Help:    "How long in seconds processing an item from workqueue takes.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}), queueLabels),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "unfinished_work_seconds",
+			Help: "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. " +
+				"Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+		}, queueLabels),
+		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+			Help: "How many seconds has the longest running processor for workqueue been running.",
+		}, queueLabels),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue", Name: "retries_total",
+			Help: "Total number of retries handled by workqueue",
+		}, queueLabels),
+	}
+	var err error
+	for _, c := range []any{
+		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
+		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
+		&m.longestRunning, &m.retries,
+	} {
+		switch c := c.(type) {
+		case **prometheus.CounterVec:
+			*c, err = register(reg, *c)
+		case **prometheus.GaugeVec:
+			*c, err = register(reg, *c)
+		case **prometheus.HistogramVec:
+			*c, err = register(reg, *c)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// register registers c, or returns the equal collector registered before,
+// so that several managers can share one registry.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// controllerMetrics are one controller's series, resolved once so that the
+// reconcile path does no label lookups.
+type controllerMetrics struct {
+	success, requeueAfter, errored prometheus.Counter
+	errors, terminal, panics       prometheus.Counter
+	time                           prometheus.Observer
+	active                         prometheus.Gauge
+}
+
+func (m *metrics) forController(name string, workers int) controllerMetrics {
+	m.maxConcurrent.WithLabelValues(name).Set(float64(workers))
+	m.reconcileTotal.WithLabelValues(name, "requeue") // present at zero, as in controller-runtime
+	return controllerMetrics{
+		success:      m.reconcileTotal.WithLabelValues(name, "success"),
+		requeueAfter: m.reconcileTotal.WithLabelValues(name, "requeue_after"),
+		errored:      m.reconcileTotal.WithLabelValues(name, "error"),
+		errors:       m.reconcileErrors.WithLabelValues(name),
+		terminal:     m.terminalErrors.WithLabelValues(name),
+		panics:       m.reconcilePanics.WithLabelValues(name),
+		time:         m.reconcileTime.WithLabelValues(name),
+		active:       m.activeWorkers.WithLabelValues(name),
+	}
+}
+
+// queueProvider gives client-go's workqueue its metrics, labeled with the
+// controller's name as both name and controller.
+type queueProvider struct{ m *metrics }
+
+func (p queueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.m.depth.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.adds.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.latency.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.workDuration.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.unfinished.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.longestRunning.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.retries.WithLabelValues(name, name)
+}
+

@@ -1,0 +1,92 @@
+package ctrl
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// RateLimiter decides how long a key waits before it is retried after an
+// error. It is client-go's workqueue rate limiter over [Key]; any of
+// client-go's limiters (workqueue.NewTypedItemExponentialFailureRateLimiter,
+// workqueue.NewTypedMaxOfRateLimiter, ...) can be used.
+type RateLimiter = workqueue.TypedRateLimiter[Key]
+
+// DefaultRateLimiter returns the limiter controllers use unless
+// ControllerOptions.RateLimiter is set, the same as controller-runtime's:
+// the larger of a per-key exponential backoff from 5 ms to 1000 s and an
+// overall token bucket of 10 retries per second with a burst of 100.
+func DefaultRateLimiter() RateLimiter {
+	return workqueue.DefaultTypedControllerRateLimiter[Key]()
+}
+
+// queue is a controller's work queue: client-go's delaying workqueue of
+// keys, which de-duplicates keys and never hands the same key to two workers
+// at once, plus the bookkeeping the idle check needs: when the earliest
+// delayed key is due.
+type queue struct {
+	workqueue.TypedDelayingInterface[Key]
+	limiter RateLimiter
+
+	mu  sync.Mutex
+	due map[Key]time.Time // delayed keys not yet handed out; earliest time per key
+}
+
+func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider) *queue {
+	return &queue{
+		TypedDelayingInterface: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
+			Name:            name,
+			MetricsProvider: provider,
+		}),
+		limiter: limiter,
+		due:     map[Key]time.Time{},
+	}
+}
+
+// addAfter adds key once d has passed.
+func (q *queue) addAfter(key Key, d time.Duration) {
+	if d > 0 {
+		at := time.Now().Add(d)
+		q.mu.Lock()
+		if cur, ok := q.due[key]; !ok || at.Before(cur) {
+			q.due[key] = at
+		}
+		q.mu.Unlock()
+	}
+	q.AddAfter(key, d)
+}
+
+// addRateLimited adds key after the limiter's delay for it.
+func (q *queue) addRateLimited(key Key) { q.addAfter(key, q.limiter.When(key)) }
+
+// forget clears the key's retry history.
+func (q *queue) forget(key Key) { q.limiter.Forget(key) }
+
+// get hands out the next key. A delayed key handed out at or after its due
+// time has been delivered, so its due entry is dropped.
+func (q *queue) get() (Key, bool) {
+	key, shutdown := q.Get()
+	if shutdown {
+		return key, true
+	}
+	q.mu.Lock()
+	if at, ok := q.due[key]; ok && !time.Now().Before(at) {
+		delete(q.due, key)
+	}
+	q.mu.Unlock()
+	return key, false
+}
+
+// dueWithin reports whether a delayed key is due within d from now.
+func (q *queue) dueWithin(d time.Duration) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	limit := time.Now().Add(d)
+	for _, at := range q.due {
+		if at.Before(limit) {
+			return true
+		}
+	}
+	return false
+}
