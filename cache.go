@@ -720,4 +720,3 @@ func (c *Cache[T]) covers(key Key) bool {
 	return c.opts.LabelSelector == "" && c.opts.FieldSelector == "" &&
 		(c.opts.Namespace == "" || c.opts.Namespace == key.Namespace)
 }
-

@@ -99,7 +99,7 @@ type worker interface {
 	name() string
 	caches() []runner
 	start(ctx context.Context, reconcileCtx context.Context) // starts the workers
-	shutdown(timeout time.Duration) error                     // stops them, waits bounded
+	shutdown(timeout time.Duration) error                    // stops them, waits bounded
 	idle(horizon time.Duration) bool
 }
 

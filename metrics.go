@@ -11,20 +11,20 @@ import (
 // metrics are the manager's Prometheus metrics. Names, labels and buckets
 // are controller-runtime's, so its dashboards and alerts work unchanged.
 type metrics struct {
-	reconcileTotal    *prometheus.CounterVec
-	reconcileErrors   *prometheus.CounterVec
-	terminalErrors    *prometheus.CounterVec
-	reconcilePanics   *prometheus.CounterVec
-	reconcileTime     *prometheus.HistogramVec
-	maxConcurrent     *prometheus.GaugeVec
-	activeWorkers     *prometheus.GaugeVec
-	depth             *prometheus.GaugeVec
-	adds              *prometheus.CounterVec
-	latency           *prometheus.HistogramVec
-	workDuration      *prometheus.HistogramVec
-	unfinished        *prometheus.GaugeVec
-	longestRunning    *prometheus.GaugeVec
-	retries           *prometheus.CounterVec
+	reconcileTotal  *prometheus.CounterVec
+	reconcileErrors *prometheus.CounterVec
+	terminalErrors  *prometheus.CounterVec
+	reconcilePanics *prometheus.CounterVec
+	reconcileTime   *prometheus.HistogramVec
+	maxConcurrent   *prometheus.GaugeVec
+	activeWorkers   *prometheus.GaugeVec
+	depth           *prometheus.GaugeVec
+	adds            *prometheus.CounterVec
+	latency         *prometheus.HistogramVec
+	workDuration    *prometheus.HistogramVec
+	unfinished      *prometheus.GaugeVec
+	longestRunning  *prometheus.GaugeVec
+	retries         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -188,4 +188,3 @@ func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) work
 func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.m.retries.WithLabelValues(name, name)
 }
-
