@@ -303,3 +303,34 @@ func schemaGroup(apiVersion string) (string, error) {
 func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Resource says where the API server serves a custom resource type: its
+// group, version and plural resource name, its kind, and its scope.
+type Resource struct {
+	Group    string // "example.com"
+	Version  string // "v1"
+	Resource string // the lower-case plural: "widgets"
+	// Kind defaults to the name of the Go type.
+	Kind       string
+	Namespaced bool
+}
+
+// Register records that the API server serves the custom resource type T as
+// r. T is a pointer to a struct that embeds metav1.TypeMeta and
+// metav1.ObjectMeta with JSON tags like a generated type, and implements
+// DeepCopyObject; nothing else is needed: no clientset, no scheme. Call it
+// once, before creating managers that use T, for example in an init
+// function. Registering T again with the same r does nothing; with another
+// r, or for a built-in type, it returns an error.
+func Register[T Object](r Resource) error {
+	err := binding.Register(binding.Info{
+		Type:       reflect.TypeFor[T](),
+		GVR:        schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
+		Kind:       r.Kind,
+		Namespaced: r.Namespaced,
+	})
+	if err != nil {
+		return fmt.Errorf("ctrl: %w", err)
+	}
+	return nil
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -566,7 +565,7 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	}
 	obj := cached.DeepCopyObject().(T)
 	if c.finalizer != "" {
-		done, err := c.finalizeStep(ctx, &obj)
+		done, err := c.finalizeStep(ctx, obj)
 		if done || err != nil {
 			return Result{}, err
 		}
@@ -576,32 +575,24 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 
 // finalizeStep adds the controller's finalizer to a live object, or runs the
 // finalize hook and removes the finalizer from one being deleted. done
-// reports that there is nothing left to reconcile.
-func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, err error) {
-	o := *obj
-	has := slices.Contains(o.GetFinalizers(), c.finalizer)
-	if o.GetDeletionTimestamp() != nil {
-		if !has {
-			return true, nil
-		}
-		if err := c.finalize(ctx, o); err != nil {
-			return true, fmt.Errorf("finalize: %w", err)
-		}
-		_, err := c.patchFinalizers(ctx, o, slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == c.finalizer }))
-		if apierrors.IsNotFound(err) {
-			err = nil
-		}
-		return true, err
-	}
-	if has {
+// reports that reconcile is not to be called now: after adding the
+// finalizer, the watch event of that write reconciles the object again.
+func (c *Controller[T]) finalizeStep(ctx context.Context, obj T) (done bool, err error) {
+	has := slices.Contains(obj.GetFinalizers(), c.finalizer)
+	switch {
+	case obj.GetDeletionTimestamp() == nil && has:
 		return false, nil
-	}
-	updated, err := c.patchFinalizers(ctx, o, append(slices.Clone(o.GetFinalizers()), c.finalizer))
-	if err != nil {
+	case obj.GetDeletionTimestamp() == nil:
+		_, err := c.patchFinalizers(ctx, obj, append(slices.Clone(obj.GetFinalizers()), c.finalizer))
 		return true, err
+	case !has:
+		return true, nil // being deleted, and not waiting for us
 	}
-	*obj = updated
-	return false, nil
+	if err := c.finalize(ctx, obj); err != nil {
+		return true, fmt.Errorf("finalize: %w", err)
+	}
+	_, err = c.patchFinalizers(ctx, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == c.finalizer }))
+	return true, IgnoreNotFound(err)
 }
 
 // patchFinalizers replaces the object's finalizers with a merge patch that

@@ -1,0 +1,50 @@
+// Package ctrl builds Kubernetes controllers over your own Go types.
+//
+// A controller watches objects of one type T, such as *appsv1.Deployment or
+// a custom resource struct, and calls a reconcile function with the latest
+// state of each object that changed:
+//
+//	mgr, err := ctrl.NewManager(ctrl.Options{Config: restConfig})
+//	c, err := ctrl.NewController(mgr, "configmap-hasher",
+//		func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+//			// cm is this call's own copy of the cached object.
+//			return ctrl.Result{}, nil
+//		}, ctrl.ControllerOptions{Workers: 4})
+//	err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
+//	err = mgr.Start(ctx)               // blocks until ctx is done
+//
+// There is no Scheme to register built-in types in: the type parameter is
+// the registration. A custom resource type is registered once with
+// [Register]. Tests run the same code against client-go's fake clientset
+// (Options.Clientset) and wait with [Manager.WaitIdle] instead of sleeping.
+//
+// # Parts
+//
+//   - [Manager] runs caches and controllers, and owns the metrics.
+//   - [Cache] is a typed, indexed view of one type, fed by one watch that
+//     every user of the type shares.
+//   - [Client] reads from the cache and writes to the API server, typed.
+//   - [Controller] queues keys on changes and reconciles them with workers.
+//
+// # Guarantees
+//
+//   - Typed: a wiring mistake, such as an unknown type or a custom resource
+//     that was not registered, is an error when wiring, naming the Go type.
+//   - Stingy: a key is never reconciled by two workers at once, and a key
+//     queued many times while waiting is reconciled once.
+//   - Fresh: reconcile gets its own deep copy of the latest cached object.
+//     The cache may lag the API server; a conflict on write is the signal to
+//     return the error and be called again with newer state.
+//   - Persistent: an error or a panic requeues the key with backoff; the
+//     manager stops only when its context is done.
+//   - Observable: deletions reach [Controller.Finalizer] hooks while the
+//     object still exists, and [Controller.OnDelete] hooks after it is gone.
+//   - Compatible: metrics carry controller-runtime's names and labels.
+//
+// # Reading objects
+//
+// Objects in a cache are shared by every reader and must not be modified;
+// [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
+// speed. [Client.Get] and [Client.List] return copies. Managed fields are
+// removed from cached objects unless CacheOptions.KeepManagedFields is set.
+package ctrl
