@@ -172,7 +172,6 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
 	c.metrics = m.metrics.forController(name, opts.Workers)
-	c.q = newQueue(name, opts.RateLimiter, queueProvider{m.metrics})
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
 	return c, nil
@@ -269,7 +268,7 @@ func Owns[O, T Object](c *Controller[T]) error {
 		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	gvk := c.cache.b.GVK()
-	h := &ownerHandler[O]{q: c.enqueuer(), group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced}
+	h := &ownerHandler[O]{enqueue: c.enqueue, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced}
 	return c.watch("Owns", owned, func() error { return owned.addHandler(h) })
 }
 
@@ -289,7 +288,7 @@ func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key) err
 	if src.mgr != c.mgr {
 		return fmt.Errorf("ctrl: %s: Watches: %s belongs to another manager", c, src)
 	}
-	h := &mapHandler[O]{q: c.enqueuer(), fn: fn, log: c.log}
+	h := &mapHandler[O]{enqueue: c.enqueue, fn: fn, log: c.log}
 	return c.watch("Watches", src, func() error { return src.addHandler(h) })
 }
 
@@ -310,26 +309,20 @@ func (c *Controller[T]) watch(what string, src runner, register func() error) er
 	return nil
 }
 
-// enqueuer adds keys to the controller's queue.
-type enqueuer struct {
-	q   *queue
-	mgr *Manager
-}
-
-func (c *Controller[T]) enqueuer() enqueuer { return enqueuer{c.q, c.mgr} }
-
-func (e enqueuer) add(k Key) {
-	e.q.Add(k)
-	e.mgr.activity.Add(1)
+// enqueue adds a key to the queue. Handlers call it only once the manager
+// has started, which creates the queue.
+func (c *Controller[T]) enqueue(k Key) {
+	c.q.Add(k)
+	c.mgr.activity.Add(1)
 }
 
 // The controller is the handler of its own cache.
 
-func (c *Controller[T]) add(obj T) { c.enqueuer().add(KeyOf(obj)) }
+func (c *Controller[T]) add(obj T) { c.enqueue(KeyOf(obj)) }
 
 func (c *Controller[T]) update(old, obj T) {
 	if c.passes(old, obj) {
-		c.enqueuer().add(KeyOf(obj))
+		c.enqueue(KeyOf(obj))
 	}
 }
 
@@ -358,14 +351,14 @@ func (c *Controller[T]) delete(obj T) {
 		c.tombstones[key] = obj
 		c.mu.Unlock()
 	}
-	c.enqueuer().add(key)
+	c.enqueue(key)
 }
 
-func (c *Controller[T]) resync(obj T) { c.enqueuer().add(KeyOf(obj)) }
+func (c *Controller[T]) resync(obj T) { c.enqueue(KeyOf(obj)) }
 
 // ownerHandler queues the controlling owner of each changed object.
 type ownerHandler[O Object] struct {
-	q           enqueuer
+	enqueue     func(Key)
 	group, kind string
 	namespaced  bool
 }
@@ -387,32 +380,32 @@ func (h *ownerHandler[O]) owner(obj O) (Key, bool) {
 	return Key{}, false
 }
 
-func (h *ownerHandler[O]) enqueue(obj O) {
+func (h *ownerHandler[O]) queueOwner(obj O) {
 	if k, ok := h.owner(obj); ok {
-		h.q.add(k)
+		h.enqueue(k)
 	}
 }
 
-func (h *ownerHandler[O]) add(obj O)    { h.enqueue(obj) }
-func (h *ownerHandler[O]) delete(obj O) { h.enqueue(obj) }
-func (h *ownerHandler[O]) resync(obj O) { h.enqueue(obj) }
+func (h *ownerHandler[O]) add(obj O)    { h.queueOwner(obj) }
+func (h *ownerHandler[O]) delete(obj O) { h.queueOwner(obj) }
+func (h *ownerHandler[O]) resync(obj O) { h.queueOwner(obj) }
 func (h *ownerHandler[O]) update(old, obj O) {
-	h.enqueue(obj)
+	h.queueOwner(obj)
 	if k, ok := h.owner(old); ok {
 		if k2, ok2 := h.owner(obj); !ok2 || k2 != k {
-			h.q.add(k)
+			h.enqueue(k)
 		}
 	}
 }
 
 // mapHandler queues the keys a user function maps each changed object to.
 type mapHandler[O Object] struct {
-	q   enqueuer
-	fn  func(O) []Key
-	log logr.Logger
+	enqueue func(Key)
+	fn      func(O) []Key
+	log     logr.Logger
 }
 
-func (h *mapHandler[O]) enqueue(obj O) {
+func (h *mapHandler[O]) queueMapped(obj O) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.log.Error(fmt.Errorf("panic: %v", r), "Watches mapping function panicked; the change maps to no key",
@@ -420,16 +413,16 @@ func (h *mapHandler[O]) enqueue(obj O) {
 		}
 	}()
 	for _, k := range h.fn(obj) {
-		h.q.add(k)
+		h.enqueue(k)
 	}
 }
 
-func (h *mapHandler[O]) add(obj O)    { h.enqueue(obj) }
-func (h *mapHandler[O]) delete(obj O) { h.enqueue(obj) }
-func (h *mapHandler[O]) resync(obj O) { h.enqueue(obj) }
+func (h *mapHandler[O]) add(obj O)    { h.queueMapped(obj) }
+func (h *mapHandler[O]) delete(obj O) { h.queueMapped(obj) }
+func (h *mapHandler[O]) resync(obj O) { h.queueMapped(obj) }
 func (h *mapHandler[O]) update(old, obj O) {
-	h.enqueue(old)
-	h.enqueue(obj) // keys queued twice are reconciled once
+	h.queueMapped(old)
+	h.queueMapped(obj) // keys queued twice are reconciled once
 }
 
 // The rest implements worker, the manager's view of a controller.
@@ -442,10 +435,15 @@ func (c *Controller[T]) caches() []runner {
 	return c.watched
 }
 
-func (c *Controller[T]) start(_ context.Context, reconcileCtx context.Context) {
+// prepare freezes the wiring and creates the queue, before the caches start.
+func (c *Controller[T]) prepare() {
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
+	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, queueProvider{c.mgr.metrics})
+}
+
+func (c *Controller[T]) start(reconcileCtx context.Context) {
 	for range c.opts.Workers {
 		c.wg.Add(1)
 		go func() {

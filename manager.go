@@ -98,8 +98,9 @@ type runner interface {
 type worker interface {
 	name() string
 	caches() []runner
-	start(ctx context.Context, reconcileCtx context.Context) // starts the workers
-	shutdown(timeout time.Duration) error                    // stops them, waits bounded
+	prepare()                             // freezes wiring, creates the queue
+	start(reconcileCtx context.Context)   // starts the workers
+	shutdown(timeout time.Duration) error // stops them, waits bounded
 	idle(horizon time.Duration) bool
 }
 
@@ -191,6 +192,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.started = true
 	cacheCtx, stopCaches := context.WithCancel(context.WithoutCancel(ctx))
 	m.running = cacheCtx
+	for _, c := range m.ctrlList {
+		c.prepare()
+	}
 	for _, c := range m.cacheList {
 		m.startCache(c)
 	}
@@ -209,12 +213,15 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 
 	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
 	if err := m.waitForSync(ctx, caches); err != nil {
+		for _, c := range ctrls {
+			_ = c.shutdown(m.opts.ShutdownTimeout) // no workers yet: returns at once
+		}
 		return err
 	}
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
 	for _, c := range ctrls {
-		c.start(ctx, reconcileCtx)
+		c.start(reconcileCtx)
 	}
 	close(m.startedCh)
 	m.log.Info("started")

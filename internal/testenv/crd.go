@@ -29,7 +29,9 @@ var crdGVR = schema.GroupVersionResource{
 // InstallCRDs creates (or updates, if they exist) the CustomResourceDefinitions
 // in manifests, which are YAML or JSON, possibly multi-document or of kind
 // List, and waits until each is Established and all its served versions show
-// its resource in discovery.
+// its resource in discovery. It also waits out the 2 seconds after a CRD
+// becomes Established during which the apiserver holds back creates of its
+// resources, so that the caller's first create is not slowed down.
 func (e *Env) InstallCRDs(manifests ...[]byte) error {
 	crds, err := parseCRDs(manifests)
 	if err != nil {
@@ -61,16 +63,36 @@ func (e *Env) InstallCRDs(manifests ...[]byte) error {
 			return fmt.Errorf("testenv: installing CRD %s: %w", crd.GetName(), err)
 		}
 	}
+	var established time.Time
 	for _, crd := range crds {
-		if err := waitEstablished(ctx, client, crd.GetName()); err != nil {
+		at, err := waitEstablished(ctx, client, crd.GetName())
+		if err != nil {
 			return fmt.Errorf("testenv: CRD %s: %w", crd.GetName(), err)
+		}
+		if at.After(established) {
+			established = at
 		}
 		if err := waitServed(ctx, disc, crd); err != nil {
 			return fmt.Errorf("testenv: CRD %s: %w", crd.GetName(), err)
 		}
 	}
+	// The apiserver delays a create of a custom resource by 2s when its CRD
+	// became Established less than 2s ago (a guard for HA servers). Waiting
+	// that out here keeps the delay out of the tests' first requests, where
+	// it would look like a stall. The condition time has whole seconds.
+	if wait := time.Until(established.Add(justCreatedWindow)); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testenv: waiting for new CRDs to settle: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 	return nil
 }
+
+// justCreatedWindow is how long after a CRD's Established transition the
+// apiserver delays creates of its resources, plus a margin.
+const justCreatedWindow = 2*time.Second + 100*time.Millisecond
 
 func apply(ctx context.Context, client dynamic.NamespaceableResourceInterface, crd *unstructured.Unstructured) error {
 	_, err := client.Create(ctx, crd, metav1.CreateOptions{})
@@ -91,8 +113,11 @@ func apply(ctx context.Context, client dynamic.NamespaceableResourceInterface, c
 	}
 }
 
-func waitEstablished(ctx context.Context, client dynamic.NamespaceableResourceInterface, name string) error {
-	return poll(ctx, "Established", func() (bool, error) {
+// waitEstablished waits for the CRD's Established condition and returns
+// the time of its transition.
+func waitEstablished(ctx context.Context, client dynamic.NamespaceableResourceInterface, name string) (time.Time, error) {
+	var at time.Time
+	err := poll(ctx, "Established", func() (bool, error) {
 		crd, err := client.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -103,6 +128,8 @@ func waitEstablished(ctx context.Context, client dynamic.NamespaceableResourceIn
 			switch c["type"] {
 			case "Established":
 				if c["status"] == "True" {
+					s, _ := c["lastTransitionTime"].(string)
+					at, _ = time.Parse(time.RFC3339, s)
 					return true, nil
 				}
 			case "NamesAccepted":
@@ -113,6 +140,7 @@ func waitEstablished(ctx context.Context, client dynamic.NamespaceableResourceIn
 		}
 		return false, nil
 	})
+	return at, err
 }
 
 func waitServed(ctx context.Context, disc discovery.DiscoveryInterface, crd *unstructured.Unstructured) error {

@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -60,6 +61,9 @@ const (
 	stopGracePeriod     = 5 * time.Second
 	logTailLines        = 40
 	startAttempts       = 3
+
+	tempDirPattern = "ctrl-testenv-*"
+	ownerFile      = "owner.pid"
 )
 
 // Options configures Start. The zero value is ready to use.
@@ -70,9 +74,10 @@ type Options struct {
 	// github.com/typedctrl/ctrl.
 	BinDir string
 
-	// ExtraAPIServerFlags are appended to kube-apiserver's command line, after
-	// the flags Start sets, so they can override them (e.g.
+	// ExtraAPIServerFlags are appended to kube-apiserver's command line (e.g.
 	// "--watch-cache-sizes=configmaps#0", "--etcd-compaction-interval=5s").
+	// They come after the flags Start sets: a single-valued flag given again
+	// overrides Start's value, a list-valued one adds to it.
 	ExtraAPIServerFlags []string
 
 	// CRDs are manifests (YAML or JSON, possibly multi-document, possibly
@@ -156,7 +161,8 @@ func start(opts Options, binDir string) (_ *Env, err error) {
 	if e.timeout <= 0 {
 		e.timeout = defaultStartTimeout
 	}
-	if e.dir, err = os.MkdirTemp("", "ctrl-testenv-"); err != nil {
+	removeAbandonedDirs()
+	if e.dir, err = os.MkdirTemp("", tempDirPattern); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -164,7 +170,10 @@ func start(opts Options, binDir string) (_ *Env, err error) {
 			_ = e.Stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	if err := os.WriteFile(e.path(ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return nil, err
+	}
+	ports, err := pickPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -323,6 +332,9 @@ func (e *Env) apiserverArgs() []string {
 		"--etcd-servers=" + e.etcdURL(e.etcdPort),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The lease endpoint reconciler refuses a loopback advertise address,
+		// and there is no cluster to point the kubernetes Service at anyway.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(e.apiPort),
 		"--tls-cert-file=" + e.path("serving.crt"),
 		"--tls-private-key-file=" + e.path("serving.key"),
@@ -462,6 +474,9 @@ func (e *Env) writeKubeconfig() error {
 	return clientcmd.WriteToFile(*cfg, e.kubeconfig)
 }
 
+// pickPorts is freePorts, replaced in tests.
+var pickPorts = freePorts
+
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {
 	var ports []int
@@ -512,4 +527,24 @@ func modulePath(path string) string {
 		}
 	}
 	return ""
+}
+
+// removeAbandonedDirs removes the temporary directories of environments whose
+// test binary died without calling Stop (its children die with it, but the
+// directory stays). A directory whose owner cannot be told is left alone.
+func removeAbandonedDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPattern))
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -72,7 +73,10 @@ const gadgetCRD = `{"apiVersion": "v1", "kind": "List", "items": [{
   }
 }]}`
 
-var widgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}
+var (
+	widgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}
+	gadgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1alpha1", Resource: "gadgets"}
+)
 
 func TestEnv(t *testing.T) {
 	began := time.Now()
@@ -147,7 +151,7 @@ func TestEnv(t *testing.T) {
 		"kind":       "Gadget",
 		"metadata":   map[string]any{"name": "g1"},
 	}}
-	if _, err := dyn.Resource(widgetGVR.GroupVersion().WithResource("gadgets")).Create(ctx, gadget, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(gadgetGVR).Create(ctx, gadget, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -169,12 +173,14 @@ func TestEnv(t *testing.T) {
 	if err := env.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
+	began = time.Now()
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	_, err = cs.CoreV1().ConfigMaps("default").Get(short, "testenv", metav1.GetOptions{})
 	cancelShort()
 	if err == nil {
 		t.Fatal("Get succeeded with the apiserver stopped")
 	}
+	t.Logf("Get with the apiserver stopped failed after %s: %v", time.Since(began).Round(time.Millisecond), err)
 	began = time.Now()
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
@@ -197,9 +203,11 @@ func TestEnv(t *testing.T) {
 	// Stop leaves nothing behind.
 	pids := []int{env.etcd.cmd.Process.Pid, env.apiserver.cmd.Process.Pid}
 	ports := []int{env.apiPort, env.etcdPort, env.etcdPeerPort}
+	began = time.Now()
 	if err := env.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("stopped in %s", time.Since(began).Round(time.Millisecond))
 	if _, err := os.Stat(env.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("temp dir %s still there after Stop: %v", env.dir, err)
 	}
@@ -220,6 +228,62 @@ func TestEnv(t *testing.T) {
 	if err := env.StartAPIServer(); err == nil {
 		t.Error("StartAPIServer after Stop succeeded")
 	}
+}
+
+func TestStartRetriesOnTakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	pickPorts = func(n int) ([]int, error) {
+		calls++
+		ports, err := freePorts(n)
+		if err == nil && calls == 1 {
+			ports[0] = taken.Addr().(*net.TCPAddr).Port // etcd's client port
+		}
+		return ports, err
+	}
+	defer func() { pickPorts = freePorts }()
+
+	var stderr bytes.Buffer
+	env, err := Start(Options{Stderr: &stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	if calls != 2 {
+		t.Errorf("picked ports %d times, want 2", calls)
+	}
+	if err := env.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Stderr got the children's output, including the first etcd's failure.
+	if !strings.Contains(stderr.String(), "address already in use") {
+		t.Errorf("Stderr does not show the failed bind:\n%s", stderr.String())
+	}
+	// Neither the failed attempt nor the stopped environment left a
+	// directory behind.
+	if dirs := ownDirs(t); len(dirs) > 0 {
+		t.Errorf("temporary directories left behind: %v", dirs)
+	}
+}
+
+// ownDirs lists the temporary directories of this process's environments.
+func ownDirs(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), tempDirPattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, dir := range dirs {
+		if data, err := os.ReadFile(filepath.Join(dir, ownerFile)); err == nil && string(data) == strconv.Itoa(os.Getpid()) {
+			own = append(own, dir)
+		}
+	}
+	return own
 }
 
 func TestStartWithoutBinaries(t *testing.T) {
