@@ -1,10 +1,12 @@
 package ctrl_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,11 +16,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/util/workqueue"
@@ -268,9 +270,232 @@ func metricValue(t *testing.T, reg interface {
 	return 0
 }
 
-var _ = testutil.ToFloat64
-var _ = workqueue.DefaultTypedControllerRateLimiter[string]
-var _ sync.Mutex
-var _ bytes.Buffer
-var _ logr.Logger
-var _ = funcr.New
+func TestOnDelete(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
+	var mu sync.Mutex
+	var gone []string
+	c, err := ctrl.NewController(mgr, "deletes", noop, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.OnDelete(func(ctx context.Context, cm *corev1.ConfigMap) error {
+		mu.Lock()
+		defer mu.Unlock()
+		gone = append(gone, fmt.Sprintf("%s uid=%s data=%v", ctrl.KeyOf(cm), cm.UID, cm.Data))
+		return nil
+	}))
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+
+	a, err := client.Get(ctx, ctrl.Key{Namespace: "ns", Name: "a"})
+	must(t, err)
+	a.Data = map[string]string{"last": "state"}
+	_, err = client.Update(ctx, a)
+	must(t, err)
+	waitIdle(t, mgr)
+	must(t, client.Delete(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+
+	mu.Lock()
+	got := slices.Clone(gone)
+	mu.Unlock()
+	if want := []string{"ns/a uid=ns-a data=map[last:state]"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestWatchesAndFilterUpdates(t *testing.T) {
+	// Each Secret maps to the ConfigMap named by its "for" label.
+	secret := func(name, target string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"for": target}}}
+	}
+	cs := fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"), secret("s", "a"))
+	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	var mu sync.Mutex
+	counts := map[string]int{}
+	c, err := ctrl.NewController(mgr, "mapped", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		counts[cm.Name]++
+		mu.Unlock()
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.FilterUpdates(ctrl.GenerationChanged, ctrl.LabelsChanged))
+	secrets, err := ctrl.NewCache[*corev1.Secret](mgr, ctrl.CacheOptions{})
+	must(t, err)
+	must(t, ctrl.Watches(c, secrets, func(s *corev1.Secret) []ctrl.Key {
+		return []ctrl.Key{{Namespace: s.Namespace, Name: s.Labels["for"]}}
+	}))
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ss, err := ctrl.NewClient[*corev1.Secret](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	snapshot := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(counts)
+	}
+	if got := snapshot(); got["a"] != 1 || got["b"] != 1 {
+		t.Fatalf("after start: got %v, want one reconcile each", got)
+	}
+
+	steps := []struct {
+		name string
+		do   func() error
+		want map[string]int
+	}{
+		{"data change is filtered", func() error {
+			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, types.MergePatchType, []byte(`{"data":{"x":"1"}}`))
+			return err
+		}, map[string]int{"a": 1, "b": 1}},
+		{"generation change passes", func() error {
+			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, types.MergePatchType, []byte(`{"metadata":{"generation":2}}`))
+			return err
+		}, map[string]int{"a": 2, "b": 1}},
+		{"label change passes", func() error {
+			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "b"}, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`))
+			return err
+		}, map[string]int{"a": 2, "b": 2}},
+		{"secret retargeted maps old and new", func() error {
+			_, err := ss.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "s"}, types.MergePatchType, []byte(`{"metadata":{"labels":{"for":"b"}}}`))
+			return err
+		}, map[string]int{"a": 3, "b": 3}},
+	}
+	for _, st := range steps {
+		must(t, st.do())
+		waitIdle(t, mgr)
+		if got := snapshot(); !maps.Equal(got, st.want) {
+			t.Errorf("%s: got %v, want %v", st.name, got, st.want)
+		}
+	}
+}
+
+// TestOneWorkerPerKey hammers a few keys with many workers and fails if a
+// key is ever reconciled by two workers at once.
+func TestOneWorkerPerKey(t *testing.T) {
+	var objs []kruntime.Object
+	for i := range 4 {
+		objs = append(objs, configMap("ns", fmt.Sprint(i)))
+	}
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(objs...)})
+	var mu sync.Mutex
+	inFlight := map[string]bool{}
+	var overlaps, total atomic.Int32
+	_, err := ctrl.NewController(mgr, "exclusive", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		if inFlight[cm.Name] {
+			overlaps.Add(1)
+		}
+		inFlight[cm.Name] = true
+		mu.Unlock()
+		runtime.Gosched()
+		mu.Lock()
+		inFlight[cm.Name] = false
+		mu.Unlock()
+		if total.Add(1) < 200 {
+			return ctrl.Result{}, errors.New("again") // requeue while other adds arrive
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Workers: 8, RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[ctrl.Key](0, 0)})
+	must(t, err)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+	for i := range 50 {
+		_, err := client.Patch(ctx, ctrl.Key{Namespace: "ns", Name: fmt.Sprint(i % 4)}, types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, i)))
+		must(t, err)
+	}
+	waitIdle(t, mgr)
+	if overlaps.Load() != 0 {
+		t.Errorf("got %d overlapping reconciles of one key, want 0", overlaps.Load())
+	}
+	if total.Load() < 200 {
+		t.Errorf("got %d reconciles, want at least 200", total.Load())
+	}
+}
+
+func TestReconcileLogger(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		lines = append(lines, args)
+		mu.Unlock()
+	}, funcr.Options{})
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), Logger: log})
+	_, err := ctrl.NewController(mgr, "logging", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		logr.FromContextOrDiscard(ctx).Info("hello")
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range lines {
+		if strings.Contains(l, `"msg"="hello"`) {
+			for _, want := range []string{`"controller"="logging"`, `"namespace"="ns"`, `"name"="a"`, `"reconcileID"=`} {
+				if !strings.Contains(l, want) {
+					t.Errorf("got log line %s, want it to contain %s", l, want)
+				}
+			}
+			return
+		}
+	}
+	t.Errorf("no reconcile log line in %q", lines)
+}
+
+func TestShutdown(t *testing.T) {
+	t.Run("in-flight reconcile finishes", func(t *testing.T) {
+		mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+		entered, release := make(chan struct{}), make(chan struct{})
+		var finished atomic.Bool
+		_, err := ctrl.NewController(mgr, "slow", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			close(entered)
+			<-release
+			if ctx.Err() != nil {
+				return ctrl.Result{}, ctx.Err()
+			}
+			finished.Store(true)
+			return ctrl.Result{}, nil
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(ctx) }()
+		<-entered
+		cancel()
+		select {
+		case err := <-done:
+			t.Fatalf("Start returned %v while a reconcile was running", err)
+		default:
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Errorf("Start: got %v, want nil", err)
+		}
+		if !finished.Load() {
+			t.Error("the in-flight reconcile saw a canceled context")
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), ShutdownTimeout: 50 * time.Millisecond})
+		entered := make(chan struct{})
+		_, err := ctrl.NewController(mgr, "stuck", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			close(entered)
+			<-ctx.Done() // canceled once the shutdown timeout has passed
+			return ctrl.Result{}, ctx.Err()
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(ctx) }()
+		<-entered
+		cancel()
+		if err := <-done; err == nil || !strings.Contains(err.Error(), `controller "stuck": 1 reconciles still running`) {
+			t.Errorf("Start: got %v, want a shutdown timeout naming the controller", err)
+		}
+	})
+}

@@ -1,0 +1,113 @@
+package ctrl_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/typedctrl/ctrl"
+)
+
+func TestClient(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), Dynamic: newWidgetFake()})
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ws, err := ctrl.NewClient[*Widget](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+	key := ctrl.Key{Namespace: "ns", Name: "a"}
+
+	got, err := cms.Get(ctx, key)
+	must(t, err)
+	got.Data = map[string]string{"mine": "yes"} // the caller's copy
+	again, err := cms.Get(ctx, key)
+	must(t, err)
+	if again.Data != nil {
+		t.Error("Get returned an object shared with the cache")
+	}
+
+	_, err = cms.Get(ctx, ctrl.Key{Namespace: "ns", Name: "missing"})
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "*v1.ConfigMap ns/missing") {
+		t.Errorf("Get of a missing object: got %v, want NotFound naming the type and key", err)
+	}
+	if ctrl.IgnoreNotFound(err) != nil {
+		t.Errorf("IgnoreNotFound(%v): got non-nil", err)
+	}
+	if other := errors.New("x"); ctrl.IgnoreNotFound(other) != other {
+		t.Error("IgnoreNotFound changed another error")
+	}
+
+	patched, err := cms.Patch(ctx, key, types.StrategicMergePatchType, []byte(`{"data":{"k":"v"}}`))
+	must(t, err)
+	if patched.Data["k"] != "v" {
+		t.Errorf("strategic merge patch: got data %v", patched.Data)
+	}
+	applied, err := cms.Apply(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}, Data: map[string]string{"x": "1"}},
+		ctrl.ApplyOptions{FieldManager: "test"})
+	must(t, err)
+	if applied.Data["x"] != "1" {
+		t.Errorf("apply: got data %v", applied.Data)
+	}
+	waitIdle(t, mgr)
+	live, err := cms.Live().Get(ctx, ctrl.Key{Namespace: "ns", Name: "b"})
+	must(t, err)
+	cached, err := cms.Get(ctx, ctrl.Key{Namespace: "ns", Name: "b"})
+	must(t, err)
+	if live.Data["x"] != "1" || cached.Data["x"] != "1" {
+		t.Errorf("after apply: live %v, cached %v, want x=1 in both", live.Data, cached.Data)
+	}
+	list, err := cms.List(ctx, ctrl.ListOptions{Namespace: "ns"})
+	must(t, err)
+	if len(list) != 2 {
+		t.Errorf("List: got %d objects, want 2", len(list))
+	}
+
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil object", func() error { _, err := cms.Create(ctx, nil); return err }(), "create *v1.ConfigMap: nil object"},
+		{"no status subresource", func() error { _, err := cms.UpdateStatus(ctx, configMap("ns", "a")); return err }(), "has no status subresource"},
+		{"strategic merge on a custom resource", func() error {
+			_, err := ws.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "w"}, types.StrategicMergePatchType, []byte(`{}`))
+			return err
+		}(), "custom resources do not support strategic merge patch"},
+		{"apply through Patch", func() error {
+			_, err := cms.Patch(ctx, key, types.ApplyPatchType, []byte(`{}`))
+			return err
+		}(), "use Client.Apply"},
+		{"create existing", func() error { _, err := cms.Create(ctx, configMap("ns", "a")); return err }(), "already exists"},
+		{"delete missing", cms.Delete(ctx, ctrl.Key{Namespace: "ns", Name: "missing"}, metav1.DeleteOptions{}), "not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.err == nil || !strings.Contains(tt.err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", tt.err, tt.want)
+			}
+		})
+	}
+	// Failed writes leave nothing to wait for.
+	waitIdle(t, mgr)
+}
+
+func TestClientOutsideNamespace(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("other", "a")), Namespace: "ns"})
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+	if _, err := cms.Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err == nil || !strings.Contains(err.Error(), "use Client.Live") {
+		t.Errorf("cached Get outside the manager's namespace: got %v, want a hint to use Live", err)
+	}
+	if _, err := cms.Live().Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err != nil {
+		t.Errorf("live Get outside the manager's namespace: %v", err)
+	}
+	var _ context.Context = ctx
+}
