@@ -400,6 +400,10 @@ func (lw *listWatch[T]) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	if err == nil && lw.c.b.Fake() {
 		ch := w.ResultChan()
 		lw.c.fakeEvents.Store(&ch)
+		// A fake replays changes made between its list and its watch, but
+		// not deletions: a cache that reported sync after its list would
+		// miss deletions made right after WaitForSync returned.
+		lw.c.markSynced()
 	}
 	return w, err
 }
@@ -579,9 +583,13 @@ func (s *store[T]) Replace(list []any, _ string) error {
 			h.delete(ch.obj)
 		}
 	}
-	c.syncOnce.Do(func() { close(c.synced) })
+	if !c.b.Fake() {
+		c.markSynced()
+	}
 	return nil
 }
+
+func (c *Cache[T]) markSynced() { c.syncOnce.Do(func() { close(c.synced) }) }
 
 // Resync hands every cached object to the handlers again.
 func (s *store[T]) Resync() error {
