@@ -72,11 +72,6 @@ func TestWiringErrors(t *testing.T) {
 			return err
 		}(), "label selector"},
 		{"no client", func() error { _, err := ctrl.NewManager(ctrl.Options{}); return err }(), "set Options.Config"},
-		{"real clientset", func() error {
-			m := newManager(t, ctrl.Options{Clientset: nonFake{fake.NewClientset()}})
-			_, err := ctrl.NewClient[*corev1.Pod](m)
-			return err
-		}(), "is not a fake clientset"},
 		{"built-in registration", ctrl.Register[*corev1.Pod](ctrl.Resource{Version: "v1", Resource: "pods"}), "built-in type"},
 		{"conflicting registration", ctrl.Register[*Widget](ctrl.Resource{Group: "other.com", Version: "v1", Resource: "widgets"}), "already registered"},
 	}
@@ -88,11 +83,6 @@ func TestWiringErrors(t *testing.T) {
 		})
 	}
 }
-
-// nonFake is a clientset that is not client-go's fake.
-type nonFake struct{ *fake.Clientset }
-
-func (nonFake) Invokes() {}
 
 func TestWiringAfterStart(t *testing.T) {
 	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset()})

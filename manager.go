@@ -13,8 +13,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
@@ -31,8 +33,10 @@ type Options struct {
 	Config *rest.Config
 	// Clientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
-	// built-in types.
-	Clientset kubernetes.Interface
+	// built-in types. The fake does not replay deletions made between a
+	// cache's list and its watch, so ctrl reports a cache synced only once
+	// its watch is open.
+	Clientset FakeClientset
 	// Dynamic serves registered custom resources in tests: pass client-go's
 	// dynamic fake. It takes precedence over Config for custom resources.
 	Dynamic dynamic.Interface
@@ -55,6 +59,16 @@ type Options struct {
 	// ShutdownTimeout bounds how long Start waits, once its context is done,
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
+}
+
+// FakeClientset is what ctrl needs of client-go's fake clientsets, such as
+// the *fake.Clientset of k8s.io/client-go/kubernetes/fake: it runs actions
+// through the fake's reactors and object tracker. Real API servers are
+// reached through Options.Config, which needs no clientset, so a program
+// links only the API groups it uses.
+type FakeClientset interface {
+	Invokes(action clienttesting.Action, defaultReturnObj runtime.Object) (runtime.Object, error)
+	InvokesWatch(action clienttesting.Action) (watch.Interface, error)
 }
 
 // ErrStarted is returned by wiring calls made after [Manager.Start], and by
@@ -136,10 +150,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if m.metrics, err = newMetrics(reg); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
-	m.clients = binding.Clients{Config: opts.Config, Dynamic: opts.Dynamic}
-	if opts.Clientset != nil {
-		m.clients.Clientset = opts.Clientset
-	}
+	m.clients = binding.Clients{Clientset: opts.Clientset, Dynamic: opts.Dynamic}
 	if cfg := opts.Config; cfg != nil {
 		cfg = rest.CopyConfig(cfg)
 		if cfg.QPS == 0 {

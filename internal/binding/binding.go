@@ -124,9 +124,8 @@ type Clients struct {
 	// so they share connections.
 	Config *rest.Config
 	HTTP   *http.Client
-	// Clientset serves built-in types. Only client-go's fake clientset (or
-	// anything with its Invokes and InvokesWatch methods) is accepted.
-	Clientset any
+	// Clientset serves built-in types from client-go's fake clientset.
+	Clientset Invoker
 	// Dynamic serves custom resources.
 	Dynamic dynamic.Interface
 }
@@ -163,11 +162,7 @@ func For[T Object](c Clients) (*Binding[T], error) {
 	b := &Binding[T]{Info: info}
 	switch {
 	case info.Builtin && c.Clientset != nil:
-		inv, ok := c.Clientset.(invoker)
-		if !ok {
-			return nil, fmt.Errorf("%s: Options.Clientset is %T, which is not a fake clientset: pass a *rest.Config as Options.Config to reach a real API server", info, c.Clientset)
-		}
-		b.Backend = &fakeBackend[T]{info: info, fake: inv}
+		b.Backend = &fakeBackend[T]{info: info, fake: c.Clientset}
 	case !info.Builtin && c.Dynamic != nil:
 		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR)}
 	case c.Config != nil:

@@ -12,9 +12,9 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// invoker is the part of client-go's fake clientset (*testing.Fake) that
+// Invoker is the part of client-go's fake clientset (*testing.Fake) that
 // runs actions through its reactors and object tracker.
-type invoker interface {
+type Invoker interface {
 	Invokes(action clienttesting.Action, defaultReturnObj runtime.Object) (runtime.Object, error)
 	InvokesWatch(action clienttesting.Action) (watch.Interface, error)
 }
@@ -24,7 +24,7 @@ type invoker interface {
 // work as users expect.
 type fakeBackend[T Object] struct {
 	info Info
-	fake invoker
+	fake Invoker
 }
 
 func (b *fakeBackend[T]) Fake() bool { return true }
