@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -59,6 +60,19 @@ type Options struct {
 	// ShutdownTimeout bounds how long Start waits, once its context is done,
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
+
+	// LeaderElection makes replicas take turns. Default: off.
+	LeaderElection LeaderElection
+
+	// MetricsAddress serves Prometheus metrics at /metrics, such as
+	// ":8080". Default: off. It needs the default registry or a Registerer
+	// that is also a Gatherer.
+	MetricsAddress string
+	// HealthAddress serves /healthz (the process is alive) and /readyz
+	// (every cache has synced), such as ":8081". Default: off.
+	HealthAddress string
+	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
+	PprofAddress string
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -93,9 +107,13 @@ type Manager struct {
 	started     bool
 	running     context.Context // the caches' context while Start runs
 	startedCh   chan struct{}   // closed when the caches synced and workers run
+	startedOnce sync.Once
+	fail        context.CancelCauseFunc // stops Start with a fatal error
+	events      eventSink
 	stopped     chan struct{}   // closed when Start returns
 	startErr    error
-	wg          sync.WaitGroup // cache goroutines
+	addrs       map[string]string // configured address -> bound address
+	wg          sync.WaitGroup    // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 }
 
@@ -138,12 +156,14 @@ func NewManager(opts Options) (*Manager, error) {
 		log:         opts.Logger,
 		caches:      map[cacheID]runner{},
 		controllers: map[string]worker{},
+		addrs:       map[string]string{},
 		startedCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
 	reg := opts.Registerer
 	if reg == nil {
 		m.registry = prometheus.NewRegistry()
+		m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg = m.registry
 	}
 	var err error
@@ -184,16 +204,24 @@ func bind[T Object](m *Manager) (*binding.Binding[T], error) {
 // Options.Registerer was set.
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 
-// Start runs the manager: it starts every cache, waits until each has
-// listed its objects, starts every controller's workers, and blocks until
-// ctx is done or a fatal error occurs. Then it stops handing out work, waits
-// up to Options.ShutdownTimeout for running reconciles to return (their
-// context is canceled when that time is up), stops the caches, and returns.
+// Start runs the manager: it opens the HTTP endpoints, starts every cache,
+// waits until each has listed its objects, and starts every controller's
+// workers (with leader election: once this replica holds the Lease; until
+// then its caches stay warm). It blocks until ctx is done or a fatal error
+// occurs.
 //
-// It returns nil after a shutdown requested through ctx; otherwise the
-// error: a cache that did not sync within Options.SyncTimeout (named by
-// type), a resource the server does not serve, or a shutdown that timed
-// out. Reconcile errors never stop the manager. Start may be called once.
+// Shutdown happens in this order: the controllers stop taking keys; Start
+// waits up to Options.ShutdownTimeout for running reconciles to return
+// (their context is canceled when that time is up); the Lease is released,
+// so another replica takes over at once; the caches stop; the HTTP servers
+// stop. If leadership is lost, running reconciles are canceled at once,
+// since another replica may be starting.
+//
+// Start returns nil after a shutdown requested through ctx; otherwise the
+// error: an address that cannot be bound, a cache that did not sync within
+// Options.SyncTimeout (named by type), a resource the server does not
+// serve, a lost Lease, or a shutdown that timed out. Reconcile errors never
+// stop the manager. Start may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
@@ -201,57 +229,102 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ctrl: Start: %w", ErrStarted)
 	}
 	m.started = true
-	cacheCtx, stopCaches := context.WithCancel(context.WithoutCancel(ctx))
-	m.running = cacheCtx
-	for _, c := range m.ctrlList {
+	ctrls := append([]worker(nil), m.ctrlList...)
+	for _, c := range ctrls {
 		c.prepare()
 	}
-	for _, c := range m.cacheList {
-		m.startCache(c)
-	}
-	caches := append([]runner(nil), m.cacheList...)
-	ctrls := append([]worker(nil), m.ctrlList...)
 	m.mu.Unlock()
-
 	defer func() {
-		stopCaches()
-		m.wg.Wait()
+		for _, c := range ctrls {
+			_ = c.shutdown(0) // idempotent; releases queues that never started
+		}
 		m.mu.Lock()
 		m.startErr = err
 		m.mu.Unlock()
 		close(m.stopped)
 	}()
 
-	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
-	if err := m.waitForSync(ctx, caches); err != nil {
-		for _, c := range ctrls {
-			_ = c.shutdown(m.opts.ShutdownTimeout) // no workers yet: returns at once
-		}
+	servers, err := m.listen()
+	if err != nil {
 		return err
 	}
+	defer servers.shutdown()
+
+	// run is canceled by ctx or by the first fatal error (m.fail).
+	run, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	m.mu.Lock()
+	m.fail = fail
+	cacheCtx, stopCaches := context.WithCancel(context.WithoutCancel(ctx))
+	m.running = cacheCtx
+	for _, c := range m.cacheList {
+		m.startCache(c)
+	}
+	caches := append([]runner(nil), m.cacheList...)
+	m.mu.Unlock()
+	defer func() {
+		stopCaches()
+		m.wg.Wait()
+	}()
+	servers.serve(m)
+	stopEvents := m.startEvents()
+	defer stopEvents()
+
+	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
+	if err := m.waitForSync(run, caches); err != nil {
+		return err
+	}
+	if m.opts.LeaderElection.Name == "" {
+		err = m.lead(run, ctx, ctrls)
+	} else {
+		err = m.elect(run, ctx, ctrls)
+	}
+	if err == nil {
+		if cause := context.Cause(run); ctx.Err() == nil && cause != nil {
+			err = cause // a fatal error, not a shutdown
+		}
+	}
+	if err == nil {
+		m.log.Info("stopped")
+	}
+	return err
+}
+
+// lead runs the controllers until run is done, then shuts them down. ctx is
+// the caller's: if run ended without it (leadership lost, a fatal error),
+// running reconciles are canceled at once instead of finishing.
+func (m *Manager) lead(run, ctx context.Context, ctrls []worker) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
 	}
-	close(m.startedCh)
-	m.log.Info("started")
-
-	<-ctx.Done()
-	m.log.Info("stopping: waiting for running reconciles", "timeout", m.opts.ShutdownTimeout)
+	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.log.Info("controllers started")
+	<-run.Done()
+	timeout := m.opts.ShutdownTimeout
+	if ctx.Err() == nil {
+		cancelReconciles()
+	}
+	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error
-	deadline := time.Now().Add(m.opts.ShutdownTimeout)
+	deadline := time.Now().Add(timeout)
 	for _, c := range ctrls {
 		if err := c.shutdown(time.Until(deadline)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	cancelReconciles()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	return errors.Join(errs...)
+}
+
+// fatal stops Start with err, unless it is already stopping.
+func (m *Manager) fatal(err error) {
+	m.mu.Lock()
+	fail := m.fail
+	m.mu.Unlock()
+	if fail != nil {
+		fail(err)
 	}
-	m.log.Info("stopped")
-	return nil
 }
 
 // startCache runs a cache on the manager's running context. Called with

@@ -1,10 +1,14 @@
 package ctrl
 
 import (
+	"context"
 	"errors"
+	"net/url"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -25,6 +29,7 @@ type metrics struct {
 	unfinished      *prometheus.GaugeVec
 	longestRunning  *prometheus.GaugeVec
 	retries         *prometheus.CounterVec
+	leaderStatus    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -98,12 +103,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Subsystem: "workqueue", Name: "retries_total",
 			Help: "Total number of retries handled by workqueue",
 		}, queueLabels),
+		leaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		}, []string{"name"}),
 	}
 	var err error
 	for _, c := range []any{
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
-		&m.longestRunning, &m.retries,
+		&m.longestRunning, &m.retries, &m.leaderStatus,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:
@@ -114,6 +123,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			*c, err = register(reg, *c)
 		}
 		if err != nil {
+			return nil, err
+		}
+	}
+	// client-go reports its requests to one process-wide hook: every
+	// manager registers the same collectors.
+	rest := restClientMetrics()
+	for _, c := range []prometheus.Collector{rest.requests, rest.latency} {
+		if _, err := register(reg, c); err != nil {
 			return nil, err
 		}
 	}
@@ -187,4 +204,43 @@ func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) work
 
 func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.m.retries.WithLabelValues(name, name)
+}
+
+// restMetrics are client-go's request metrics, with controller-runtime's
+// names: rest_client_requests_total and rest_client_request_duration_seconds.
+type restMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+var restClientMetrics = sync.OnceValue(func() restMetrics {
+	r := restMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rest_client_requests_total",
+			Help: "Number of HTTP requests, partitioned by status code, method, and host.",
+		}, []string{"code", "method", "host"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rest_client_request_duration_seconds",
+			Help:    "Request latency in seconds. Broken down by verb and host.",
+			Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0},
+		}, []string{"verb", "host"}),
+	}
+	// A no-op if something else in the process registered first.
+	clientmetrics.Register(clientmetrics.RegisterOpts{
+		RequestResult:  resultAdapter{r.requests},
+		RequestLatency: latencyAdapter{r.latency},
+	})
+	return r
+})
+
+type resultAdapter struct{ m *prometheus.CounterVec }
+
+func (a resultAdapter) Increment(_ context.Context, code, method, host string) {
+	a.m.WithLabelValues(code, method, host).Inc()
+}
+
+type latencyAdapter struct{ m *prometheus.HistogramVec }
+
+func (a latencyAdapter) Observe(_ context.Context, verb string, u url.URL, d time.Duration) {
+	a.m.WithLabelValues(verb, u.Host).Observe(d.Seconds())
 }

@@ -1,0 +1,141 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// Recorder emits Kubernetes Events about objects of type T, the ones
+// `kubectl describe` shows. Events go through client-go's event recorder,
+// which aggregates repeats and rate-limits spam, and are sent in the
+// background: emitting never blocks and never fails the caller. Events
+// emitted before [Manager.Start] or after it returns are dropped. A Recorder
+// is safe for concurrent use.
+type Recorder[T Object] struct {
+	m      *Manager
+	info   binding.Info
+	source string
+}
+
+// NewRecorder returns a recorder of events about objects of type T, reported
+// by component (usually the controller's name). It returns an error if T is
+// not a known resource or Events cannot be written with the manager's
+// clients.
+func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
+	info, err := binding.Lookup[T]()
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewRecorder: %w", err)
+	}
+	if component == "" {
+		return nil, fmt.Errorf("ctrl: NewRecorder for %s: empty component", info)
+	}
+	events, err := bind[*corev1.Event](m)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
+	}
+	m.mu.Lock()
+	m.events.b = events
+	m.mu.Unlock()
+	return &Recorder[T]{m: m, info: info, source: component}, nil
+}
+
+// Event records an event about obj. eventType is corev1.EventTypeNormal or
+// corev1.EventTypeWarning; reason is a short UpperCamelCase word.
+func (r *Recorder[T]) Event(obj T, eventType, reason, message string) {
+	r.Eventf(obj, eventType, reason, "%s", message)
+}
+
+// Eventf is [Recorder.Event] with a formatted message.
+func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...any) {
+	rec := r.m.recorder(r.source)
+	if rec == nil {
+		return
+	}
+	gvk := r.info.GVK()
+	// A reference built from the binding: client-go's recorder uses it as it
+	// is, with no Scheme to look the type up in.
+	ref := &corev1.ObjectReference{
+		APIVersion:      gvk.GroupVersion().String(),
+		Kind:            gvk.Kind,
+		Namespace:       obj.GetNamespace(),
+		Name:            obj.GetName(),
+		UID:             obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion(),
+	}
+	rec.Eventf(ref, eventType, reason, format, args...)
+}
+
+// eventSink is the manager's side of events: one broadcaster while Start
+// runs, and a recorder per component.
+type eventSink struct {
+	b           *binding.Binding[*corev1.Event]
+	broadcaster record.EventBroadcaster
+	recorders   map[string]record.EventRecorder
+}
+
+// startEvents starts the broadcaster if a Recorder was created, and returns
+// the function that stops it.
+func (m *Manager) startEvents() func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events.b == nil {
+		return func() {}
+	}
+	bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
+	bc.StartRecordingToSink(sink{m.events.b})
+	m.events.broadcaster = bc
+	m.events.recorders = map[string]record.EventRecorder{}
+	return func() {
+		m.mu.Lock()
+		m.events.broadcaster, m.events.recorders = nil, nil
+		m.mu.Unlock()
+		bc.Shutdown()
+	}
+}
+
+func (m *Manager) recorder(component string) record.EventRecorder {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events.broadcaster == nil {
+		return nil
+	}
+	rec, ok := m.events.recorders[component]
+	if !ok {
+		rec = m.events.broadcaster.NewRecorder(nil, corev1.EventSource{Component: component})
+		m.events.recorders[component] = rec
+	}
+	return rec
+}
+
+// sink writes the recorder's Events through the binding.
+type sink struct{ b *binding.Binding[*corev1.Event] }
+
+func (s sink) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+func (s sink) Create(e *corev1.Event) (*corev1.Event, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return s.b.Create(ctx, e, metav1.CreateOptions{})
+}
+
+func (s sink) Update(e *corev1.Event) (*corev1.Event, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return s.b.Update(ctx, e, metav1.UpdateOptions{})
+}
+
+func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return s.b.Patch(ctx, e.Namespace, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+}

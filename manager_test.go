@@ -1,0 +1,214 @@
+package ctrl_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/typedctrl/ctrl"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	must(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func TestEndpoints(t *testing.T) {
+	tests := []struct {
+		name string
+		opts func(addr string) ctrl.Options
+		path string
+		want []string
+	}{
+		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, "/metrics", []string{
+			`controller_runtime_reconcile_total{controller="endpoints",result="success"} 1`,
+			`controller_runtime_max_concurrent_reconciles{controller="endpoints"} 1`,
+			`workqueue_adds_total{controller="endpoints",name="endpoints"} 1`,
+			`workqueue_depth{controller="endpoints",name="endpoints"} 0`,
+			"go_goroutines",
+		}},
+		{"readyz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, "/readyz", []string{"ok"}},
+		{"healthz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, "/healthz", []string{"ok"}},
+		{"pprof", func(a string) ctrl.Options { return ctrl.Options{PprofAddress: a} }, "/debug/pprof/", []string{"goroutine"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := tt.opts("127.0.0.1:0")
+			opts.Clientset = fake.NewClientset(configMap("ns", "a"))
+			mgr := newManager(t, opts)
+			_, err := ctrl.NewController(mgr, "endpoints", noop, ctrl.ControllerOptions{})
+			must(t, err)
+			start(t, mgr)
+			waitIdle(t, mgr)
+			code, body := get(t, "http://"+mgr.Addr("127.0.0.1:0")+tt.path)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: got status %d, want 200: %s", tt.path, code, body)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("GET %s: body lacks %q", tt.path, w)
+				}
+			}
+		})
+	}
+}
+
+// failingWidgets returns a fake dynamic client whose Widget lists fail with
+// err.
+func failingWidgets(err error) *dynamicfake.FakeDynamicClient {
+	dyn := newWidgetFake()
+	dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, kruntime.Object, error) { return true, nil, err })
+	return dyn
+}
+
+func TestReadyzBeforeSync(t *testing.T) {
+	forbidden := apierrors.NewForbidden(widgets.GroupResource(), "", errors.New("no"))
+	mgr := newManager(t, ctrl.Options{Dynamic: failingWidgets(forbidden), HealthAddress: "127.0.0.1:0", SyncTimeout: time.Hour})
+	_, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Namespace: "ns"})
+	must(t, err)
+	ctx := start(t, mgr)
+	var code int
+	var body string
+	for deadline := time.Now().Add(time.Minute); ctx.Err() == nil && time.Now().Before(deadline); {
+		if addr := mgr.Addr("127.0.0.1:0"); addr != "" {
+			if code, body = get(t, "http://"+addr+"/readyz"); code != 0 {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond) // waiting for Start to bind its port
+	}
+	want := `not synced: *ctrl_test.Widget (widgets.example.com/v1) in namespace "ns"`
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+		t.Errorf("readyz: got %d %q, want 503 %q", code, body, want)
+	}
+}
+
+func TestSyncErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"missing CRD", apierrors.NewNotFound(widgets.GroupResource(), ""),
+			`*ctrl_test.Widget (widgets.example.com/v1) in namespace "ns" is not served by the API server (is its CustomResourceDefinition installed?)`},
+		{"sync timeout", apierrors.NewForbidden(widgets.GroupResource(), "", errors.New("no")),
+			`*ctrl_test.Widget (widgets.example.com/v1) in namespace "ns" did not sync within 300ms: failed to list`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mgr := newManager(t, ctrl.Options{Dynamic: failingWidgets(tt.err), SyncTimeout: 300 * time.Millisecond})
+			_, err := ctrl.NewController(mgr, "w", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil },
+				ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespace: "ns"}})
+			must(t, err)
+			err = mgr.Start(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+			if err := mgr.WaitIdle(context.Background(), 0); err == nil || !strings.Contains(err.Error(), "manager stopped") {
+				t.Errorf("WaitIdle after a failed Start: got %v, want manager stopped", err)
+			}
+		})
+	}
+}
+
+func TestBindError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(), MetricsAddress: ln.Addr().String()})
+	err = mgr.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("Start with a taken port: got %v, want an address-in-use error", err)
+	}
+}
+
+func TestRecorder(t *testing.T) {
+	cs := fake.NewClientset(configMap("ns", "a"))
+	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	rec, err := ctrl.NewRecorder[*corev1.ConfigMap](mgr, "recorder-test")
+	must(t, err)
+	_, err = ctrl.NewController(mgr, "recorder", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		rec.Eventf(cm, corev1.EventTypeNormal, "Seen", "saw %s", cm.Name)
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	events, err := ctrl.NewClient[*corev1.Event](mgr)
+	must(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := events.Live().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		must(t, err)
+		if len(list) == 1 {
+			e := list[0]
+			if e.Reason != "Seen" || e.Message != "saw a" || e.InvolvedObject.Kind != "ConfigMap" || e.InvolvedObject.APIVersion != "v1" ||
+				e.InvolvedObject.UID != "ns-a" || e.Source.Component != "recorder-test" {
+				t.Errorf("got event %+v", e)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d events, want 1", len(list))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server, not waiting for the controller
+	}
+}
+
+func TestLeaderElectionOnFake(t *testing.T) {
+	cs := fake.NewClientset(configMap("ns", "a"))
+	mgr := newManager(t, ctrl.Options{Clientset: cs, Namespace: "ns",
+		LeaderElection: ctrl.LeaderElection{Name: "test-lock", Identity: "me", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}})
+	_, err := ctrl.NewController(mgr, "leader", noop, ctrl.ControllerOptions{})
+	must(t, err)
+	leases, err := ctrl.NewClient[*coordinationv1.Lease](mgr)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	waitIdle(t, mgr)
+	l, err := leases.Live().Get(ctx, ctrl.Key{Namespace: "ns", Name: "test-lock"})
+	must(t, err)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "me" {
+		t.Errorf("while leading: got holder %v, want me", l.Spec.HolderIdentity)
+	}
+	if got := metricValue(t, mgr.Registry(), `leader_election_master_status{name="test-lock"}`); got != 1 {
+		t.Errorf("leader_election_master_status: got %v, want 1", got)
+	}
+	cancel()
+	must(t, <-done)
+	l, err = leases.Live().Get(context.Background(), ctrl.Key{Namespace: "ns", Name: "test-lock"})
+	must(t, err)
+	if l.Spec.HolderIdentity != nil {
+		t.Errorf("after a clean stop: got holder %q, want none (released)", *l.Spec.HolderIdentity)
+	}
+	var _ = metav1.Now
+}
+
+func TestLeaderElectionValidation(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(),
+		LeaderElection: ctrl.LeaderElection{Name: "x", LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}})
+	err := mgr.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "LeaseDuration 1s must be longer than RenewDeadline 2s") {
+		t.Errorf("got %v, want a duration error", err)
+	}
+}

@@ -1,0 +1,159 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// servers are the manager's HTTP endpoints, each on its own listener.
+type servers struct {
+	endpoints []endpoint
+	wg        sync.WaitGroup
+}
+
+type endpoint struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// listen binds every configured address, so that a taken port is an error
+// from Start rather than a log line.
+func (m *Manager) listen() (*servers, error) {
+	var out []endpoint
+	add := func(addr string, h http.Handler) error {
+		if addr == "" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("ctrl: Start: %w", err)
+		}
+		srv := &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      2 * time.Minute, // pprof profiles take 30 s by default
+			IdleTimeout:       2 * time.Minute,
+			BaseContext:       func(net.Listener) context.Context { return context.Background() },
+		}
+		srv.Addr = ln.Addr().String()
+		m.mu.Lock()
+		m.addrs[addr] = srv.Addr
+		m.mu.Unlock()
+		out = append(out, endpoint{srv, ln})
+		return nil
+	}
+	gatherer, err := m.gatherer()
+	if err == nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+		err = add(m.opts.MetricsAddress, mux)
+	}
+	if err == nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", m.healthz)
+		mux.HandleFunc("/readyz", m.readyz)
+		err = add(m.opts.HealthAddress, mux)
+	}
+	if err == nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		err = add(m.opts.PprofAddress, mux)
+	}
+	if err != nil {
+		for _, e := range out {
+			e.ln.Close()
+		}
+		return nil, err
+	}
+	return &servers{endpoints: out}, nil
+}
+
+func (m *Manager) gatherer() (prometheus.Gatherer, error) {
+	if m.registry != nil {
+		return m.registry, nil
+	}
+	if g, ok := m.opts.Registerer.(prometheus.Gatherer); ok {
+		return g, nil
+	}
+	if m.opts.MetricsAddress == "" {
+		return nil, nil
+	}
+	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
+}
+
+// serve starts serving on the listeners; a server that fails is fatal.
+func (s *servers) serve(m *Manager) {
+	for _, e := range s.endpoints {
+		s.wg.Go(func() {
+			if err := e.srv.Serve(e.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.fatal(fmt.Errorf("ctrl: serving on %s: %w", e.srv.Addr, err))
+			}
+		})
+	}
+}
+
+// shutdown stops the servers, waiting up to 5 s for requests in flight.
+func (s *servers) shutdown() {
+	for _, e := range s.endpoints {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = e.srv.Shutdown(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+// healthz reports that the process is alive.
+func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readyz reports ready once every cache has synced; until then it names
+// the caches that have not. A cache that synced stays ready while its watch
+// reconnects after an API server outage: restarting the process would not
+// bring the server back, and the cache resumes where it stopped.
+func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	m.mu.Lock()
+	caches := append([]runner(nil), m.cacheList...)
+	m.mu.Unlock()
+	var waiting []string
+	for _, c := range caches {
+		select {
+		case <-c.syncedChan():
+		default:
+			waiting = append(waiting, c.describe())
+		}
+	}
+	if len(waiting) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Addr returns the address a configured endpoint listens on once Start has
+// bound it, with the port resolved: pass the configured address, such as
+// Options.MetricsAddress ("127.0.0.1:0" gives "127.0.0.1:41235"). It returns
+// "" for an address that is not bound.
+func (m *Manager) Addr(configured string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addrs[configured]
+}
