@@ -116,7 +116,9 @@ func (m *Manager) recorder(component string) record.EventRecorder {
 }
 
 // sink writes the recorder's Events through the binding.
-type sink struct{ b *binding.Binding[*corev1.Event] }
+type sink struct {
+	b *binding.Binding[*corev1.Event]
+}
 
 func (s sink) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)

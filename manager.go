@@ -110,11 +110,11 @@ type Manager struct {
 	startedOnce sync.Once
 	fail        context.CancelCauseFunc // stops Start with a fatal error
 	events      eventSink
-	stopped     chan struct{}   // closed when Start returns
+	stopped     chan struct{} // closed when Start returns
 	startErr    error
 	addrs       map[string]string // configured address -> bound address
 	wg          sync.WaitGroup    // cache and server goroutines
-	activity    atomic.Uint64  // bumped by every change the idle check reads
+	activity    atomic.Uint64     // bumped by every change the idle check reads
 }
 
 // runner is the manager's view of a cache.
