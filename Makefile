@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test check controlplane demo bench generate
+.PHONY: test check controlplane demo generate
 
 ## test: build the control plane, vet, and run every test under -race,
 ## the integration suite against a real kube-apiserver included.
@@ -17,6 +17,10 @@ check:
 ## controlplane: build kube-apiserver and etcd from the Go module proxy into bin/.
 controlplane:
 	bash hack/controlplane/build.sh
+
+## demo: run the example Widget controller against a real control plane.
+demo: controlplane
+	$(GO) run ./examples/demo
 
 ## generate: regenerate the table of built-in resources.
 generate:

@@ -360,18 +360,28 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	})
 }
 
-// idle reports whether every write made through a Client has been observed
-// and no event is being dispatched.
-func (c *Cache[T]) idle() bool {
+// busy says why the cache is not idle, or returns "": a write made through
+// a Client not yet observed, or an event being dispatched.
+func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
-		return false
+		return c.String() + ": dispatching an event"
 	}
 	if ch := c.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
-		return false
+		return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return len(c.expect) == 0
+	for k, e := range c.expect {
+		what := "resourceVersion " + e.rv
+		if e.deleting {
+			what = "its deletion"
+		}
+		if c.b.Fake() {
+			what = fmt.Sprintf("%d writes", e.writes)
+		}
+		return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, k, len(c.expect))
+	}
+	return ""
 }
 
 // listWatch lists and watches the cache's scope through the binding.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -482,8 +483,16 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 	}
 }
 
-func (c *Controller[T]) idle(horizon time.Duration) bool {
-	return c.active.Load() == 0 && c.q.Len() == 0 && !c.q.dueWithin(horizon)
+func (c *Controller[T]) busy(horizon time.Duration) string {
+	switch {
+	case c.active.Load() != 0:
+		return fmt.Sprintf("%s: %d reconciles running", c, c.active.Load())
+	case c.q.Len() != 0:
+		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
+	case c.q.dueWithin(horizon):
+		return fmt.Sprintf("%s: a requeue is due within %s", c, horizon)
+	}
+	return ""
 }
 
 // process reconciles one key and decides when it comes back.
@@ -517,6 +526,12 @@ func (c *Controller[T]) process(ctx context.Context, key Key) {
 			return
 		}
 		c.q.addRateLimited(key)
+		if apierrors.IsConflict(err) {
+			// Routine: the object changed since the cache saw it. The retry
+			// reads the newer state.
+			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
+			return
+		}
 		log.Error(err, "reconcile failed; retrying with backoff")
 	case res.RequeueAfter > 0:
 		c.metrics.requeueAfter.Inc()
@@ -563,7 +578,7 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	}
 	obj := cached.DeepCopyObject().(T)
 	if c.finalizer != "" {
-		done, err := c.finalizeStep(ctx, obj)
+		done, err := c.finalizeStep(ctx, &obj)
 		if done || err != nil {
 			return Result{}, err
 		}
@@ -573,23 +588,28 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 
 // finalizeStep adds the controller's finalizer to a live object, or runs the
 // finalize hook and removes the finalizer from one being deleted. done
-// reports that reconcile is not to be called now: after adding the
-// finalizer, the watch event of that write reconciles the object again.
-func (c *Controller[T]) finalizeStep(ctx context.Context, obj T) (done bool, err error) {
-	has := slices.Contains(obj.GetFinalizers(), c.finalizer)
+// reports that reconcile is not to be called; after adding the finalizer,
+// reconcile goes on with the patched object, which *obj is set to.
+func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, err error) {
+	o := *obj
+	has := slices.Contains(o.GetFinalizers(), c.finalizer)
 	switch {
-	case obj.GetDeletionTimestamp() == nil && has:
+	case o.GetDeletionTimestamp() == nil && has:
 		return false, nil
-	case obj.GetDeletionTimestamp() == nil:
-		_, err := c.patchFinalizers(ctx, obj, append(slices.Clone(obj.GetFinalizers()), c.finalizer))
-		return true, err
+	case o.GetDeletionTimestamp() == nil:
+		patched, err := c.patchFinalizers(ctx, o, append(slices.Clone(o.GetFinalizers()), c.finalizer))
+		if err != nil {
+			return true, err
+		}
+		*obj = patched
+		return false, nil
 	case !has:
 		return true, nil // being deleted, and not waiting for us
 	}
-	if err := c.finalize(ctx, obj); err != nil {
+	if err := c.finalize(ctx, o); err != nil {
 		return true, fmt.Errorf("finalize: %w", err)
 	}
-	_, err = c.patchFinalizers(ctx, obj, slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == c.finalizer }))
+	_, err = c.patchFinalizers(ctx, o, slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == c.finalizer }))
 	return true, IgnoreNotFound(err)
 }
 

@@ -266,6 +266,10 @@ func ExampleController_Finalizer() {
 	if err != nil {
 		panic(err)
 	}
+	// Reconcile only spec changes; deletions always pass.
+	if err := c.FilterUpdates(ctrl.GenerationChanged); err != nil {
+		panic(err)
+	}
 	err = c.Finalizer("example.com/cleanup", func(ctx context.Context, w *Widget) error {
 		fmt.Printf("cleaning up after %s\n", w.Name)
 		return nil

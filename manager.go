@@ -123,7 +123,7 @@ type runner interface {
 	run(ctx context.Context, log logr.Logger)
 	syncedChan() <-chan struct{}
 	lastError() error
-	idle() bool
+	busy() string // why the cache is not idle, or ""
 }
 
 // worker is the manager's view of a controller.
@@ -133,7 +133,7 @@ type worker interface {
 	prepare()                             // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)   // starts the workers
 	shutdown(timeout time.Duration) error // stops them, waits bounded
-	idle(horizon time.Duration) bool
+	busy(horizon time.Duration) string // why the controller is not idle, or ""
 }
 
 // NewManager returns a manager for opts. It returns an error if no client
@@ -387,16 +387,19 @@ func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for !m.idle(horizon) {
+	for {
+		busy := m.busy(horizon)
+		if busy == "" {
+			return nil
+		}
 		select {
 		case <-tick.C:
 		case <-m.stopped:
 			return m.stoppedErr()
 		case <-ctx.Done():
-			return fmt.Errorf("ctrl: WaitIdle: %w", context.Cause(ctx))
+			return fmt.Errorf("ctrl: WaitIdle: %w; still busy: %s", context.Cause(ctx), busy)
 		}
 	}
-	return nil
 }
 
 func (m *Manager) stoppedErr() error {
@@ -408,9 +411,10 @@ func (m *Manager) stoppedErr() error {
 	return errors.New("ctrl: WaitIdle: manager stopped")
 }
 
-// idle checks every condition of WaitIdle twice around a read of the
-// activity counter, so that the conditions held at one instant.
-func (m *Manager) idle(horizon time.Duration) bool {
+// busy checks every condition of WaitIdle between two reads of the
+// activity counter, so that the conditions held at one instant. It says
+// what is busy, or returns "".
+func (m *Manager) busy(horizon time.Duration) string {
 	before := m.activity.Load()
 	m.mu.Lock()
 	caches := append([]runner(nil), m.cacheList...)
@@ -420,18 +424,21 @@ func (m *Manager) idle(horizon time.Duration) bool {
 		select {
 		case <-c.syncedChan():
 		default:
-			return false
+			return c.describe() + ": not synced"
 		}
-		if !c.idle() {
-			return false
+		if b := c.busy(); b != "" {
+			return b
 		}
 	}
 	for _, c := range ctrls {
-		if !c.idle(horizon) {
-			return false
+		if b := c.busy(horizon); b != "" {
+			return b
 		}
 	}
-	return m.activity.Load() == before
+	if m.activity.Load() != before {
+		return "activity while checking"
+	}
+	return ""
 }
 
 // cachesOf returns the manager's caches of the type t.

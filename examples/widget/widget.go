@@ -1,0 +1,160 @@
+// Package widget is an example controller built with ctrl: a Widget custom
+// resource owns a ConfigMap that carries its message, reports progress in
+// its status with conditions, and cleans up with a finalizer.
+package widget
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/go-logr/logr"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// CRD is the CustomResourceDefinition of Widget.
+//
+//go:embed crd.yaml
+var CRD []byte
+
+// Widget asks for a ConfigMap holding Spec.Message.
+type Widget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              Spec   `json:"spec,omitempty"`
+	Status            Status `json:"status,omitempty"`
+}
+
+// Spec is what the user wants.
+type Spec struct {
+	Message  string `json:"message,omitempty"`
+	Replicas int    `json:"replicas,omitempty"`
+}
+
+// Status is what the controller did.
+type Status struct {
+	Phase              string             `json:"phase,omitempty"`
+	ConfigMap          string             `json:"configMap,omitempty"`
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (w *Widget) DeepCopyObject() runtime.Object {
+	out := *w
+	w.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Status.Conditions = slices.Clone(w.Status.Conditions)
+	return &out
+}
+
+func init() {
+	if err := ctrl.Register[*Widget](ctrl.Resource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true}); err != nil {
+		panic(err)
+	}
+}
+
+// Finalizer is the finalizer the controller puts on Widgets.
+const Finalizer = "example.ctrl.dev/cleanup"
+
+// Setup wires the Widget controller into mgr.
+func Setup(mgr *ctrl.Manager) error {
+	widgets, err := ctrl.NewClient[*Widget](mgr)
+	if err != nil {
+		return err
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	if err != nil {
+		return err
+	}
+	events, err := ctrl.NewRecorder[*Widget](mgr, "widget-controller")
+	if err != nil {
+		return err
+	}
+	r := &reconciler{widgets: widgets, configMaps: configMaps, events: events}
+	c, err := ctrl.NewController(mgr, "widget", r.reconcile, ctrl.ControllerOptions{Workers: 2})
+	if err != nil {
+		return err
+	}
+	if err := c.FilterUpdates(ctrl.GenerationChanged); err != nil {
+		return err
+	}
+	if err := c.Finalizer(Finalizer, r.finalize); err != nil {
+		return err
+	}
+	return ctrl.Owns[*corev1.ConfigMap](c)
+}
+
+type reconciler struct {
+	widgets    *ctrl.Client[*Widget]
+	configMaps *ctrl.Client[*corev1.ConfigMap]
+	events     *ctrl.Recorder[*Widget]
+}
+
+func configMapName(w *Widget) string { return w.Name + "-message" }
+
+func (r *reconciler) reconcile(ctx context.Context, w *Widget) (ctrl.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	key := ctrl.Key{Namespace: w.Namespace, Name: configMapName(w)}
+	want := map[string]string{"message": w.Spec.Message, "replicas": fmt.Sprint(w.Spec.Replicas)}
+
+	cm, err := r.configMaps.Get(ctx, key)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Data: want}
+		if err := ctrl.SetControllerReference(w, cm); err != nil {
+			return ctrl.Result{}, ctrl.Terminal(err)
+		}
+		if _, err := r.configMaps.Create(ctx, cm); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.Info("created ConfigMap", "configMap", key.Name)
+		r.events.Eventf(w, corev1.EventTypeNormal, "Created", "created ConfigMap %s", key.Name)
+	case err != nil:
+		return ctrl.Result{}, err
+	case !maps.Equal(cm.Data, want):
+		cm.Data = want
+		if _, err := r.configMaps.Update(ctx, cm); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.Info("updated ConfigMap", "configMap", key.Name)
+	}
+
+	if w.Status.ObservedGeneration == w.Generation && w.Status.Phase == "Ready" {
+		return ctrl.Result{}, nil
+	}
+	w.Status.Phase = "Ready"
+	w.Status.ConfigMap = key.Name
+	w.Status.ObservedGeneration = w.Generation
+	meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{
+		Type:               "Ready",
+		Status:             metav1.ConditionTrue,
+		ObservedGeneration: w.Generation,
+		Reason:             "ConfigMapUpToDate",
+		Message:            fmt.Sprintf("ConfigMap %s holds the message", key.Name),
+	})
+	if _, err := r.widgets.UpdateStatus(ctx, w); err != nil {
+		return ctrl.Result{}, err // a conflict: reconciled again with the newer Widget
+	}
+	log.Info("widget ready", "generation", w.Generation)
+	return ctrl.Result{}, nil
+}
+
+// finalize deletes the ConfigMap. The garbage collector would too, via the
+// owner reference, but only where kube-controller-manager runs.
+func (r *reconciler) finalize(ctx context.Context, w *Widget) error {
+	err := r.configMaps.Delete(ctx, ctrl.Key{Namespace: w.Namespace, Name: configMapName(w)}, metav1.DeleteOptions{})
+	if err := ctrl.IgnoreNotFound(err); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).Info("cleaned up", "configMap", configMapName(w))
+	return nil
+}
