@@ -133,7 +133,7 @@ type worker interface {
 	prepare()                             // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)   // starts the workers
 	shutdown(timeout time.Duration) error // stops them, waits bounded
-	busy(horizon time.Duration) string // why the controller is not idle, or ""
+	busy(horizon time.Duration) string    // why the controller is not idle, or ""
 }
 
 // NewManager returns a manager for opts. It returns an error if no client

@@ -115,4 +115,3 @@ func run() error {
 	fmt.Println("manager stopped")
 	return err
 }
-
