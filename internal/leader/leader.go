@@ -198,23 +198,34 @@ func (e *elector) observe(l *coordinationv1.Lease) {
 }
 
 // release hands the Lease back: an empty holder and a one-second duration,
-// as client-go does, so the next candidate takes it on its next try.
+// as client-go does, so the next candidate takes it on its next try. It
+// reads the Lease first: a renewal canceled by the shutdown may still have
+// reached the server, leaving our last observed version stale.
 func (e *elector) release() {
-	if e.observed == nil || ptrValue(e.observed.Spec.HolderIdentity) != e.cfg.Identity {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewDeadline)
 	defer cancel()
-	now := metav1.NewMicroTime(time.Now())
-	l := e.observed.DeepCopy()
-	l.Spec.HolderIdentity = nil
-	l.Spec.LeaseDurationSeconds = new(int32(1))
-	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
-	if _, err := e.cfg.Leases.Update(ctx, l); err != nil {
-		e.cfg.Log.Error(err, "cannot release the lease", "lease", e.cfg.Name)
-		return
+	for attempt := 0; ; attempt++ {
+		cur, err := e.cfg.Leases.Get(ctx, e.cfg.Name)
+		if err != nil || ptrValue(cur.Spec.HolderIdentity) != e.cfg.Identity {
+			return // gone, or not ours any more
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l := cur.DeepCopy()
+		l.Spec.HolderIdentity = nil
+		l.Spec.LeaseDurationSeconds = new(int32(1))
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+		_, err = e.cfg.Leases.Update(ctx, l)
+		switch {
+		case err == nil:
+			e.cfg.Log.Info("released the lease", "lease", e.cfg.Name)
+			return
+		case apierrors.IsConflict(err) && attempt < 3:
+			continue
+		default:
+			e.cfg.Log.Error(err, "cannot release the lease; it expires after its duration", "lease", e.cfg.Name)
+			return
+		}
 	}
-	e.cfg.Log.Info("released the lease", "lease", e.cfg.Name)
 }
 
 func ptrValue[T any](p *T) T {

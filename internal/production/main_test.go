@@ -1,0 +1,48 @@
+// Package production tests the manager's production features (leader
+// election, HTTP endpoints, events) against a real kube-apiserver.
+package production_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/typedctrl/ctrl/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	var err error
+	env, err = testenv.Start(testenv.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// namespace creates a namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(env.Config())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "prod-"}}
+	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
