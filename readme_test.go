@@ -6,14 +6,16 @@ import (
 	"testing"
 )
 
-// TestReadmeQuickStart keeps the README's quick start identical to
-// examples/quickstart/main.go, which the build compiles.
-func TestReadmeQuickStart(t *testing.T) {
+// TestReadmePrograms keeps the programs shown in README.md identical to
+// the files the build compiles.
+func TestReadmePrograms(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	must(t, err)
-	src, err := os.ReadFile("examples/quickstart/main.go")
-	must(t, err)
-	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
-		t.Error("README.md's quick start differs from examples/quickstart/main.go: copy the file into the README")
+	for _, path := range []string{"examples/quickstart/main.go", "examples/widget/cmd/widget-controller/main.go"} {
+		src, err := os.ReadFile(path)
+		must(t, err)
+		if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
+			t.Errorf("README.md's copy of %s differs: copy the file into the README", path)
+		}
 	}
 }
