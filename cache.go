@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -74,6 +75,8 @@ type Cache[T Object] struct {
 	dispatching atomic.Int32
 	lastErr     atomic.Pointer[error]
 	fakeEvents  atomic.Pointer[<-chan watch.Event]
+	relists     prometheus.Counter // set by run
+	log         logr.Logger        // set by run
 }
 
 // handler receives a cache's changes, in order, on the cache's goroutine.
@@ -341,6 +344,14 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	}
 	c.mu.Unlock()
 	lw := &listWatch[T]{c: c}
+	res := c.b.GVR.Resource
+	if c.b.GVR.Group != "" {
+		res += "." + c.b.GVR.Group
+	}
+	connected := c.mgr.metrics.watchConnected.WithLabelValues(res, c.opts.Namespace)
+	blind := c.mgr.metrics.blind.WithLabelValues(res, c.opts.Namespace)
+	c.relists = c.mgr.metrics.relists.WithLabelValues(res, c.opts.Namespace)
+	c.log = log
 	watcher.Run(ctx, watcher.Config{
 		Name:         c.String(),
 		Type:         binding.New[T](),
@@ -348,6 +359,16 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 		Store:        (*store[T])(c),
 		ResyncPeriod: c.opts.ResyncPeriod,
 		Logger:       log,
+		OnConnected: func(ok bool, d time.Duration) {
+			if ok {
+				connected.Set(1)
+				if d > 0 {
+					blind.Observe(d.Seconds())
+				}
+			} else {
+				connected.Set(0)
+			}
+		},
 		OnError: func(err error) {
 			c.lastErr.Store(&err)
 			c.mu.RLock()
@@ -593,7 +614,10 @@ func (s *store[T]) Replace(list []any, _ string) error {
 			h.delete(ch.obj)
 		}
 	}
-	if !c.b.Fake() {
+	if c.HasSynced() {
+		c.relists.Inc()
+		c.log.V(1).Info("relisted", "added", len(added), "updated", len(updated), "deleted", len(deleted))
+	} else if !c.b.Fake() {
 		c.markSynced()
 	}
 	return nil

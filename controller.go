@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -123,6 +125,42 @@ type Controller[T Object] struct {
 	stopping atomic.Bool
 	active   atomic.Int32
 	wg       sync.WaitGroup
+
+	outageMu     sync.Mutex
+	outageCount  int       // reconciles failed on an unreachable server since the last summary
+	outageLogged time.Time // when the last summary was logged
+}
+
+// outageSummaryEvery spaces out the log lines about reconciles failing
+// because the API server is unreachable.
+const outageSummaryEvery = 10 * time.Second
+
+// summarizeOutage counts a reconcile that failed because the API server is
+// unreachable, and logs one line for them all every outageSummaryEvery: an
+// outage fails every reconcile, and a line each would bury the logs.
+func (c *Controller[T]) summarizeOutage(err error) {
+	c.outageMu.Lock()
+	c.outageCount++
+	if time.Since(c.outageLogged) < outageSummaryEvery {
+		c.outageMu.Unlock()
+		return
+	}
+	n := c.outageCount
+	c.outageCount, c.outageLogged = 0, time.Now()
+	c.outageMu.Unlock()
+	c.log.Info("reconciles are failing because the API server is unreachable; retrying with backoff",
+		"failures", n, "lastError", err.Error())
+}
+
+// unreachable reports whether err means the API server could not be
+// reached, rather than that it refused the request.
+func unreachable(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err)
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -530,6 +568,10 @@ func (c *Controller[T]) process(ctx context.Context, key Key) {
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state.
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
+			return
+		}
+		if unreachable(err) {
+			c.summarizeOutage(err)
 			return
 		}
 		log.Error(err, "reconcile failed; retrying with backoff")

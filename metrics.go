@@ -30,6 +30,9 @@ type metrics struct {
 	longestRunning  *prometheus.GaugeVec
 	retries         *prometheus.CounterVec
 	leaderStatus    *prometheus.GaugeVec
+	watchConnected  *prometheus.GaugeVec
+	relists         *prometheus.CounterVec
+	blind           *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,6 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	ctrlLabel := []string{"controller"}
 	queueLabels := []string{"name", "controller"}
+	cacheLabels := []string{"resource", "namespace"}
 	m := &metrics{
 		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "controller_runtime_reconcile_total",
@@ -103,6 +107,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Subsystem: "workqueue", Name: "retries_total",
 			Help: "Total number of retries handled by workqueue",
 		}, queueLabels),
+		watchConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_cache_watch_connected",
+			Help: "Whether the cache's list or watch last succeeded (1) or failed (0).",
+		}, cacheLabels),
+		relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_cache_relists_total",
+			Help: "Complete lists after the first, when a watch could not resume (410 Gone).",
+		}, cacheLabels),
+		blind: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ctrl_cache_blind_seconds",
+			Help:    "How long the cache went without a working list or watch, per outage.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}, cacheLabels),
 		leaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leader_election_master_status",
 			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
@@ -112,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []any{
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
-		&m.longestRunning, &m.retries, &m.leaderStatus,
+		&m.longestRunning, &m.retries, &m.leaderStatus, &m.watchConnected, &m.relists, &m.blind,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:
