@@ -64,6 +64,7 @@ type Cache[T Object] struct {
 	items     map[Key]T
 	indexes   map[string]*index[T]
 	expect    map[Key]expectation
+	lastRV    string    // resourceVersion of the latest event or list applied
 	transform func(T) T // set by run from userTransform; read only by the store
 	userTF    func(T) T
 	onError   func(error)
@@ -269,10 +270,13 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	return nil
 }
 
-// OnWatchError sets a function called with each error that interrupts the
-// cache's list or watch (the API server unreachable, a 410 Gone, a missing
-// CustomResourceDefinition), in addition to the manager's logging. It is
-// called on the cache's goroutine and must not block.
+// OnWatchError sets a function called with each error of the cache's list
+// and watch requests (the API server unreachable, a missing
+// CustomResourceDefinition, a forbidden list), in addition to the manager's
+// logging. A watch that ends because its resourceVersion was compacted away
+// (410 Gone) is not an error here: the cache relists at once and counts it
+// in ctrl_cache_relists_total. fn is called on the cache's goroutine and
+// must not block.
 func (c *Cache[T]) OnWatchError(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn
@@ -500,6 +504,7 @@ func (s *store[T]) Update(obj any) error {
 	defer c.doneDispatching()
 	key := KeyOf(t)
 	c.mu.Lock()
+	c.lastRV = t.GetResourceVersion()
 	old, existed := c.items[key]
 	c.items[key] = t
 	for _, idx := range c.indexes {
@@ -539,6 +544,7 @@ func (s *store[T]) remove(t T) {
 	defer c.doneDispatching()
 	key := KeyOf(t)
 	c.mu.Lock()
+	c.lastRV = t.GetResourceVersion()
 	old, existed := c.items[key]
 	if existed {
 		delete(c.items, key)
@@ -559,7 +565,7 @@ func (s *store[T]) remove(t T) {
 // watch was lost. Objects whose resourceVersion did not change produce no
 // event; objects missing from the list are deleted with their last known
 // state.
-func (s *store[T]) Replace(list []any, _ string) error {
+func (s *store[T]) Replace(list []any, rv string) error {
 	c := s.cache()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
@@ -576,6 +582,7 @@ func (s *store[T]) Replace(list []any, _ string) error {
 	type change struct{ old, obj T }
 	var added, updated, deleted []change
 	c.mu.Lock()
+	c.lastRV = rv
 	for k, obj := range items {
 		old, existed := c.items[k]
 		switch {
@@ -672,8 +679,14 @@ func seen[T Object](e expectation, obj T) bool {
 	if e.deleting {
 		return obj.GetDeletionTimestamp() != nil
 	}
-	cmp, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), e.rv)
-	return err != nil || cmp >= 0 // a version we cannot compare cannot be waited for
+	return newer(obj.GetResourceVersion(), e.rv)
+}
+
+// newer reports whether resourceVersion a is at or past b. A version that
+// cannot be compared counts as past: it cannot be waited for.
+func newer(a, b string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return err != nil || cmp >= 0
 }
 
 // expectWrite is called before a write through a Client to the object with
@@ -721,6 +734,10 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		switch {
 		case deleted && !cached:
 		case cached && seen(e, cur):
+		case !deleted && newer(c.lastRV, e.rv):
+			// Events arrive in resourceVersion order: the cache is past
+			// this write. This happens when removing the last finalizer
+			// deletes the object and its DELETED event beats the reply.
 		case !deleted && !cached && !(c.sel == nil || c.sel.Matches(labels.Set(obj.GetLabels()))):
 			// Outside the cache's selector: no event will come.
 		default:

@@ -101,7 +101,8 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 // ListOptions select objects for [Client.List]. The zero value lists every
 // object in the manager's scope.
 type ListOptions struct {
-	// Namespace restricts the list to one namespace. Default: all.
+	// Namespace restricts the list to one namespace. Default: the manager's
+	// Options.Namespace (all namespaces if that is empty).
 	Namespace string
 	// LabelSelector restricts the list to matching objects. Default: all.
 	LabelSelector labels.Selector
@@ -110,7 +111,13 @@ type ListOptions struct {
 // List returns the matching objects: copies the caller owns, in no
 // particular order.
 func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
+	if opts.Namespace == "" && c.b.Namespaced {
+		opts.Namespace = c.m.opts.Namespace
+	}
 	key := Key{Namespace: opts.Namespace}
+	wrap := func(err error) error {
+		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
+	}
 	if c.live {
 		lo := metav1.ListOptions{}
 		if opts.LabelSelector != nil {
@@ -118,13 +125,13 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		}
 		l, err := c.b.List(ctx, opts.Namespace, lo)
 		if err != nil {
-			return nil, c.wrap("list", key, err)
+			return nil, wrap(err)
 		}
 		return l.Items, nil
 	}
 	cc, err := c.cache(ctx, key)
 	if err != nil {
-		return nil, c.wrap("list", key, err)
+		return nil, wrap(err)
 	}
 	objs := cc.List(opts.Namespace, opts.LabelSelector)
 	for i, o := range objs {

@@ -479,7 +479,7 @@ func (c *Controller[T]) prepare() {
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, queueProvider{c.mgr.metrics})
+	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, queueProvider{c.mgr.metrics}, &c.mgr.activity)
 }
 
 func (c *Controller[T]) start(reconcileCtx context.Context) {
@@ -523,10 +523,10 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 
 func (c *Controller[T]) busy(horizon time.Duration) string {
 	switch {
-	case c.active.Load() != 0:
-		return fmt.Sprintf("%s: %d reconciles running", c, c.active.Load())
 	case c.q.Len() != 0:
 		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
+	case c.q.processing.Load() != 0:
+		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.processing.Load())
 	case c.q.dueWithin(horizon):
 		return fmt.Sprintf("%s: a requeue is due within %s", c, horizon)
 	}

@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -23,25 +24,59 @@ func DefaultRateLimiter() RateLimiter {
 
 // queue is a controller's work queue: client-go's delaying workqueue of
 // keys, which de-duplicates keys and never hands the same key to two workers
-// at once, plus the bookkeeping the idle check needs: when the earliest
-// delayed key is due.
+// at once, plus the bookkeeping the idle check needs: how many keys are
+// being processed, and when the earliest delayed key is due.
 type queue struct {
 	workqueue.TypedDelayingInterface[Key]
 	limiter RateLimiter
+
+	// processing counts keys handed out by Get and not yet Done. It changes
+	// inside the workqueue's lock, together with the queue itself (see
+	// counting), so Len() == 0 && processing == 0 is exact.
+	processing atomic.Int64
 
 	mu  sync.Mutex
 	due map[Key]time.Time // delayed keys not yet handed out; earliest time per key
 }
 
-func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider) *queue {
-	return &queue{
-		TypedDelayingInterface: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
-			Name:            name,
-			MetricsProvider: provider,
-		}),
-		limiter: limiter,
-		due:     map[Key]time.Time{},
-	}
+func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider, activity *atomic.Uint64) *queue {
+	q := &queue{limiter: limiter, due: map[Key]time.Time{}}
+	q.TypedDelayingInterface = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
+		Name:            name,
+		MetricsProvider: counting{provider, &q.processing, activity},
+	})
+	return q
+}
+
+// counting wraps the queue's metrics to count keys in processing. The
+// workqueue observes the queue latency of a key when Get hands it out and
+// the work duration when Done is called, both under its lock: the one place
+// where taking a key out of the queue and counting it are one step.
+type counting struct {
+	workqueue.MetricsProvider
+	processing *atomic.Int64
+	activity   *atomic.Uint64
+}
+
+func (c counting) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return step{c.MetricsProvider.NewLatencyMetric(name), c.processing, 1, c.activity}
+}
+
+func (c counting) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return step{c.MetricsProvider.NewWorkDurationMetric(name), c.processing, -1, c.activity}
+}
+
+type step struct {
+	workqueue.HistogramMetric
+	n        *atomic.Int64
+	delta    int64
+	activity *atomic.Uint64
+}
+
+func (s step) Observe(v float64) {
+	s.n.Add(s.delta)
+	s.activity.Add(1)
+	s.HistogramMetric.Observe(v)
 }
 
 // addAfter adds key once d has passed.
