@@ -51,8 +51,10 @@ var Backoff = wait.Backoff{
 
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
-	// The reflector's own logging is detail: demote it one level.
+	// The reflector's own logging is detail: demote it one level. It logs
+	// both to its Logger option and to the logger in ctx.
 	log := cfg.Logger.V(1)
+	ctx = logr.NewContext(ctx, log)
 	backoff := Backoff
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
