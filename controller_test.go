@@ -16,7 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -228,9 +228,7 @@ func TestWaitIdleHorizon(t *testing.T) {
 	})
 }
 
-func metricValue(t *testing.T, reg interface {
-	Gather() ([]*dto.MetricFamily, error)
-}, series string) float64 {
+func metricValue(t *testing.T, reg *prometheus.Registry, series string) float64 {
 	t.Helper()
 	name := series[:strings.IndexByte(series, '{')]
 	mfs, err := reg.Gather()

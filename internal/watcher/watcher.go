@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/watchlist"
-	"k8s.io/utils/clock"
 )
 
 // Config describes one reflector.
@@ -55,17 +54,16 @@ func Run(ctx context.Context, cfg Config) {
 	// both to its Logger option and to the logger in ctx.
 	log := cfg.Logger.V(1)
 	ctx = logr.NewContext(ctx, log)
-	backoff := Backoff
+	reflectorBackoff := Backoff // for retrying watches within a cycle
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
 		Name:            cfg.Name,
 		TypeDescription: cfg.Name,
 		ResyncPeriod:    cfg.ResyncPeriod,
 		Logger:          &log,
-		Backoff:         &backoff,
+		Backoff:         &reflectorBackoff,
 	})
-	clk := clock.RealClock{}
-	delay := Backoff.DelayWithReset(clk, time.Minute)
+	backoff := Backoff // for retrying list-and-watch cycles
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -75,21 +73,24 @@ func Run(ctx context.Context, cfg Config) {
 		if err != nil && cfg.OnError != nil {
 			cfg.OnError(err)
 		}
+		if lw.isConnected() {
+			backoff = Backoff
+		}
 		// A watch that ended cleanly (410 Gone: its resource version was
 		// compacted) is relisted at once; errors, and clean ends in quick
 		// succession, wait.
 		pause := time.Duration(0)
-		if err != nil || clk.Since(lastReturn) < time.Second {
-			pause = delay()
+		if err != nil || time.Since(lastReturn) < time.Second {
+			pause = backoff.Step()
 		}
-		lastReturn = clk.Now()
+		lastReturn = time.Now()
 		if pause > 0 {
-			t := clk.NewTimer(pause)
+			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-t.C():
+			case <-t.C:
 			}
 		}
 	}
@@ -124,6 +125,12 @@ func (t *tracking) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 // IsWatchListSemanticsUnSupported passes on what the wrapped client says.
 func (t *tracking) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(t.ListerWatcher)
+}
+
+func (t *tracking) isConnected() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.connected
 }
 
 func (t *tracking) record(ctx context.Context, err error) {
