@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -71,6 +72,11 @@ func (c *Client[T]) cache(ctx context.Context, key Key) (*Cache[T], error) {
 	}
 	if !cc.covers(key) {
 		return nil, fmt.Errorf("namespace %q is outside the manager's namespace %q: use Client.Live", key.Namespace, cc.opts.Namespace)
+	}
+	select {
+	case <-c.m.stopped:
+		return nil, errors.New("the manager has stopped: use Client.Live")
+	default:
 	}
 	if err := cc.WaitForSync(ctx); err != nil {
 		return nil, err

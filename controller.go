@@ -521,18 +521,6 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 	}
 }
 
-func (c *Controller[T]) busy(horizon time.Duration) string {
-	switch {
-	case c.q.Len() != 0:
-		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
-	case c.q.processing.Load() != 0:
-		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.processing.Load())
-	case c.q.dueWithin(horizon):
-		return fmt.Sprintf("%s: a requeue is due within %s", c, horizon)
-	}
-	return ""
-}
-
 // process reconciles one key and decides when it comes back.
 func (c *Controller[T]) process(ctx context.Context, key Key) {
 	c.active.Add(1)

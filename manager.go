@@ -100,6 +100,7 @@ type Manager struct {
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
 	mu          sync.Mutex
+	bindings    map[reflect.Type]any // *binding.Binding[T] by T
 	caches      map[cacheID]runner
 	cacheList   []runner
 	controllers map[string]worker
@@ -154,6 +155,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts:        opts,
 		log:         opts.Logger,
+		bindings:    map[reflect.Type]any{},
 		caches:      map[cacheID]runner{},
 		controllers: map[string]worker{},
 		addrs:       map[string]string{},
@@ -191,12 +193,19 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// bind resolves T against the manager's clients.
+// bind resolves T against the manager's clients, once per type.
 func bind[T Object](m *Manager) (*binding.Binding[T], error) {
+	t := reflect.TypeFor[T]()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.bindings[t]; ok {
+		return b.(*binding.Binding[T]), nil
+	}
 	b, err := binding.For[T](m.clients)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
+	m.bindings[t] = b
 	return b, nil
 }
 
@@ -263,6 +272,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	caches := append([]runner(nil), m.cacheList...)
 	m.mu.Unlock()
 	defer func() {
+		m.mu.Lock()
+		m.running = nil // caches created from now on never start
+		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
 	}()
@@ -331,10 +343,10 @@ func (m *Manager) fatal(err error) {
 // m.mu held.
 func (m *Manager) startCache(c runner) {
 	m.wg.Add(1)
-	log := m.log.WithValues("cache", c.describe())
+	ctx, log := m.running, m.log.WithValues("cache", c.describe())
 	go func() {
 		defer m.wg.Done()
-		c.run(m.running, log)
+		c.run(ctx, log)
 	}()
 }
 
@@ -366,79 +378,6 @@ func (m *Manager) waitForSync(ctx context.Context, caches []runner) error {
 		}
 	}
 	return nil
-}
-
-// WaitIdle blocks until the manager is idle, or ctx is done, or the manager
-// has stopped. Idle means: Start has synced every cache and started every
-// controller; every write made through a [Client] of this manager has been
-// observed by the caches of its type; no event is being dispatched; every
-// work queue is empty; no reconcile is running; and no requeue is due within
-// horizon. It is meant for tests and examples, in place of sleeps.
-//
-// Writes made with other clients are not tracked: wait for their effect on
-// the server or in a cache instead.
-func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
-	select {
-	case <-m.startedCh:
-	case <-m.stopped:
-		return m.stoppedErr()
-	case <-ctx.Done():
-		return fmt.Errorf("ctrl: WaitIdle: %w", context.Cause(ctx))
-	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := m.busy(horizon)
-		if busy == "" {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-m.stopped:
-			return m.stoppedErr()
-		case <-ctx.Done():
-			return fmt.Errorf("ctrl: WaitIdle: %w; still busy: %s", context.Cause(ctx), busy)
-		}
-	}
-}
-
-func (m *Manager) stoppedErr() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.startErr != nil {
-		return fmt.Errorf("ctrl: WaitIdle: manager stopped: %w", m.startErr)
-	}
-	return errors.New("ctrl: WaitIdle: manager stopped")
-}
-
-// busy checks every condition of WaitIdle between two reads of the
-// activity counter, so that the conditions held at one instant. It says
-// what is busy, or returns "".
-func (m *Manager) busy(horizon time.Duration) string {
-	before := m.activity.Load()
-	m.mu.Lock()
-	caches := append([]runner(nil), m.cacheList...)
-	ctrls := append([]worker(nil), m.ctrlList...)
-	m.mu.Unlock()
-	for _, c := range caches {
-		select {
-		case <-c.syncedChan():
-		default:
-			return c.describe() + ": not synced"
-		}
-		if b := c.busy(); b != "" {
-			return b
-		}
-	}
-	for _, c := range ctrls {
-		if b := c.busy(horizon); b != "" {
-			return b
-		}
-	}
-	if m.activity.Load() != before {
-		return "activity while checking"
-	}
-	return ""
 }
 
 // cachesOf returns the manager's caches of the type t.
