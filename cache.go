@@ -350,9 +350,9 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	if c.b.GVR.Group != "" {
 		res += "." + c.b.GVR.Group
 	}
-	connected := c.mgr.metrics.watchConnected.WithLabelValues(res, c.opts.Namespace)
-	blind := c.mgr.metrics.blind.WithLabelValues(res, c.opts.Namespace)
-	c.relists = c.mgr.metrics.relists.WithLabelValues(res, c.opts.Namespace)
+	connected := c.mgr.metrics.WatchConnected.WithLabelValues(res, c.opts.Namespace)
+	blind := c.mgr.metrics.Blind.WithLabelValues(res, c.opts.Namespace)
+	c.relists = c.mgr.metrics.Relists.WithLabelValues(res, c.opts.Namespace)
 	c.log = log
 	watcher.Run(ctx, watcher.Config{
 		Name:         c.String(),

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
 // Object is implemented by every Kubernetes API object: a pointer to a
@@ -111,7 +112,7 @@ type Controller[T Object] struct {
 	client    *Client[T]
 	q         *queue
 	log       logr.Logger
-	metrics   controllerMetrics
+	metrics   metrics.Controller
 
 	mu         sync.Mutex
 	started    bool
@@ -210,7 +211,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if err := cache.addHandler(c); err != nil {
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
-	c.metrics = m.metrics.forController(name, opts.Workers)
+	c.metrics = m.metrics.Controller(name, opts.Workers)
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
 	return c, nil
@@ -479,7 +480,7 @@ func (c *Controller[T]) prepare() {
 	c.mu.Lock()
 	c.started = true
 	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, queueProvider{c.mgr.metrics}, &c.mgr.activity)
+	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
 }
 
 func (c *Controller[T]) start(reconcileCtx context.Context) {
@@ -524,12 +525,12 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 // process reconciles one key and decides when it comes back.
 func (c *Controller[T]) process(ctx context.Context, key Key) {
 	c.active.Add(1)
-	c.metrics.active.Inc()
+	c.metrics.Active.Inc()
 	c.mgr.activity.Add(1)
 	start := time.Now()
 	defer func() {
-		c.metrics.time.Observe(time.Since(start).Seconds())
-		c.metrics.active.Dec()
+		c.metrics.Time.Observe(time.Since(start).Seconds())
+		c.metrics.Active.Dec()
 		c.active.Add(-1)
 		c.mgr.activity.Add(1)
 	}()
@@ -539,14 +540,14 @@ func (c *Controller[T]) process(ctx context.Context, key Key) {
 	res, err := c.safely(ctx, log, key)
 	switch {
 	case err != nil:
-		c.metrics.errored.Inc()
-		c.metrics.errors.Inc()
+		c.metrics.Errored.Inc()
+		c.metrics.Errors.Inc()
 		if res.RequeueAfter > 0 {
 			log.V(1).Info("reconcile returned both a result and an error: the result is ignored")
 		}
 		var terminal *terminalError
 		if errors.As(err, &terminal) {
-			c.metrics.terminal.Inc()
+			c.metrics.Terminal.Inc()
 			c.q.forget(key)
 			log.Error(err, "reconcile failed; not retrying")
 			return
@@ -564,11 +565,11 @@ func (c *Controller[T]) process(ctx context.Context, key Key) {
 		}
 		log.Error(err, "reconcile failed; retrying with backoff")
 	case res.RequeueAfter > 0:
-		c.metrics.requeueAfter.Inc()
+		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
 		c.q.addAfter(key, res.RequeueAfter)
 	default:
-		c.metrics.success.Inc()
+		c.metrics.Success.Inc()
 		c.q.forget(key)
 	}
 }
@@ -577,7 +578,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key) {
 func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (res Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.metrics.panics.Inc()
+			c.metrics.Panics.Inc()
 			err = fmt.Errorf("panic: %v [recovered]", r)
 			log.Error(err, "reconcile panicked", "stack", string(debug.Stack()))
 		}

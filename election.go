@@ -66,7 +66,7 @@ func (m *Manager) electionConfig() (leader.Config, error) {
 	if err != nil {
 		return leader.Config{}, err
 	}
-	status := m.metrics.leaderStatus.WithLabelValues(le.Name)
+	status := m.metrics.LeaderStatus.WithLabelValues(le.Name)
 	status.Set(0)
 	cfg := leader.Config{
 		Name:          le.Name,

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -96,7 +97,7 @@ type Manager struct {
 	opts     Options
 	clients  binding.Clients
 	log      logr.Logger
-	metrics  *metrics
+	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
 	mu          sync.Mutex
@@ -169,7 +170,7 @@ func NewManager(opts Options) (*Manager, error) {
 		reg = m.registry
 	}
 	var err error
-	if m.metrics, err = newMetrics(reg); err != nil {
+	if m.metrics, err = metrics.New(reg); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
 	m.clients = binding.Clients{Clientset: opts.Clientset, Dynamic: opts.Dynamic}

@@ -1,0 +1,271 @@
+// Package metrics holds a manager's Prometheus metrics. Names, labels and
+// buckets are controller-runtime's, so its dashboards and alerts work
+// unchanged; the ctrl_cache_* family is ctrl's own.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Set is one manager's metrics.
+type Set struct {
+	reconcileTotal  *prometheus.CounterVec
+	reconcileErrors *prometheus.CounterVec
+	terminalErrors  *prometheus.CounterVec
+	reconcilePanics *prometheus.CounterVec
+	reconcileTime   *prometheus.HistogramVec
+	maxConcurrent   *prometheus.GaugeVec
+	activeWorkers   *prometheus.GaugeVec
+	depth           *prometheus.GaugeVec
+	adds            *prometheus.CounterVec
+	latency         *prometheus.HistogramVec
+	workDuration    *prometheus.HistogramVec
+	unfinished      *prometheus.GaugeVec
+	longestRunning  *prometheus.GaugeVec
+	retries         *prometheus.CounterVec
+	LeaderStatus    *prometheus.GaugeVec
+	WatchConnected  *prometheus.GaugeVec
+	Relists         *prometheus.CounterVec
+	Blind           *prometheus.HistogramVec
+}
+
+// New registers a manager's metrics with reg. Collectors already there
+// (from another manager sharing reg) are reused.
+func New(reg prometheus.Registerer) (*Set, error) {
+	native := func(o prometheus.HistogramOpts) prometheus.HistogramOpts {
+		o.NativeHistogramBucketFactor = 1.1
+		o.NativeHistogramMaxBucketNumber = 100
+		o.NativeHistogramMinResetDuration = time.Hour
+		return o
+	}
+	ctrlLabel := []string{"controller"}
+	queueLabels := []string{"name", "controller"}
+	cacheLabels := []string{"resource", "namespace"}
+	m := &Set{
+		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_total",
+			Help: "Total number of reconciliations per controller",
+		}, []string{"controller", "result"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_errors_total",
+			Help: "Total number of reconciliation errors per controller",
+		}, ctrlLabel),
+		terminalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_terminal_reconcile_errors_total",
+			Help: "Total number of terminal reconciliation errors per controller",
+		}, ctrlLabel),
+		reconcilePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_panics_total",
+			Help: "Total number of reconciliation panics per controller",
+		}, ctrlLabel),
+		reconcileTime: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Name: "controller_runtime_reconcile_time_seconds",
+			Help: "Length of time per reconciliation per controller",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+				1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60},
+		}), ctrlLabel),
+		maxConcurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_max_concurrent_reconciles",
+			Help: "Maximum number of concurrent reconciles per controller",
+		}, ctrlLabel),
+		activeWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_active_workers",
+			Help: "Number of currently used workers per controller",
+		}, ctrlLabel),
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "depth",
+			Help: "Current depth of workqueue",
+		}, queueLabels),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue", Name: "adds_total",
+			Help: "Total number of adds handled by workqueue",
+		}, queueLabels),
+		latency: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Subsystem: "workqueue", Name: "queue_duration_seconds",
+			Help:    "How long in seconds an item stays in workqueue before being requested",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}), queueLabels),
+		workDuration: prometheus.NewHistogramVec(native(prometheus.HistogramOpts{
+			Subsystem: "workqueue", Name: "work_duration_seconds",
+			Help:    "How long in seconds processing an item from workqueue takes.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}), queueLabels),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "unfinished_work_seconds",
+			Help: "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. " +
+				"Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+		}, queueLabels),
+		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+			Help: "How many seconds has the longest running processor for workqueue been running.",
+		}, queueLabels),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "workqueue", Name: "retries_total",
+			Help: "Total number of retries handled by workqueue",
+		}, queueLabels),
+		WatchConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_cache_watch_connected",
+			Help: "Whether the cache's list or watch last succeeded (1) or failed (0).",
+		}, cacheLabels),
+		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_cache_relists_total",
+			Help: "Complete lists after the first, when a watch could not resume (410 Gone).",
+		}, cacheLabels),
+		Blind: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ctrl_cache_blind_seconds",
+			Help:    "How long the cache went without a working list or watch, per outage.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}, cacheLabels),
+		LeaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		}, []string{"name"}),
+	}
+	var err error
+	for _, c := range []any{
+		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
+		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
+		&m.longestRunning, &m.retries, &m.LeaderStatus, &m.WatchConnected, &m.Relists, &m.Blind,
+	} {
+		switch c := c.(type) {
+		case **prometheus.CounterVec:
+			*c, err = register(reg, *c)
+		case **prometheus.GaugeVec:
+			*c, err = register(reg, *c)
+		case **prometheus.HistogramVec:
+			*c, err = register(reg, *c)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	// client-go reports its requests to one process-wide hook: every
+	// manager registers the same collectors.
+	rest := restClientMetrics()
+	for _, c := range []prometheus.Collector{rest.requests, rest.latency} {
+		if _, err := register(reg, c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// register registers c, or returns the equal collector registered before,
+// so that several managers can share one registry.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// Controller is one controller's series, resolved once so that the
+// reconcile path does no label lookups.
+type Controller struct {
+	Success, RequeueAfter, Errored prometheus.Counter
+	Errors, Terminal, Panics       prometheus.Counter
+	Time                           prometheus.Observer
+	Active                         prometheus.Gauge
+}
+
+// Controller returns the series of the controller named name.
+func (m *Set) Controller(name string, workers int) Controller {
+	m.maxConcurrent.WithLabelValues(name).Set(float64(workers))
+	m.reconcileTotal.WithLabelValues(name, "requeue") // present at zero, as in controller-runtime
+	return Controller{
+		Success:      m.reconcileTotal.WithLabelValues(name, "success"),
+		RequeueAfter: m.reconcileTotal.WithLabelValues(name, "requeue_after"),
+		Errored:      m.reconcileTotal.WithLabelValues(name, "error"),
+		Errors:       m.reconcileErrors.WithLabelValues(name),
+		Terminal:     m.terminalErrors.WithLabelValues(name),
+		Panics:       m.reconcilePanics.WithLabelValues(name),
+		Time:         m.reconcileTime.WithLabelValues(name),
+		Active:       m.activeWorkers.WithLabelValues(name),
+	}
+}
+
+// Queue returns the metrics provider of controllers' work queues.
+func (m *Set) Queue() workqueue.MetricsProvider { return queueProvider{m} }
+
+// queueProvider gives client-go's workqueue its metrics, labeled with the
+// controller's name as both name and controller.
+type queueProvider struct{ m *Set }
+
+func (p queueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.m.depth.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.adds.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.latency.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.workDuration.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.unfinished.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.longestRunning.WithLabelValues(name, name)
+}
+
+func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.retries.WithLabelValues(name, name)
+}
+
+// restMetrics are client-go's request metrics, with controller-runtime's
+// names: rest_client_requests_total and rest_client_request_duration_seconds.
+type restMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+var restClientMetrics = sync.OnceValue(func() restMetrics {
+	r := restMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rest_client_requests_total",
+			Help: "Number of HTTP requests, partitioned by status code, method, and host.",
+		}, []string{"code", "method", "host"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rest_client_request_duration_seconds",
+			Help:    "Request latency in seconds. Broken down by verb and host.",
+			Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0},
+		}, []string{"verb", "host"}),
+	}
+	// A no-op if something else in the process registered first.
+	clientmetrics.Register(clientmetrics.RegisterOpts{
+		RequestResult:  resultAdapter{r.requests},
+		RequestLatency: latencyAdapter{r.latency},
+	})
+	return r
+})
+
+type resultAdapter struct{ m *prometheus.CounterVec }
+
+func (a resultAdapter) Increment(_ context.Context, code, method, host string) {
+	a.m.WithLabelValues(code, method, host).Inc()
+}
+
+type latencyAdapter struct{ m *prometheus.HistogramVec }
+
+func (a latencyAdapter) Observe(_ context.Context, verb string, u url.URL, d time.Duration) {
+	a.m.WithLabelValues(verb, u.Host).Observe(d.Seconds())
+}
