@@ -87,6 +87,13 @@ type ControllerOptions struct {
 	// Cache selects the objects the controller reconciles. Default: every
 	// object of the type in the manager's namespace.
 	Cache CacheOptions
+	// UnsafeDisableDeepCopy hands reconcile the cached object itself instead
+	// of its own deep copy. It saves the copy's CPU and, for controllers of
+	// many large objects, the heap fragmentation that a copy per reconcile
+	// causes; in exchange reconcile must not modify the object (copy it
+	// first with DeepCopyObject) nor keep it after returning. Default: off,
+	// as controller-runtime's UnsafeDisableDeepCopy.
+	UnsafeDisableDeepCopy bool
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
@@ -607,7 +614,10 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !ok {
 		return Result{}, nil
 	}
-	obj := cached.DeepCopyObject().(T)
+	obj := cached
+	if !c.opts.UnsafeDisableDeepCopy {
+		obj = cached.DeepCopyObject().(T)
+	}
 	if c.finalizer != "" {
 		done, err := c.finalizeStep(ctx, &obj)
 		if done || err != nil {

@@ -487,3 +487,24 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 }
+
+func TestDeepCopy(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("UnsafeDisableDeepCopy=%t", unsafe), func(t *testing.T) {
+			mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+			var c *ctrl.Controller[*corev1.ConfigMap]
+			var shared atomic.Bool
+			c, err := ctrl.NewController(mgr, "copies", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+				cached, _ := c.Cache().Get(ctrl.KeyOf(cm))
+				shared.Store(cached == cm)
+				return ctrl.Result{}, nil
+			}, ctrl.ControllerOptions{UnsafeDisableDeepCopy: unsafe})
+			must(t, err)
+			start(t, mgr)
+			waitIdle(t, mgr)
+			if shared.Load() != unsafe {
+				t.Errorf("reconcile got the cached object itself: %t, want %t", shared.Load(), unsafe)
+			}
+		})
+	}
+}
