@@ -20,7 +20,8 @@
 //
 // # Parts
 //
-//   - [Manager] runs caches and controllers, and owns the metrics.
+//   - [Manager] runs caches and controllers, and owns the metrics, leader
+//     election and the HTTP endpoints.
 //   - [Cache] is a typed, indexed view of one type, fed by one watch that
 //     every user of the type shares.
 //   - [Client] reads from the cache and writes to the API server, typed.
@@ -39,7 +40,13 @@
 //     manager stops only when its context is done.
 //   - Observable: deletions reach [Controller.Finalizer] hooks while the
 //     object still exists, and [Controller.OnDelete] hooks after it is gone.
-//   - Compatible: metrics carry controller-runtime's names and labels.
+//   - Resilient: when the API server goes away, caches retry at least every
+//     second and a half and say so in one log line, and in one more when
+//     they are back; a watch whose position was compacted away (410 Gone)
+//     relists at once, turning missed changes and deletions into events.
+//     Reconciles failing meanwhile are summarized in the log, not dumped.
+//   - Compatible: metrics carry controller-runtime's names and labels; the
+//     ctrl_cache_* metrics add watch state, relists and blind time.
 //
 // # Reading objects
 //
