@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test check controlplane demo generate
+.PHONY: test check controlplane demo bench generate
 
 ## test: build the control plane, vet, and run every test under -race,
 ## the integration suite against a real kube-apiserver included.
@@ -21,6 +21,11 @@ controlplane:
 ## demo: run the example Widget controller against a real control plane.
 demo: controlplane
 	$(GO) run ./examples/demo
+
+## bench: compare ctrl with controller-runtime and client-go on a real control
+## plane (bench/ is its own module); writes BENCHMARKS.md.
+bench: controlplane
+	cd bench && $(GO) run ./cmd/run -write
 
 ## generate: regenerate the table of built-in resources.
 generate:

@@ -1,0 +1,246 @@
+// Command run is the benchmark driver: it starts a real kube-apiserver and
+// etcd, creates N ConfigMaps, and runs each controller implementation in
+// turn as its own process through G rounds of updates to every object,
+// repeating the sequence R times, and reports medians.
+//
+//	cd bench && go run ./cmd/run                  # N=20000 G=2 R=2, all implementations
+//	go run ./cmd/run -n 2000 -g 2 -r 1            # a quick smoke run
+//	go run ./cmd/run -impls ctrl -cpuprofile-dir /tmp/prof
+//	go run ./cmd/run -write                       # also write ../BENCHMARKS.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/typedctrl/ctrl/bench/internal/harness"
+)
+
+// defaultImpls are the implementations run by default, in the order they run
+// and are reported.
+var defaultImpls = []string{"ctrl", "cr-default", "cr-strip", "raw", "raw-strip"}
+
+// allImpls adds two diagnostics that separate the cost of the deep copy ctrl
+// makes before each reconcile: ctrl-nocopy (ctrl without it) and
+// raw-strip-copy (raw-strip with it).
+var allImpls = append(slices.Clone(defaultImpls), "ctrl-nocopy", "raw-strip-copy")
+
+type config struct {
+	n, g, r      int
+	impls        []string
+	writers      int
+	dataBytes    int
+	namespace    string
+	repo         string // root of the ctrl module
+	kubeconfig   string // of the running control plane
+	work         string // binaries and logs
+	profileDir   string
+	profileImpls []string
+	write        bool
+}
+
+func main() {
+	var c config
+	var impls, profileImpls string
+	flag.IntVar(&c.n, "n", 20000, "number of ConfigMaps")
+	flag.IntVar(&c.g, "g", 2, "update rounds per run")
+	flag.IntVar(&c.r, "r", 2, "repetitions of the whole sequence of implementations")
+	flag.StringVar(&impls, "impls", strings.Join(defaultImpls, ","), "implementations to run, comma-separated, from "+strings.Join(allImpls, ","))
+	flag.IntVar(&c.writers, "writers", 16, "parallel writers creating and patching objects")
+	flag.IntVar(&c.dataBytes, "data-bytes", 1024, "bytes of data in each ConfigMap")
+	flag.StringVar(&c.namespace, "namespace", "bench", "namespace of the objects")
+	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
+	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench"), "directory for binaries and logs")
+	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "make the profiled implementations write pprof profiles here: CPU over the update phase, heap after sync and after updates")
+	flag.StringVar(&profileImpls, "profile-impls", "ctrl", "implementations that write profiles with -cpuprofile-dir, comma-separated")
+	flag.BoolVar(&c.write, "write", false, "write BENCHMARKS.md at the repository root")
+	flag.Parse()
+	c.impls = splitList(impls)
+	c.profileImpls = splitList(profileImpls)
+	for _, impl := range c.impls {
+		if !slices.Contains(allImpls, impl) {
+			fatal(fmt.Errorf("unknown implementation %q (want some of %s)", impl, strings.Join(allImpls, ",")))
+		}
+	}
+	if c.n <= 0 || c.g <= 0 || c.r <= 0 || c.writers <= 0 {
+		fatal(errors.New("-n, -g, -r and -writers must be positive"))
+	}
+	if err := run(c); err != nil {
+		fatal(err)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "run:", err)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(c config) error {
+	var err error
+	if c.repo, err = filepath.Abs(c.repo); err != nil {
+		return err
+	}
+	if c.profileDir != "" {
+		if c.profileDir, err = filepath.Abs(c.profileDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, dir := range []string{filepath.Join(c.work, "bin"), filepath.Join(c.work, "logs")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	res := &results{cfg: c, started: time.Now(), loadBefore: loadAvg(), sizes: map[string]int64{}, library: libraryState(c.repo)}
+
+	logf("building the control plane command and %d implementations", len(c.impls))
+	controlplane := filepath.Join(c.work, "bin", "controlplane")
+	if err := goBuild(c.repo, controlplane, "./internal/testenv/cmd/controlplane"); err != nil {
+		return err
+	}
+	bins := map[string]string{}
+	for _, impl := range c.impls {
+		bin := filepath.Join(c.work, "bin", impl)
+		if err := goBuild(".", bin, "./cmd/"+impl, "-trimpath", "-ldflags=-s -w"); err != nil {
+			return err
+		}
+		info, err := os.Stat(bin)
+		if err != nil {
+			return err
+		}
+		bins[impl], res.sizes[impl] = bin, info.Size()
+	}
+
+	logf("starting the control plane")
+	cp, err := startControlPlane(controlplane, filepath.Join(c.work, "logs", "controlplane.log"))
+	if err != nil {
+		return err
+	}
+	defer cp.stop()
+	c.kubeconfig = cp.kubeconfig
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.kubeconfig)
+	if err != nil {
+		return err
+	}
+	// The driver is not measured: let it write as fast as the server takes it.
+	cfg.QPS, cfg.Burst = 10000, 20000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	if err := createObjects(ctx, cs, c); err != nil {
+		return err
+	}
+	res.createSeconds = time.Since(t0).Seconds()
+	logf("created %d ConfigMaps in %.1fs (%.0f/s)", c.n, res.createSeconds, float64(c.n)/res.createSeconds)
+
+	round := 0 // objects are at round 0; every run gets fresh rounds
+	for rep := 1; rep <= c.r; rep++ {
+		for _, impl := range c.impls {
+			var profileDir string
+			if c.profileDir != "" && slices.Contains(c.profileImpls, impl) {
+				profileDir = c.profileDir
+			}
+			logf("rep %d/%d: %s (rounds %d..%d)", rep, c.r, impl, round+1, round+c.g)
+			rr, err := runImpl(ctx, cs, c, impl, bins[impl], rep, round, profileDir)
+			if err != nil {
+				return fmt.Errorf("rep %d, %s: %w", rep, impl, err)
+			}
+			round += c.g
+			res.runs = append(res.runs, rr)
+			logf("  %s", rr.summary())
+		}
+	}
+	res.loadAfter = loadAvg()
+	res.finished = time.Now()
+
+	report := res.markdown()
+	fmt.Println(report.table)
+	fmt.Println(report.ratios)
+	fmt.Println(report.runs)
+	fmt.Printf("load average before: %s, after: %s\n", res.loadBefore, res.loadAfter)
+	if c.write {
+		path := filepath.Join(c.repo, "BENCHMARKS.md")
+		if err := os.WriteFile(path, []byte(res.document(report)), 0o644); err != nil {
+			return err
+		}
+		logf("wrote %s", path)
+	}
+	if c.profileDir != "" {
+		logf("profiles in %s: go tool pprof -top %s", c.profileDir, filepath.Join(c.profileDir, "ctrl-r1-cpu-update.pprof"))
+	}
+	return nil
+}
+
+// libraryState describes the commit of the library the binaries were built
+// from, and whether its working tree had changes.
+func libraryState(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown commit"
+	}
+	state := "commit " + strings.TrimSpace(string(out))
+	changed, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output()
+	if err == nil && len(strings.TrimSpace(string(changed))) > 0 {
+		state += fmt.Sprintf(" with uncommitted changes to %d files", len(strings.Split(strings.TrimSpace(string(changed)), "\n")))
+	}
+	return state
+}
+
+// goBuild builds pkg in dir into out.
+func goBuild(dir, out, pkg string, flags ...string) error {
+	args := append([]string{"build", "-o", out}, flags...)
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return nil
+}
+
+// runResult is one run of one implementation.
+type runResult struct {
+	impl         string
+	rep          int
+	initSeconds  float64 // process spawn to main
+	report       harness.Report
+	roundSeconds []float64 // wall time to write each round and see it reconciled
+	patchRate    float64   // patches per second the server took, over the run
+}
+
+func (r runResult) summary() string {
+	p := r.report
+	return fmt.Sprintf("sync %.2fs, all reconciled %.2fs, heap %s/%s MiB, cpu %.3fs per 1k events, rss %s MiB, %d reconciles, %.0f patches/s",
+		p.SyncSeconds, p.FirstSeconds, mib(p.HeapSyncedInuse), mib(p.HeapUpdatedInuse), p.CPUPer1kEvents,
+		mib(uint64(p.MaxRSSBytes)), p.Reconciles, r.patchRate)
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/typedctrl/ctrl/bench/internal/harness"
+)
+
+// controlPlane is the running internal/testenv/cmd/controlplane process.
+type controlPlane struct {
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	kubeconfig string
+	done       chan struct{}
+}
+
+func startControlPlane(bin, logPath string) (*controlPlane, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Stderr = logFile
+	stdin, err := cmd.StdinPipe() // closing it stops the control plane too
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	cp := &controlPlane{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(cp.done)
+	}()
+	select {
+	case line, ok := <-lines:
+		if !ok || line == "" {
+			<-cp.done
+			return nil, fmt.Errorf("control plane did not start; see %s", logPath)
+		}
+		cp.kubeconfig = strings.TrimSpace(line)
+		return cp, nil
+	case <-time.After(3 * time.Minute):
+		cp.stop()
+		return nil, fmt.Errorf("control plane not ready after 3 minutes; see %s", logPath)
+	}
+}
+
+func (cp *controlPlane) stop() {
+	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
+	cp.stdin.Close()
+	select {
+	case <-cp.done:
+	case <-time.After(30 * time.Second):
+		_ = cp.cmd.Process.Kill()
+		<-cp.done
+	}
+}
+
+// controller is a running implementation binary.
+type controller struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	events chan harness.Event
+	exited chan struct{}
+	err    error // Wait's result, set before exited is closed
+	log    string
+}
+
+const eventTimeout = 20 * time.Minute
+
+func startController(bin, logPath string, args []string) (*controller, time.Time, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logFile
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	spawned := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, time.Time{}, err
+	}
+	c := &controller{cmd: cmd, stdin: stdin, events: make(chan harness.Event, 16), exited: make(chan struct{}), log: logPath}
+	go func() {
+		defer close(c.events)
+		dec := json.NewDecoder(stdout)
+		for {
+			var e harness.Event
+			if err := dec.Decode(&e); err != nil {
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+			c.events <- e
+		}
+	}()
+	go func() {
+		c.err = cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	return c, spawned, nil
+}
+
+// expect waits for the event named want.
+func (c *controller) expect(want string) (harness.Event, error) {
+	select {
+	case e, ok := <-c.events:
+		if !ok {
+			<-c.exited
+			return e, fmt.Errorf("exited (%v) while waiting for %q; log: %s\n%s", c.err, want, c.log, tail(c.log, 20))
+		}
+		if e.Event != want {
+			return e, fmt.Errorf("got event %q, want %q", e.Event, want)
+		}
+		return e, nil
+	case <-time.After(eventTimeout):
+		return harness.Event{}, fmt.Errorf("no %q after %s; log: %s", want, eventTimeout, c.log)
+	}
+}
+
+func (c *controller) send(cmd string) error {
+	_, err := io.WriteString(c.stdin, cmd+"\n")
+	return err
+}
+
+// kill ends the process if it is still running.
+func (c *controller) kill() {
+	select {
+	case <-c.exited:
+	default:
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+func (c *controller) wait() error {
+	select {
+	case <-c.exited:
+		return c.err
+	case <-time.After(time.Minute):
+		c.kill()
+		return errors.New("did not exit within a minute of its report")
+	}
+}
+
+// runImpl runs one implementation through the protocol of package harness.
+func runImpl(ctx context.Context, cs kubernetes.Interface, cfg config, impl, bin string, rep, base int, profileDir string) (runResult, error) {
+	rr := runResult{impl: impl, rep: rep}
+	args := []string{
+		"-kubeconfig", cfg.kubeconfig,
+		"-namespace", cfg.namespace,
+		"-n", strconv.Itoa(cfg.n),
+		"-round-base", strconv.Itoa(base),
+		"-rounds", strconv.Itoa(cfg.g),
+	}
+	if profileDir != "" {
+		args = append(args, "-profile-dir", profileDir, "-profile-tag", "r"+strconv.Itoa(rep))
+	}
+	logPath := filepath.Join(cfg.work, "logs", fmt.Sprintf("%s-r%d.log", impl, rep))
+	c, spawned, err := startController(bin, logPath, args)
+	if err != nil {
+		return rr, err
+	}
+	defer c.kill()
+	if _, err := c.expect("synced"); err != nil {
+		return rr, err
+	}
+	if _, err := c.expect("ready"); err != nil {
+		return rr, err
+	}
+	if err := c.send("begin"); err != nil {
+		return rr, err
+	}
+	if _, err := c.expect("begun"); err != nil {
+		return rr, err
+	}
+	var patchSeconds float64
+	for g := base + 1; g <= base+cfg.g; g++ {
+		t0 := time.Now()
+		if err := patchAll(ctx, cs, cfg, g); err != nil {
+			return rr, err
+		}
+		patchSeconds += time.Since(t0).Seconds()
+		if err := c.send("wait " + strconv.Itoa(g)); err != nil {
+			return rr, err
+		}
+		if _, err := c.expect("round"); err != nil {
+			return rr, err
+		}
+		rr.roundSeconds = append(rr.roundSeconds, time.Since(t0).Seconds())
+	}
+	rr.patchRate = float64(cfg.n*cfg.g) / patchSeconds
+	if err := c.send("end"); err != nil {
+		return rr, err
+	}
+	e, err := c.expect("report")
+	if err != nil {
+		return rr, err
+	}
+	if e.Report == nil {
+		return rr, errors.New("report event without a report")
+	}
+	rr.report = *e.Report
+	rr.initSeconds = time.Unix(0, rr.report.MainUnixNano).Sub(spawned).Seconds()
+	if err := c.wait(); err != nil {
+		return rr, fmt.Errorf("after its report: %w", err)
+	}
+	return rr, nil
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,60 @@
+// Command controlplane runs a testenv control plane (etcd and
+// kube-apiserver on loopback) for programs outside this module, such as the
+// benchmark driver in bench/, which cannot import internal/testenv.
+//
+// Once the API server is ready it prints the path of an admin kubeconfig as
+// one line on standard output. It stops the control plane and exits on
+// SIGINT or SIGTERM, or when its standard input reaches end of file, so a
+// parent that dies without signaling still does not leave it running.
+//
+//	go build -o /tmp/controlplane ./internal/testenv/cmd/controlplane
+//	/tmp/controlplane -apiserver-flag=--max-requests-inflight=800
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/typedctrl/ctrl/internal/testenv"
+)
+
+// flagList collects a repeatable string flag.
+type flagList []string
+
+func (l *flagList) String() string     { return strings.Join(*l, " ") }
+func (l *flagList) Set(v string) error { *l = append(*l, v); return nil }
+
+func main() {
+	var extra flagList
+	binDir := flag.String("bin", "", "directory holding kube-apiserver and etcd (default: $"+testenv.BinDirEnv+" or <repo>/bin)")
+	flag.Var(&extra, "apiserver-flag", "extra kube-apiserver flag, such as --max-requests-inflight=800 (repeatable)")
+	flag.Parse()
+
+	env, err := testenv.Start(testenv.Options{BinDir: *binDir, ExtraAPIServerFlags: extra})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
+	}
+	fmt.Println(env.KubeconfigPath())
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	select {
+	case <-stop:
+	case <-eof:
+	}
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
+	}
+}
