@@ -532,15 +532,15 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 
 // process reconciles one key and decides when it comes back.
 func (c *Controller[T]) process(ctx context.Context, key Key) {
+	// The idle check counts keys in processing through the queue itself;
+	// active is for the shutdown report.
 	c.active.Add(1)
 	c.metrics.Active.Inc()
-	c.mgr.activity.Add(1)
 	start := time.Now()
 	defer func() {
 		c.metrics.Time.Observe(time.Since(start).Seconds())
 		c.metrics.Active.Dec()
 		c.active.Add(-1)
-		c.mgr.activity.Add(1)
 	}()
 
 	log := c.log
