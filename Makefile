@@ -4,7 +4,7 @@ GO ?= go
 MAKEFLAGS += --jobs=3 --output-sync=target
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test testbins check controlplane demo bench generate
+.PHONY: test testbins check controlplane demo bench bench-faults generate
 
 ## test: build the control plane, vet, and run every test under -race,
 ## the integration suite against a real kube-apiserver included.
@@ -32,9 +32,15 @@ demo: controlplane
 	$(GO) run ./examples/demo
 
 ## bench: compare ctrl with controller-runtime and client-go on a real control
-## plane (bench/ is its own module); writes BENCHMARKS.md.
+## plane (bench/ is its own module); writes its section of BENCHMARKS.md.
 bench: controlplane
 	cd bench && $(GO) run ./cmd/run -write
+
+## bench-faults: how fast ctrl, controller-runtime and client-go converge after
+## API server kills and paused watches that come back to 410 Gone; writes its
+## section of BENCHMARKS.md.
+bench-faults: controlplane
+	cd bench && $(GO) run ./cmd/faults -write
 
 ## generate: regenerate the table of built-in resources.
 generate:

@@ -7,9 +7,18 @@
 //     speaks the protocol of package internal/harness. cmd/ctrl-nocopy and
 //     cmd/raw-strip-copy are diagnostics, run only when asked for: ctrl
 //     without its deep copy per reconcile, and raw-strip with one.
-//   - cmd/run is the driver: it starts a real control plane through
-//     ../internal/testenv/cmd/controlplane, creates the objects, runs the
-//     binaries through rounds of updates and reports medians (run.sh).
+//   - cmd/run is the driver of the throughput benchmark: it starts a real
+//     control plane through ../internal/testenv/cmd/controlplane, creates
+//     the objects, runs the binaries through rounds of updates and reports
+//     medians (run.sh).
+//   - cmd/mirror-ctrl, cmd/mirror-cr and cmd/mirror-raw are the mirror
+//     controller of package internal/mirror written three ways, and
+//     cmd/faults is the driver of the fault benchmark: it kills and restarts
+//     the API server and pauses the controller while writers change the
+//     sources, and reports how long each controller takes to converge after
+//     the last fault (run-faults.sh).
+//   - Each driver's -write replaces its own section of ../BENCHMARKS.md
+//     (package internal/benchdoc) and leaves the others as they are.
 //   - micro_test.go measures the per-event cost of the queue, dispatch,
 //     cache read and reconcile path on client-go's fake clientset.
 package bench

@@ -3,7 +3,7 @@
 # rounds, R=2 repetitions of ctrl, cr-default, cr-strip, raw and raw-strip.
 # Extra arguments go to the driver, for example:
 #
-#   bench/run.sh -write                                  # also write BENCHMARKS.md
+#   bench/run.sh -write                                  # also write its section of BENCHMARKS.md
 #   bench/run.sh -impls ctrl,raw-strip -r 1 -cpuprofile-dir /tmp/ctrl-prof -profile-impls ctrl,raw-strip
 #
 # Needs the control plane binaries in bin/ (`make controlplane`).

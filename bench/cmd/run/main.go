@@ -6,7 +6,7 @@
 //	cd bench && go run ./cmd/run                  # N=20000 G=2 R=2, all implementations
 //	go run ./cmd/run -n 2000 -g 2 -r 1            # a quick smoke run
 //	go run ./cmd/run -impls ctrl -cpuprofile-dir /tmp/prof
-//	go run ./cmd/run -write                       # also write ../BENCHMARKS.md
+//	go run ./cmd/run -write                       # also write its section of ../BENCHMARKS.md
 package main
 
 import (
@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/typedctrl/ctrl/bench/internal/benchdoc"
+	"github.com/typedctrl/ctrl/bench/internal/controlplane"
 	"github.com/typedctrl/ctrl/bench/internal/harness"
 )
 
@@ -64,7 +66,7 @@ func main() {
 	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench"), "directory for binaries and logs")
 	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "make the profiled implementations write pprof profiles here: CPU over the update phase, heap after sync and after updates")
 	flag.StringVar(&profileImpls, "profile-impls", "ctrl", "implementations that write profiles with -cpuprofile-dir, comma-separated")
-	flag.BoolVar(&c.write, "write", false, "write BENCHMARKS.md at the repository root")
+	flag.BoolVar(&c.write, "write", false, "write the throughput section of BENCHMARKS.md at the repository root")
 	flag.Parse()
 	c.impls = splitList(impls)
 	c.profileImpls = splitList(profileImpls)
@@ -118,11 +120,11 @@ func run(c config) error {
 			return err
 		}
 	}
-	res := &results{cfg: c, started: time.Now(), loadBefore: loadAvg(), sizes: map[string]int64{}, library: libraryState(c.repo)}
+	res := &results{cfg: c, run: benchdoc.Begin(c.repo), sizes: map[string]int64{}}
 
 	logf("building the control plane command and %d implementations", len(c.impls))
-	controlplane := filepath.Join(c.work, "bin", "controlplane")
-	if err := goBuild(c.repo, controlplane, "./internal/testenv/cmd/controlplane"); err != nil {
+	cpBin := filepath.Join(c.work, "bin", "controlplane")
+	if err := controlplane.Build(c.repo, cpBin); err != nil {
 		return err
 	}
 	bins := map[string]string{}
@@ -139,13 +141,13 @@ func run(c config) error {
 	}
 
 	logf("starting the control plane")
-	cp, err := startControlPlane(controlplane, filepath.Join(c.work, "logs", "controlplane.log"))
+	cp, err := controlplane.Start(cpBin, filepath.Join(c.work, "logs", "controlplane.log"), nil)
 	if err != nil {
 		return err
 	}
-	defer cp.stop()
-	c.kubeconfig = cp.kubeconfig
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.kubeconfig)
+	defer cp.Stop()
+	c.kubeconfig = cp.Kubeconfig()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -180,17 +182,16 @@ func run(c config) error {
 			logf("  %s", rr.summary())
 		}
 	}
-	res.loadAfter = loadAvg()
-	res.finished = time.Now()
+	res.run.Finish()
 
 	report := res.markdown()
 	fmt.Println(report.table)
 	fmt.Println(report.ratios)
 	fmt.Println(report.runs)
-	fmt.Printf("load average before: %s, after: %s\n", res.loadBefore, res.loadAfter)
+	fmt.Printf("load average before: %s, after: %s\n", res.run.LoadBefore, res.run.LoadAfter)
 	if c.write {
 		path := filepath.Join(c.repo, "BENCHMARKS.md")
-		if err := os.WriteFile(path, []byte(res.document(report)), 0o644); err != nil {
+		if err := benchdoc.WriteSection(path, "throughput", res.document(report)); err != nil {
 			return err
 		}
 		logf("wrote %s", path)
@@ -199,21 +200,6 @@ func run(c config) error {
 		logf("profiles in %s: go tool pprof -top %s", c.profileDir, filepath.Join(c.profileDir, "ctrl-r1-cpu-update.pprof"))
 	}
 	return nil
-}
-
-// libraryState describes the commit of the library the binaries were built
-// from, and whether its working tree had changes.
-func libraryState(repo string) string {
-	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown commit"
-	}
-	state := "commit " + strings.TrimSpace(string(out))
-	changed, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output()
-	if err == nil && len(strings.TrimSpace(string(changed))) > 0 {
-		state += fmt.Sprintf(" with uncommitted changes to %d files", len(strings.Split(strings.TrimSpace(string(changed)), "\n")))
-	}
-	return state
 }
 
 // goBuild builds pkg in dir into out.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,79 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/typedctrl/ctrl/bench/internal/harness"
 )
-
-// controlPlane is the running internal/testenv/cmd/controlplane process.
-type controlPlane struct {
-	cmd        *exec.Cmd
-	stdin      io.WriteCloser
-	kubeconfig string
-	done       chan struct{}
-}
-
-func startControlPlane(bin, logPath string) (*controlPlane, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin)
-	cmd.Stderr = logFile
-	stdin, err := cmd.StdinPipe() // closing it stops the control plane too
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	cp := &controlPlane{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(cp.done)
-	}()
-	select {
-	case line, ok := <-lines:
-		if !ok || line == "" {
-			<-cp.done
-			return nil, fmt.Errorf("control plane did not start; see %s", logPath)
-		}
-		cp.kubeconfig = strings.TrimSpace(line)
-		return cp, nil
-	case <-time.After(3 * time.Minute):
-		cp.stop()
-		return nil, fmt.Errorf("control plane not ready after 3 minutes; see %s", logPath)
-	}
-}
-
-func (cp *controlPlane) stop() {
-	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
-	cp.stdin.Close()
-	select {
-	case <-cp.done:
-	case <-time.After(30 * time.Second):
-		_ = cp.cmd.Process.Kill()
-		<-cp.done
-	}
-}
 
 // controller is a running implementation binary.
 type controller struct {

@@ -1,24 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/typedctrl/ctrl/bench/internal/benchdoc"
 )
 
 // results are everything one invocation measured.
 type results struct {
-	cfg                   config
-	started, finished     time.Time
-	loadBefore, loadAfter string
-	library               string // git state of ctrl when the binaries were built
-	createSeconds         float64
-	sizes                 map[string]int64 // stripped binary size per implementation
-	runs                  []runResult
+	cfg           config
+	run           *benchdoc.Run
+	createSeconds float64
+	sizes         map[string]int64 // stripped binary size per implementation
+	runs          []runResult
 }
 
 // metric is one column: how to read it from a run, and how to print it.
@@ -203,23 +200,19 @@ func (res *results) runTable() string {
 	return b.String()
 }
 
-// document is BENCHMARKS.md.
+// document is the throughput section of BENCHMARKS.md.
 func (res *results) document(md markdown) string {
 	c := res.cfg
 	var b strings.Builder
-	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("## Throughput and memory\n\n")
 	b.WriteString("ctrl against controller-runtime v0.25.2 and hand-written client-go, each as its own process running the same\n")
 	b.WriteString("ConfigMap controller (4 workers; reconcile reads the object and records the round annotation it carries)\n")
 	b.WriteString("against a real kube-apiserver and etcd on loopback. Written by `bench/cmd/run -write`; the harness is in\n")
 	b.WriteString("[bench/](bench/), where `bench/run.sh` runs it.\n\n")
 
-	b.WriteString("## Setup\n\n")
-	fmt.Fprintf(&b, "- date: %s (run took %s)\n", res.started.UTC().Format("2006-01-02 15:04 MST"), res.finished.Sub(res.started).Round(time.Second))
-	fmt.Fprintf(&b, "- machine: %d CPUs (%s), %s memory\n", runtime.NumCPU(), cpuModel(), memTotal())
-	fmt.Fprintf(&b, "- load average (1, 5, 15 min): %s before, %s after; the machine was shared with other work, so treat differences of a few percent as noise\n", res.loadBefore, res.loadAfter)
-	fmt.Fprintf(&b, "- Go: %s; k8s.io modules v0.37.2; kube-apiserver and etcd built by `make controlplane`\n", runtime.Version())
-	fmt.Fprintf(&b, "- ctrl: %s\n", res.library)
-	fmt.Fprintf(&b, "- command: `cd bench && go run ./cmd/run %s`\n", strings.Join(os.Args[1:], " "))
+	b.WriteString("### Setup\n\n")
+	b.WriteString(res.run.Setup("the machine was shared with other work, so treat differences of a few percent as noise",
+		"go run ./cmd/run "+strings.Join(os.Args[1:], " ")))
 	fmt.Fprintf(&b, "- N = %d ConfigMaps of %d bytes of data, created with plain creates (managedFields recorded); G = %d update rounds per run; R = %d repetitions; %d parallel writers\n",
 		c.n, c.dataBytes, c.g, c.r, c.writers)
 	fmt.Fprintf(&b, "- implementations ran interleaved (%s, then again), medians of the R runs are shown\n\n", strings.Join(c.impls, ", "))
@@ -238,7 +231,7 @@ func (res *results) document(md markdown) string {
 	}
 	b.WriteString("\n")
 
-	b.WriteString("## Results\n\n")
+	b.WriteString("### Results\n\n")
 	b.WriteString(md.table)
 	b.WriteString("\n")
 	b.WriteString("- start-up: process spawn to the start of `main` (package initialization, such as scheme registration).\n")
@@ -248,40 +241,10 @@ func (res *results) document(md markdown) string {
 	b.WriteString("- peak RSS: `ru_maxrss` over the process's life; binary: `go build -trimpath -ldflags=\"-s -w\"`.\n")
 	fmt.Fprintf(&b, "- reconciles: N initial + at most N*G updates (= %d); fewer means updates were coalesced in the queue.\n\n", c.n*(1+c.g))
 
-	b.WriteString("## Ratios\n\n")
+	b.WriteString("### Ratios\n\n")
 	b.WriteString(md.ratios)
-	b.WriteString("\n## Every run\n\n")
+	b.WriteString("\n### Every run\n\n")
 	b.WriteString(md.runs)
 	fmt.Fprintf(&b, "\nCreating the %d objects took %.1f s. The API server, not the controllers, limits the patch rate, so wall time per round measures the server; CPU seconds measure the controllers.\n", c.n, res.createSeconds)
 	return b.String()
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-func memTotal() string {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.Lines(string(data)) {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			var kb float64
-			fmt.Sscanf(f[1], "%g", &kb)
-			return fmt.Sprintf("%.1f GiB", kb/(1<<20))
-		}
-	}
-	return "unknown"
 }

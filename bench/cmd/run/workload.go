@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,17 +84,4 @@ func parallel(n, workers int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return firstErr
-}
-
-// loadAvg returns /proc/loadavg's 1, 5 and 15 minute averages.
-func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -1,20 +1,29 @@
 // Command controlplane runs a testenv control plane (etcd and
 // kube-apiserver on loopback) for programs outside this module, such as the
-// benchmark driver in bench/, which cannot import internal/testenv.
+// benchmark drivers in bench/, which cannot import internal/testenv.
 //
 // Once the API server is ready it prints the path of an admin kubeconfig as
-// one line on standard output. It stops the control plane and exits on
-// SIGINT or SIGTERM, or when its standard input reaches end of file, so a
-// parent that dies without signaling still does not leave it running.
+// one line on standard output. It then reads commands from standard input,
+// one per line, and answers each with one line on standard output once it is
+// done:
+//
+//	stop-apiserver    kill the API server with SIGKILL, leaving etcd running: "ok stop-apiserver"
+//	start-apiserver   start it again on the same port and wait until it is ready: "ok start-apiserver"
+//
+// A command that fails, or an unknown one, is answered with "error <command>:
+// <reason>". It stops the control plane and exits on SIGINT or SIGTERM, or
+// when its standard input reaches end of file, so a parent that dies without
+// signaling still does not leave it running.
 //
 //	go build -o /tmp/controlplane ./internal/testenv/cmd/controlplane
 //	/tmp/controlplane -apiserver-flag=--max-requests-inflight=800
 package main
 
 import (
+	"bufio"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,7 +55,18 @@ func main() {
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	eof := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cmd := strings.TrimSpace(sc.Text())
+			if cmd == "" {
+				continue
+			}
+			if err := run(env, cmd); err != nil {
+				fmt.Printf("error %s: %v\n", cmd, err)
+			} else {
+				fmt.Printf("ok %s\n", cmd)
+			}
+		}
 		close(eof)
 	}()
 	select {
@@ -56,5 +76,17 @@ func main() {
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
+	}
+}
+
+// run carries out one command read from standard input.
+func run(env *testenv.Env, cmd string) error {
+	switch cmd {
+	case "stop-apiserver":
+		return env.StopAPIServer()
+	case "start-apiserver":
+		return env.StartAPIServer()
+	default:
+		return errors.New("unknown command")
 	}
 }
