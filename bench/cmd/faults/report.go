@@ -145,7 +145,7 @@ func (res *results) document() string {
 	b.WriteString("come back to 410 Gone. Written by `bench/cmd/faults -write`; `bench/run-faults.sh` runs it.\n\n")
 
 	b.WriteString("### Setup\n\n")
-	b.WriteString(res.run.Setup("the control plane, the controller and the writers share the machine, which was also shared with other work",
+	b.WriteString(res.run.Setup("the control plane, the controller and the writers share the machine, and their own load counts in the figures after",
 		"go run ./cmd/faults "+strings.Join(os.Args[1:], " ")))
 	fmt.Fprintf(&b, "- kube-apiserver flags added: `%s`: etcd is compacted every %s and ConfigMap watches are served from etcd, not from the watch cache, so a watch that resumes from a compacted revision gets 410 Gone\n",
 		strings.Join(c.apiserverFlags(), " "), secs(c.compaction))

@@ -211,7 +211,7 @@ func (res *results) document(md markdown) string {
 	b.WriteString("[bench/](bench/), where `bench/run.sh` runs it.\n\n")
 
 	b.WriteString("### Setup\n\n")
-	b.WriteString(res.run.Setup("the machine was shared with other work, so treat differences of a few percent as noise",
+	b.WriteString(res.run.Setup("the benchmark's own processes count in the figures after; on 2 noisy cores, treat differences of a few percent as noise",
 		"go run ./cmd/run "+strings.Join(os.Args[1:], " ")))
 	fmt.Fprintf(&b, "- N = %d ConfigMaps of %d bytes of data, created with plain creates (managedFields recorded); G = %d update rounds per run; R = %d repetitions; %d parallel writers\n",
 		c.n, c.dataBytes, c.g, c.r, c.writers)
