@@ -5,7 +5,7 @@
 //   - cmd/ctrl, cmd/cr-default, cmd/cr-strip, cmd/raw and cmd/raw-strip are
 //     the same ConfigMap controller written five ways, each a binary that
 //     speaks the protocol of package internal/harness. cmd/ctrl-nocopy and
-//     cmd/raw-strip-copy are diagnostics, run only when asked for: ctrl
+//     cmd/raw-strip-copy are diagnostics, run after them: ctrl
 //     without its deep copy per reconcile, and raw-strip with one.
 //   - cmd/run is the driver of the throughput benchmark: it starts a real
 //     control plane through ../internal/testenv/cmd/controlplane, creates

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark driver with its defaults: N=20000 ConfigMaps, G=2 update
-# rounds, R=2 repetitions of ctrl, cr-default, cr-strip, raw and raw-strip.
+# rounds, R=2 repetitions of ctrl, cr-default, cr-strip, raw and raw-strip,
+# and the diagnostics ctrl-nocopy and raw-strip-copy.
 # Extra arguments go to the driver, for example:
 #
 #   bench/run.sh -write                                  # also write its section of BENCHMARKS.md
