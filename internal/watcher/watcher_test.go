@@ -1,0 +1,216 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestBackoffStaysShortAndJittered(t *testing.T) {
+	b := Backoff
+	seen := map[time.Duration]bool{}
+	for i := range 200 {
+		d := b.Step()
+		if d < Backoff.Duration || d > time.Duration(float64(Backoff.Cap)*(1+Backoff.Jitter)) {
+			t.Fatalf("step %d: delay %s outside [%s, %s]", i, d, Backoff.Duration, time.Duration(float64(Backoff.Cap)*(1+Backoff.Jitter)))
+		}
+		seen[d] = true
+	}
+	if len(seen) < 100 {
+		t.Errorf("only %d distinct delays in 200 steps: not jittered", len(seen))
+	}
+}
+
+// server is a scripted API server for one reflector: its list and watch
+// calls fail while it is down.
+type server struct {
+	mu      sync.Mutex
+	down    bool
+	lists   int
+	rv      int
+	watches chan *watch.FakeWatcher
+}
+
+var errRefused = fmt.Errorf("dial tcp 127.0.0.1:6443: %w", syscall.ECONNREFUSED)
+
+func (s *server) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+func (s *server) listCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lists
+}
+
+func (s *server) listerWatcher() cache.ListerWatcher {
+	return noWatchList{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.down {
+				return nil, errRefused
+			}
+			s.lists++
+			s.rv++
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: fmt.Sprint(s.rv)}}, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+			s.mu.Lock()
+			down := s.down
+			s.mu.Unlock()
+			if down {
+				return nil, errRefused
+			}
+			w := watch.NewFakeWithChanSize(10, false)
+			s.watches <- w
+			return w, nil
+		},
+	}}
+}
+
+// noWatchList makes the reflector list and then watch, as it does against
+// servers without streaming lists.
+type noWatchList struct{ cache.ListerWatcher }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// lines is a logger that keeps what it logs.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.all = append(l.all, prefix+" "+args)
+	}, funcr.Options{Verbosity: 0})
+}
+
+func (l *lines) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.all {
+		if strings.Contains(s, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunRecoversAndLogsEachOutageOnce drives one reflector through a
+// server that is down at start, a watch that ends in 410 Gone, and an
+// outage after it worked: every outage is one line when it starts and one
+// when it ends, a 410 relists at once without counting as an outage, and
+// Run returns when its context ends.
+func TestRunRecoversAndLogsEachOutageOnce(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	saved := Backoff
+	Backoff.Duration, Backoff.Cap = time.Millisecond, 5*time.Millisecond
+	defer func() { Backoff = saved }()
+
+	srv := &server{down: true, watches: make(chan *watch.FakeWatcher, 100)}
+	var log lines
+	var mu sync.Mutex
+	var events []string // from OnConnected
+	var errs int
+	onConnected := func(connected bool, blind time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, fmt.Sprintf("%v blind>0=%v", connected, blind > 0))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{
+			Name:        "*v1.ConfigMap",
+			Type:        &corev1.ConfigMap{},
+			ListerWatch: srv.listerWatcher(),
+			Store:       cache.NewStore(cache.MetaNamespaceKeyFunc),
+			Logger:      log.logger(),
+			OnError: func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("OnError(%v): want the server's error", err)
+				}
+				errs++
+			},
+			OnConnected: onConnected,
+		})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	// Down at start: failures back off and are logged once.
+	waitFor(t, "a few failed attempts", func() bool { mu.Lock(); defer mu.Unlock(); return errs >= 5 })
+	srv.setDown(false)
+	w := <-srv.watches
+	waitFor(t, "the watch to be back", func() bool { return log.count("watch is back") == 1 })
+	if got := log.count("cannot list or watch; retrying"); got != 1 {
+		t.Errorf("%d lines about the server being unreachable at start, want 1:\n%s", got, strings.Join(log.all, "\n"))
+	}
+
+	// 410 Gone: the watch ends cleanly, the reflector relists and watches.
+	lists := srv.listCount()
+	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+	w = <-srv.watches
+	if got := srv.listCount(); got != lists+1 {
+		t.Errorf("%d lists after a 410, want %d: one relist", got, lists+1)
+	}
+
+	// An outage after the watch worked: the stream ends, calls fail.
+	srv.setDown(true)
+	mu.Lock()
+	before := errs
+	mu.Unlock()
+	w.Stop()
+	waitFor(t, "failed attempts during the outage", func() bool { mu.Lock(); defer mu.Unlock(); return errs >= before+5 })
+	srv.setDown(false)
+	<-srv.watches
+	waitFor(t, "the watch to be back", func() bool { return log.count("watch is back") == 2 })
+
+	if got := log.count("lost the watch; retrying"); got != 1 {
+		t.Errorf("%d lines about losing the watch, want 1:\n%s", got, strings.Join(log.all, "\n"))
+	}
+	mu.Lock()
+	got := strings.Join(events, ", ")
+	mu.Unlock()
+	if want := "false blind>0=false, true blind>0=true, false blind>0=false, true blind>0=true"; got != want {
+		t.Errorf("OnConnected calls: %s\nwant: %s", got, want)
+	}
+}
