@@ -1,14 +1,15 @@
 # ctrl's build. `make test` is what CI runs (.ci/run).
 GO ?= go
-# The control plane, the vet and the test binaries build side by side.
-MAKEFLAGS += --jobs=3 --output-sync=target
 export GOFLAGS ?= -buildvcs=false
 
 .PHONY: test testbins check controlplane demo bench bench-faults generate
 
 ## test: build the control plane, vet, and run every test under -race,
 ## the integration suite against a real kube-apiserver included.
-test: controlplane check testbins
+## The control plane, the vet and the test binaries build side by side, each
+## target's output printed whole when it is done.
+test:
+	$(MAKE) --jobs=3 --output-sync=target controlplane check testbins
 	$(GO) test -race -count=1 -timeout 25m ./...
 
 # testbins compiles the test binaries without running them, so that the work
