@@ -87,6 +87,13 @@ type handler[T Object] interface {
 	resync(obj T)
 }
 
+// listHandler is a handler that takes the objects a list added all at
+// once, instead of an add for each.
+type listHandler[T Object] interface {
+	handler[T]
+	addListed(objs []T)
+}
+
 type index[T Object] struct {
 	fn     func(T) []string
 	values map[string]map[Key]struct{}

@@ -368,6 +368,16 @@ func (c *Controller[T]) enqueue(k Key) {
 
 func (c *Controller[T]) add(obj T) { c.enqueue(KeyOf(obj)) }
 
+// addListed queues the objects a list added, through the backlog.
+func (c *Controller[T]) addListed(objs []T) {
+	keys := make([]Key, len(objs))
+	for i, obj := range objs {
+		keys[i] = KeyOf(obj)
+	}
+	c.q.addBacklog(keys)
+	c.mgr.activity.Add(1)
+}
+
 func (c *Controller[T]) update(old, obj T) {
 	if c.passes(old, obj) {
 		c.enqueue(KeyOf(obj))

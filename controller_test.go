@@ -508,3 +508,69 @@ func TestDeepCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestListBacklog checks how a controller takes a large initial list: its
+// keys wait in a backlog that workqueue_depth counts, a change that arrives
+// meanwhile is reconciled before the rest of the list, and every listed key
+// is reconciled exactly once.
+func TestListBacklog(t *testing.T) {
+	const listed = 1000
+	var objs []kruntime.Object
+	for i := range listed {
+		objs = append(objs, configMap("ns", fmt.Sprintf("cm-%04d", i)))
+	}
+	reg := prometheus.NewRegistry()
+	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(objs...), Registerer: reg})
+	var mu sync.Mutex
+	var order []string
+	release := make(chan struct{})
+	_, err := ctrl.NewController(mgr, "backlog", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		order = append(order, cm.Name)
+		first := len(order) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Workers: 1})
+	must(t, err)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	must(t, err)
+	ctx := start(t, mgr)
+
+	const depth = `workqueue_depth{controller="backlog",name="backlog"}`
+	waitDepth := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for metricValue(t, reg, depth) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s = %v, want %v", depth, metricValue(t, reg, depth), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitDepth(listed - 1) // one key is being reconciled, the rest wait
+	_, err = client.Create(ctx, configMap("ns", "live"))
+	must(t, err)
+	waitDepth(listed)
+	close(release)
+	waitIdle(t, mgr)
+
+	mu.Lock()
+	defer mu.Unlock()
+	pos := slices.Index(order, "live")
+	if pos < 0 || pos > 130 {
+		t.Errorf("the change that arrived during the list was reconciled at position %d of %d, want within the first 130", pos, len(order))
+	}
+	counts := map[string]int{}
+	for _, name := range order {
+		counts[name]++
+	}
+	if len(counts) != listed+1 || len(order) != listed+1 {
+		t.Errorf("%d reconciles of %d keys, want each of %d keys once", len(order), len(counts), listed+1)
+	}
+	if got := metricValue(t, reg, depth); got != 0 {
+		t.Errorf("%s = %v once idle, want 0", depth, got)
+	}
+}

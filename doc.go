@@ -33,6 +33,9 @@
 //     that was not registered, is an error when wiring, naming the Go type.
 //   - Stingy: a key is never reconciled by two workers at once, and a key
 //     queued many times while waiting is reconciled once.
+//   - Live first: the keys of a list (the initial one, or a relist) enter
+//     the work queue a window at a time as workers take them, so a change
+//     that arrives meanwhile is reconciled before the rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
 //     return the error and be called again with newer state.

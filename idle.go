@@ -109,6 +109,8 @@ func (c *Cache[T]) busy() string {
 
 func (c *Controller[T]) busy(horizon time.Duration) string {
 	switch {
+	case c.q.backlogLen.Load() != 0: // read first: the backlog empties into the queue
+		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.backlogLen.Load())
 	case c.q.Len() != 0:
 		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
 	case c.q.processing.Load() != 0:

@@ -37,15 +37,80 @@ type queue struct {
 
 	mu  sync.Mutex
 	due map[Key]time.Time // delayed keys not yet handed out; earliest time per key
+
+	// The backlog holds the keys of objects that a list added (the initial
+	// list above all) until the queue has room for them: at most
+	// backlogWindow keys wait in the queue, and the rest come in as workers
+	// take keys. Changes that arrive meanwhile go straight into the queue,
+	// so they are served before the rest of the list, and the workqueue's
+	// own sets and maps, which never shrink, stay the size of the window
+	// instead of growing to the size of the list. workqueue_depth counts
+	// the backlog too.
+	backlogMu  sync.Mutex
+	backlog    []Key
+	backlogLen atomic.Int64 // len(backlog), stored after its keys are in the queue
+	depth      workqueue.GaugeMetric
 }
+
+// backlogWindow is how many keys the queue holds before the backlog waits.
+const backlogWindow = 128
 
 func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider, activity *atomic.Uint64) *queue {
 	q := &queue{limiter: limiter, due: map[Key]time.Time{}}
 	q.TypedDelayingInterface = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
 		Name:            name,
-		MetricsProvider: counting{provider, &q.processing, activity},
+		MetricsProvider: counting{provider, &q.processing, activity, &q.depth},
 	})
 	return q
+}
+
+// addBacklog adds keys to the backlog, and as many to the queue as fit.
+func (q *queue) addBacklog(keys []Key) {
+	if len(keys) == 0 {
+		return
+	}
+	q.backlogMu.Lock()
+	if len(q.backlog) == 0 {
+		q.backlog = keys
+	} else {
+		q.backlog = append(q.backlog, keys...)
+	}
+	q.backlogLen.Store(int64(len(q.backlog)))
+	q.addDepth(len(keys))
+	q.backlogMu.Unlock()
+	q.feed()
+}
+
+// feed moves keys from the backlog into the queue while it holds fewer than
+// backlogWindow. Workers call it before they wait for a key, so a backlog
+// never waits on an empty queue.
+func (q *queue) feed() {
+	if q.backlogLen.Load() == 0 {
+		return
+	}
+	q.backlogMu.Lock()
+	defer q.backlogMu.Unlock()
+	n := min(len(q.backlog), backlogWindow-q.Len())
+	if n <= 0 {
+		return
+	}
+	for _, k := range q.backlog[:n] {
+		q.Add(k)
+	}
+	q.addDepth(-n) // the queue counted those it did not already hold
+	clear(q.backlog[:n])
+	q.backlog = q.backlog[n:]
+	if len(q.backlog) == 0 {
+		q.backlog = nil // let the list's array go
+	}
+	q.backlogLen.Store(int64(len(q.backlog)))
+}
+
+// addDepth changes workqueue_depth by n, when the metric can.
+func (q *queue) addDepth(n int) {
+	if g, ok := q.depth.(interface{ Add(float64) }); ok {
+		g.Add(float64(n))
+	}
 }
 
 // counting wraps the queue's metrics to count keys in processing. The
@@ -56,6 +121,13 @@ type counting struct {
 	workqueue.MetricsProvider
 	processing *atomic.Int64
 	activity   *atomic.Uint64
+	depth      *workqueue.GaugeMetric // the queue's, for the backlog to add to
+}
+
+func (c counting) NewDepthMetric(name string) workqueue.GaugeMetric {
+	g := c.MetricsProvider.NewDepthMetric(name)
+	*c.depth = g
+	return g
 }
 
 func (c counting) NewLatencyMetric(name string) workqueue.HistogramMetric {
@@ -101,6 +173,7 @@ func (q *queue) forget(key Key) { q.limiter.Forget(key) }
 // get hands out the next key. A delayed key handed out at or after its due
 // time has been delivered, so its due entry is dropped.
 func (q *queue) get() (Key, bool) {
+	q.feed()
 	key, shutdown := q.Get()
 	if shutdown {
 		return key, true

@@ -170,9 +170,20 @@ func (s *store[T]) Replace(list []any, rv string) error {
 		}
 	}
 	c.mu.Unlock()
+	var listed []T // for handlers that take the added objects at once
 	for _, h := range c.handlers {
-		for _, ch := range added {
-			h.add(ch.obj)
+		if l, ok := h.(listHandler[T]); ok && len(added) > 0 {
+			if listed == nil {
+				listed = make([]T, len(added))
+				for i, ch := range added {
+					listed[i] = ch.obj
+				}
+			}
+			l.addListed(listed)
+		} else {
+			for _, ch := range added {
+				h.add(ch.obj)
+			}
 		}
 		for _, ch := range updated {
 			h.update(ch.old, ch.obj)
