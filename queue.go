@@ -45,7 +45,8 @@ type queue struct {
 	// so they are served before the rest of the list, and the workqueue's
 	// own sets and maps, which never shrink, stay the size of the window
 	// instead of growing to the size of the list. workqueue_depth counts
-	// the backlog too.
+	// the backlog too; workqueue_queue_duration_seconds starts when a key
+	// enters the queue proper.
 	backlogMu  sync.Mutex
 	backlog    []Key
 	backlogLen atomic.Int64 // len(backlog), stored after its keys are in the queue
