@@ -30,7 +30,8 @@ controlplane:
 
 ## demo: run the example Widget controller against a real control plane.
 demo: controlplane
-	$(GO) run ./examples/demo
+	$(GO) build -o bin/demo ./examples/demo
+	./bin/demo
 
 ## bench: compare ctrl with controller-runtime and client-go on a real control
 ## plane (bench/ is its own module); writes its section of BENCHMARKS.md.
