@@ -132,7 +132,6 @@ type Controller[T Object] struct {
 	tombstones map[Key]T // last known state of deleted objects not yet handed to onDelete
 
 	stopping atomic.Bool
-	active   atomic.Int32
 	wg       sync.WaitGroup
 
 	outageMu     sync.Mutex
@@ -536,21 +535,19 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 	case <-done:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.active.Load())
+		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
 	}
 }
 
 // process reconciles one key and decides when it comes back.
 func (c *Controller[T]) process(ctx context.Context, key Key) {
-	// The idle check counts keys in processing through the queue itself;
-	// active is for the shutdown report.
-	c.active.Add(1)
+	// The queue counts keys in processing, for the idle check and the
+	// shutdown report; the gauge is for the metrics.
 	c.metrics.Active.Inc()
 	start := time.Now()
 	defer func() {
 		c.metrics.Time.Observe(time.Since(start).Seconds())
 		c.metrics.Active.Dec()
-		c.active.Add(-1)
 	}()
 
 	log := c.log
