@@ -40,23 +40,15 @@ func TestMain(m *testing.M) {
 	if ns := os.Getenv(childEnv); ns != "" {
 		os.Exit(runMirror(ns))
 	}
-	var err error
-	env, err = testenv.Start(testenv.Options{ExtraAPIServerFlags: []string{
+	os.Exit(testenv.Run(m, testenv.Options{ExtraAPIServerFlags: []string{
 		// Compact often and serve ConfigMap watches from etcd, so that a
 		// watch that falls behind gets 410 Gone.
 		"--etcd-compaction-interval=2s",
 		"--watch-cache-sizes=configmaps#0",
-	}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		code = 1
-	}
-	os.Exit(code)
+	}}, func(e *testenv.Env) error {
+		env = e
+		return nil
+	}))
 }
 
 // runMirror is the controller under test, in its own process so that the

@@ -40,22 +40,11 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	before := goleak.IgnoreCurrent()
-	var err error
-	env, err = testenv.Start(testenv.Options{CRDs: [][]byte{[]byte(widgetCRD)}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		return 1
-	}
-	if clientset, err = kubernetes.NewForConfig(env.Config()); err != nil {
-		fmt.Fprintln(os.Stderr, "clientset:", err)
-		_ = env.Stop()
-		return 1
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		code = 1
-	}
+	code := testenv.Run(m, testenv.Options{CRDs: [][]byte{[]byte(widgetCRD)}}, func(e *testenv.Env) (err error) {
+		env = e
+		clientset, err = kubernetes.NewForConfig(env.Config())
+		return err
+	})
 	// Every manager is stopped by its test; whatever still runs leaked.
 	if err := goleak.Find(append(leakIgnores(), before)...); err != nil {
 		fmt.Fprintln(os.Stderr, "goroutines leaked:", err)

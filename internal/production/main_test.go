@@ -4,7 +4,6 @@ package production_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -21,18 +20,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) error {
+		env = e
+		return nil
+	}))
 }
 
 // namespace creates a namespace for one test.

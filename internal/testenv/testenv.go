@@ -1,26 +1,17 @@
 // Package testenv runs a real kube-apiserver and etcd on loopback for tests.
 //
 // The binaries are built by hack/controlplane/build.sh (`make controlplane`)
-// into <repo>/bin. A test package usually starts one Env in TestMain and
-// shares it between its tests; a missing binary is a test failure, not a skip:
+// into <repo>/bin. A test package usually starts one Env in TestMain with
+// [Run] and shares it between its tests; a missing binary is a test failure,
+// not a skip:
 //
 //	var env *testenv.Env
 //
 //	func TestMain(m *testing.M) {
-//		var err error
-//		env, err = testenv.Start(testenv.Options{})
-//		if err != nil {
-//			fmt.Fprintln(os.Stderr, "testenv:", err)
-//			os.Exit(1)
-//		}
-//		code := m.Run()
-//		if err := env.Stop(); err != nil {
-//			fmt.Fprintln(os.Stderr, "testenv:", err)
-//			if code == 0 {
-//				code = 1
-//			}
-//		}
-//		os.Exit(code)
+//		os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) error {
+//			env = e
+//			return nil
+//		}))
 //	}
 package testenv
 
@@ -117,6 +108,31 @@ type Env struct {
 	etcd      *process
 	apiserver *process
 	stopped   bool
+}
+
+// Run starts a control plane with opts, hands it to setup (which keeps it
+// and makes clients), runs the package's tests and stops the control plane.
+// It returns the exit code for os.Exit: a control plane that fails to start
+// or to stop, or a setup that fails, fails the package. m is the package's
+// *testing.M; taking only its Run keeps package testing out of the programs
+// that use testenv.
+func Run(m interface{ Run() int }, opts Options, setup func(*Env) error) int {
+	env, err := Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		return 1
+	}
+	code := 1
+	if err := setup(env); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: setup:", err)
+	} else {
+		code = m.Run()
+	}
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		code = 1
+	}
+	return code
 }
 
 // Start launches etcd and kube-apiserver on free loopback ports in a fresh
