@@ -3,141 +3,132 @@ package ctrl
 import (
 	"context"
 	"fmt"
-	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/typedctrl/ctrl/internal/binding"
-	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
 // CacheOptions select what a [Cache] holds. The zero value caches every
 // object of the type in the manager's namespace, with managedFields removed.
 // Caches with equal options for the same type are one cache.
 type CacheOptions struct {
-	// Namespace restricts the cache to one namespace. Default: the
-	// manager's Options.Namespace. Ignored for cluster-scoped types.
-	Namespace string
-	// LabelSelector restricts the cache to matching objects, in the syntax
-	// of kubectl's -l flag. Default: everything.
-	LabelSelector string
+	// Namespaces restricts the cache to these namespaces, with one watch
+	// each behind one view. Ignored for cluster-scoped types. Default: the
+	// manager's Options.Namespace, or all namespaces.
+	Namespaces []string
+	// LabelSelector restricts the cache to matching objects, such as
+	// labels.SelectorFromSet(labels.Set{"app": "web"}). An object whose
+	// labels stop matching leaves the cache; see [Controller.OnDelete].
+	// Default: everything.
+	LabelSelector labels.Selector
 	// FieldSelector restricts the cache to objects whose fields match, as
-	// the API server supports them for the type. Default: everything.
-	FieldSelector string
-	// ResyncPeriod, if positive, makes every controller of the cache
-	// reconcile every cached object at this interval. Default: never.
-	ResyncPeriod time.Duration
+	// the API server supports them for the type, such as
+	// fields.OneTermEqualSelector("spec.nodeName", node). Default:
+	// everything.
+	FieldSelector fields.Selector
 	// KeepManagedFields keeps metadata.managedFields in cached objects.
 	// Default: they are removed as objects arrive; they are large and
 	// controllers rarely read them.
 	KeepManagedFields bool
+	// Resource names the resource a cache of *unstructured.Unstructured
+	// holds, a kind chosen at run time. It must be zero for other types,
+	// whose Go type names their resource. Default: none.
+	Resource APIResource
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
-// one type, fed by a single list-and-watch on the API server. All
-// controllers, clients and indexes that ask for the same type with the same
-// [CacheOptions] share one Cache.
+// one type, fed by a list-and-watch on the API server (one per namespace of
+// CacheOptions.Namespaces). All controllers, clients and indexes that ask
+// for the same type with the same [CacheOptions] share one Cache.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
 // every other reader: never modify them; call DeepCopyObject first. The
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
-	mgr  *Manager
-	b    *binding.Binding[T]
-	opts CacheOptions
-	sel  labels.Selector // nil: everything
+	mgr    *Manager
+	b      *binding.Binding[T]
+	opts   CacheOptions
+	scope  scope
+	feeds  []*feed[T]
+	kind   string // for causes: "ConfigMap"
+	synced chan struct{}
 
 	mu        sync.RWMutex
 	items     map[Key]T
 	indexes   map[string]*index[T]
 	expect    map[Key]expectation
-	lastRV    string    // resourceVersion of the latest event or list applied
-	transform func(T) T // set by run from userTransform; read only by the store
+	transform func(T) T // set by run from userTF; read only by the store
 	userTF    func(T) T
 	onError   func(error)
 	handlers  []handler[T]
 	started   bool
 
-	synced      chan struct{} // closed after the first complete list
-	syncOnce    sync.Once
+	// dispatch serializes the changes of every feed: handlers see one
+	// change at a time, in order, whichever watch it came from.
+	dispatch    sync.Mutex
 	dispatching atomic.Int32
-	lastErr     atomic.Pointer[error]
-	fakeEvents  atomic.Pointer[<-chan watch.Event]
-	relists     prometheus.Counter // set by run
-	log         logr.Logger        // set by run
+	syncedFeeds atomic.Int32
+	log         logr.Logger // set by run
 }
 
-// handler receives a cache's changes, in order, on the cache's goroutine.
-// It must not block.
+// handler receives a cache's changes, one at a time and in order, on the
+// goroutine of the watch they came from. It must not block.
 type handler[T Object] interface {
-	add(obj T)
-	update(old, obj T)
-	delete(obj T)
-	resync(obj T)
+	// changed receives one change from a watch.
+	changed(ev event[T])
+	// listed receives the additions and updates of a complete list at once
+	// (deletions come one at a time through changed).
+	listed(evs []event[T])
 }
 
-// listHandler is a handler that takes the objects a list added all at
-// once, instead of an add for each.
-type listHandler[T Object] interface {
-	handler[T]
-	addListed(objs []T)
+// event is one change of a cached object.
+type event[T Object] struct {
+	kind eventKind
+	key  Key
+	old  T // for updates
+	obj  T // the new state; for removals, the last known state
 }
+
+type eventKind uint8
+
+const (
+	added eventKind = iota
+	updated
+	deleted  // gone from the API server
+	left     // still on the server, but no longer selected by the cache
+	vanished // missing from a relist of a selective cache: deleted or left
+)
 
 type index[T Object] struct {
 	fn     func(T) []string
 	values map[string]map[Key]struct{}
 }
 
-// expectation is a write through a [Client] that the cache has not observed.
-type expectation struct {
-	rv       string // observed once the cached object has this version or newer
-	deleting bool   // observed once the object is gone or has a deletionTimestamp
-	writes   int    // fake backends: events still to come
-}
-
 // NewCache returns the manager's cache of T for opts, creating it on first
 // use. A cache created before [Manager.Start] starts with the manager; one
 // created later starts at once. It returns an error if T is not a known
-// resource or cannot be watched, or if a selector does not parse.
+// resource or cannot be watched, or if opts name a resource for a typed T.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
-	b, err := bind[T](m)
+	b, err := bind[T](m, opts.Resource)
 	if err != nil {
 		return nil, err
 	}
 	if !b.Watchable {
 		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
 	}
-	if !b.Namespaced {
-		opts.Namespace = ""
-	} else if opts.Namespace == "" {
-		opts.Namespace = m.opts.Namespace
-	}
-	var sel labels.Selector
-	if opts.LabelSelector != "" {
-		if sel, err = labels.Parse(opts.LabelSelector); err != nil {
-			return nil, fmt.Errorf("ctrl: cache of %s: label selector: %w", b.Info, err)
-		}
-		opts.LabelSelector = sel.String()
-	}
-	if opts.FieldSelector != "" {
-		fs, err := fields.ParseSelector(opts.FieldSelector)
-		if err != nil {
-			return nil, fmt.Errorf("ctrl: cache of %s: field selector: %w", b.Info, err)
-		}
-		opts.FieldSelector = fs.String()
-	}
-	id := cacheID{typ: b.Type, opts: opts}
+	opts.Resource = APIResource{} // in the binding now
+	sc := newScope(b.Info, m.opts.Namespace, opts)
+	opts.Namespaces = sc.namespaces
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.caches[id]; ok {
@@ -147,11 +138,15 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 		mgr:     m,
 		b:       b,
 		opts:    opts,
-		sel:     sel,
+		scope:   sc,
+		kind:    b.Kind,
 		items:   map[Key]T{},
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
+	}
+	for _, ns := range feedNamespaces(sc) {
+		c.feeds = append(c.feeds, &feed[T]{c: c, namespace: ns})
 	}
 	m.caches[id] = c
 	m.cacheList = append(m.cacheList, c)
@@ -161,30 +156,30 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	return c, nil
 }
 
+// cacheID identifies a cache: equal options give the same cache.
 type cacheID struct {
-	typ  reflect.Type
-	opts CacheOptions
+	typ         any // reflect.Type
+	gvr         any // schema.GroupVersionResource
+	scope       string
+	keepManaged bool
 }
 
-func stripManagedFields[T Object](obj T) T {
-	obj.SetManagedFields(nil)
-	return obj
+// feedNamespaces returns the namespace of each watch: one per namespace, or
+// "" for all.
+func feedNamespaces(sc scope) []string {
+	if len(sc.namespaces) == 0 {
+		return []string{""}
+	}
+	return sc.namespaces
 }
 
 // String describes the cache for logs and errors: its type, resource and
 // scope.
 func (c *Cache[T]) String() string {
-	s := c.b.Info.String()
-	if c.opts.Namespace != "" {
-		s += fmt.Sprintf(" in namespace %q", c.opts.Namespace)
+	if s := c.scope.String(); s != "" {
+		return c.b.Info.String() + " " + s
 	}
-	if c.opts.LabelSelector != "" {
-		s += fmt.Sprintf(" with labels %q", c.opts.LabelSelector)
-	}
-	if c.opts.FieldSelector != "" {
-		s += fmt.Sprintf(" with fields %q", c.opts.FieldSelector)
-	}
-	return s
+	return c.b.Info.String()
 }
 
 // Get returns the cached object with the given key. The object is shared:
@@ -213,6 +208,17 @@ func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 		out = append(out, obj)
 	}
 	return out
+}
+
+// keys returns the keys of every cached object.
+func (c *Cache[T]) keys() []Key {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	keys := make([]Key, 0, len(c.items))
+	for k := range c.items {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // AddIndex adds an index named name. fn returns the values under which an
@@ -275,14 +281,15 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	return nil
 }
 
-// OnWatchError sets a function called with each error of the cache's list
-// and watch requests (the API server unreachable, a missing
-// CustomResourceDefinition, a forbidden list), in addition to the manager's
-// logging. A watch that ends because its resourceVersion was compacted away
-// (410 Gone) is not an error here: the cache relists at once and counts it
-// in ctrl_cache_relists_total. fn is called on the cache's goroutine and
-// must not block.
-func (c *Cache[T]) OnWatchError(fn func(error)) {
+// SetWatchErrorHandler sets the function called with each error of the
+// cache's list and watch requests (the API server unreachable, a missing
+// CustomResourceDefinition, a forbidden list), once per failed request, in
+// addition to the manager's logging; a later call replaces it. A watch that
+// ends because its resourceVersion was compacted away (410 Gone) is not an
+// error here: the cache relists at once and counts it in
+// ctrl_cache_relists_total. fn is called on the cache's goroutine and must
+// not block.
+func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn
 	c.mu.Unlock()
@@ -306,8 +313,8 @@ func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		err := fmt.Errorf("ctrl: %s did not sync: %w", c, context.Cause(ctx))
-		if last := c.lastErr.Load(); last != nil {
-			err = fmt.Errorf("%w; last watch error: %w", err, *last)
+		if last := c.lastError(); last != nil {
+			err = fmt.Errorf("%w; last watch error: %w", err, last)
 		}
 		return err
 	}
@@ -325,20 +332,22 @@ func (c *Cache[T]) addHandler(h handler[T]) error {
 	return nil
 }
 
-// describe and the other unexported methods below implement runner, the
-// manager's view of a cache.
+// describe and the other unexported methods below implement managedCache,
+// the manager's view of a cache.
 func (c *Cache[T]) describe() string { return c.String() }
 
 func (c *Cache[T]) lastError() error {
-	if e := c.lastErr.Load(); e != nil {
-		return *e
+	for _, f := range c.feeds {
+		if e := f.lastErr.Load(); e != nil {
+			return *e
+		}
 	}
 	return nil
 }
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
 
-// run lists and watches until ctx is done.
+// run lists and watches until ctx is done, with one goroutine per feed.
 func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	c.mu.Lock()
 	c.started = true
@@ -351,82 +360,43 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	default:
 		c.transform = user
 	}
-	c.mu.Unlock()
-	lw := &listWatch[T]{c: c}
-	res := c.b.GVR.Resource
-	if c.b.GVR.Group != "" {
-		res += "." + c.b.GVR.Group
-	}
-	connected := c.mgr.metrics.WatchConnected.WithLabelValues(res, c.opts.Namespace)
-	blind := c.mgr.metrics.Blind.WithLabelValues(res, c.opts.Namespace)
-	c.relists = c.mgr.metrics.Relists.WithLabelValues(res, c.opts.Namespace)
 	c.log = log
-	watcher.Run(ctx, watcher.Config{
-		Name:         c.String(),
-		Type:         binding.New[T](),
-		ListerWatch:  lw,
-		Store:        (*store[T])(c),
-		ResyncPeriod: c.opts.ResyncPeriod,
-		Logger:       log,
-		OnConnected: func(ok bool, d time.Duration) {
-			if ok {
-				connected.Set(1)
-				if d > 0 {
-					blind.Observe(d.Seconds())
-				}
-			} else {
-				connected.Set(0)
-			}
-		},
-		OnError: func(err error) {
-			c.lastErr.Store(&err)
-			c.mu.RLock()
-			fn := c.onError
-			c.mu.RUnlock()
-			if fn != nil {
-				fn(err)
-			}
-		},
-	})
-}
-
-// listWatch lists and watches the cache's scope through the binding.
-type listWatch[T Object] struct{ c *Cache[T] }
-
-func (lw *listWatch[T]) options(opts metav1.ListOptions) metav1.ListOptions {
-	opts.LabelSelector = lw.c.opts.LabelSelector
-	opts.FieldSelector = lw.c.opts.FieldSelector
-	return opts
-}
-
-func (lw *listWatch[T]) List(opts metav1.ListOptions) (runtime.Object, error) {
-	return lw.ListWithContext(context.Background(), opts)
-}
-
-func (lw *listWatch[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
-	return lw.WatchWithContext(context.Background(), opts)
-}
-
-func (lw *listWatch[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return lw.c.b.List(ctx, lw.c.opts.Namespace, lw.options(opts))
-}
-
-func (lw *listWatch[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := lw.c.b.Watch(ctx, lw.c.opts.Namespace, lw.options(opts))
-	if err == nil && lw.c.b.Fake() {
-		ch := w.ResultChan()
-		lw.c.fakeEvents.Store(&ch)
-		// A fake replays changes made between its list and its watch, but
-		// not deletions: a cache that reported sync after its list would
-		// miss deletions made right after WaitForSync returned.
-		lw.c.markSynced()
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, f := range c.feeds[1:] {
+		wg.Go(func() { f.run(ctx, log) })
 	}
-	return w, err
+	c.feeds[0].run(ctx, log)
+	wg.Wait()
 }
 
-// IsWatchListSemanticsUnSupported tells the reflector that fakes cannot
-// stream the initial list.
-func (lw *listWatch[T]) IsWatchListSemanticsUnSupported() bool { return lw.c.b.Fake() }
+// feedSynced records that one feed completed its first list.
+func (c *Cache[T]) feedSynced() {
+	if int(c.syncedFeeds.Add(1)) == len(c.feeds) {
+		close(c.synced)
+	}
+}
+
+// feedOf returns the feed that watches key's namespace, or nil.
+func (c *Cache[T]) feedOf(key Key) *feed[T] {
+	if len(c.feeds) == 1 {
+		if f := c.feeds[0]; f.namespace == "" || f.namespace == key.Namespace {
+			return f
+		}
+		return nil
+	}
+	for _, f := range c.feeds {
+		if f.namespace == key.Namespace {
+			return f
+		}
+	}
+	return nil
+}
+
+func stripManagedFields[T Object](obj T) T {
+	obj.SetManagedFields(nil)
+	return obj
+}
 
 func (idx *index[T]) add(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
@@ -456,8 +426,33 @@ func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
 }
 
-// covers reports whether the cache holds every object that could have key.
+// covers reports whether the cache holds every object that could have key:
+// no selector, and key's namespace watched.
 func (c *Cache[T]) covers(key Key) bool {
-	return c.opts.LabelSelector == "" && c.opts.FieldSelector == "" &&
-		(c.opts.Namespace == "" || c.opts.Namespace == key.Namespace)
+	return c.scope.labels == nil && c.scope.fields == nil &&
+		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace))
+}
+
+// coversNamespace reports whether the cache holds every object in ns (""
+// for all namespaces).
+func (c *Cache[T]) coversNamespace(ns string) bool {
+	if c.scope.labels != nil || c.scope.fields != nil {
+		return false
+	}
+	if len(c.scope.namespaces) == 0 {
+		return true
+	}
+	return ns != "" && slices.Contains(c.scope.namespaces, ns)
+}
+
+// describeScope lists the caches of a type for an error message.
+func describeScope[T Object](caches []*Cache[T]) string {
+	if len(caches) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, c := range caches {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, "; ")
 }

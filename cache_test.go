@@ -35,7 +35,7 @@ func TestCacheScopes(t *testing.T) {
 		labeled("a", "y", map[string]string{"app": "db"}),
 		labeled("b", "z", map[string]string{"app": "web"}),
 	)
-	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
 	all, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	again, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
@@ -43,11 +43,11 @@ func TestCacheScopes(t *testing.T) {
 	if again != all {
 		t.Error("NewCache with equal options returned a second cache, want the shared one")
 	}
-	inA, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespace: "a"})
+	inA, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespaces: []string{"a"}})
 	must(t, err)
-	web, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{LabelSelector: "app=web"})
+	web, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"app": "web"})})
 	must(t, err)
-	kept, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespace: "b", KeepManagedFields: true})
+	kept, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespaces: []string{"b"}, KeepManagedFields: true})
 	must(t, err)
 	ctx := start(t, mgr)
 	for _, c := range []*ctrl.Cache[*corev1.ConfigMap]{all, inA, web, kept} {
@@ -84,7 +84,7 @@ func TestCacheScopes(t *testing.T) {
 
 	// A change that takes an object out of a label-selected cache removes it,
 	// even though the fake's watch ignores selectors.
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	x = x.DeepCopy()
 	x.Labels["app"] = "db"
@@ -101,7 +101,7 @@ func TestCacheIndexAndTransform(t *testing.T) {
 		labeled("a", "x", map[string]string{"tier": "1"}),
 		labeled("a", "y", map[string]string{"tier": "2"}),
 	)
-	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
 	cache, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	must(t, cache.AddIndex("tier", func(cm *corev1.ConfigMap) []string { return []string{cm.Labels["tier"]} }))
@@ -135,7 +135,7 @@ func TestCacheIndexAndTransform(t *testing.T) {
 	}
 
 	// Index entries follow updates and deletions.
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	x = x.DeepCopy()
 	x.Labels["tier"] = "2"
@@ -157,7 +157,7 @@ func TestCacheIndexAndTransform(t *testing.T) {
 }
 
 func TestWaitForSyncCanceled(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset()})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
 	cache, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

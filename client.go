@@ -5,50 +5,65 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
+// ClientOptions configure a [Client]. The zero value serves a typed T.
+type ClientOptions struct {
+	// Resource names the resource a client of *unstructured.Unstructured
+	// reads and writes, a kind chosen at run time. It must be zero for
+	// other types, whose Go type names their resource. Default: none.
+	Resource APIResource
+}
+
 // Client reads and writes objects of type T. Reads come from the manager's
-// cache of T unless the client is [Client.Live]; writes go to the API
+// caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
 // them. A Client is safe for concurrent use.
+//
+// A cached read uses a cache of T that holds every object the read could
+// return: one without a selector whose namespaces include the read's. A
+// client never creates a cache: a read that no cache covers is an error
+// that says which cache to add, so that no program watches more than it
+// chose to.
 //
 // Writes made through a Client are tracked until the manager's caches of T
 // have observed them, which is what lets [Manager.WaitIdle] return only
 // after their consequences have been reconciled.
 type Client[T Object] struct {
-	m    *Manager
-	b    *binding.Binding[T]
-	live bool
+	m        *Manager
+	b        *binding.Binding[T]
+	uncached bool
 }
 
 // NewClient returns a client of T for the manager. It returns an error if T
-// is not a known resource or no configured client serves it.
-func NewClient[T Object](m *Manager) (*Client[T], error) {
-	b, err := bind[T](m)
+// is not a known resource, or no configured client serves it, or opts name
+// a resource for a typed T.
+func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
+	b, err := bind[T](m, opts.Resource)
 	if err != nil {
 		return nil, err
 	}
 	return &Client[T]{m: m, b: b}, nil
 }
 
-// Live returns a client of T whose Get and List go to the API server instead
-// of the cache: for types the program does not want to cache, or reads that
-// must not lag. Writes are the same.
-func (c *Client[T]) Live() *Client[T] {
-	live := *c
-	live.live = true
-	return &live
+// Uncached returns a client of T whose Get and List go to the API server
+// instead of the cache (controller-runtime's APIReader): for types the
+// program does not cache, and reads that must not lag. Writes are the same.
+func (c *Client[T]) Uncached() *Client[T] {
+	u := *c
+	u.uncached = true
+	return &u
 }
 
 func (c *Client[T]) wrap(verb string, key Key, err error) error {
@@ -58,30 +73,31 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
 }
 
-// cache returns a started cache of T that holds every object that could
-// have key: an existing one, or the default cache, created on first use.
-func (c *Client[T]) cache(ctx context.Context, key Key) (*Cache[T], error) {
-	for _, r := range c.m.cachesOf(c.b.Type) {
-		if cc := r.(*Cache[T]); cc.covers(key) && cc.HasSynced() {
-			return cc, nil
+// cache returns the cache of T that covers what covers reports, waiting for
+// it to sync, or an error that says which cache to add.
+func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T]) bool) (*Cache[T], error) {
+	caches := cachesOf(c.m, c.b)
+	var pick *Cache[T]
+	for _, cc := range caches {
+		if covers(cc) && (pick == nil || cc.HasSynced() && !pick.HasSynced()) {
+			pick = cc
 		}
 	}
-	cc, err := NewCache[T](c.m, CacheOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if !cc.covers(key) {
-		return nil, fmt.Errorf("namespace %q is outside the manager's namespace %q: use Client.Live", key.Namespace, cc.opts.Namespace)
+	if pick == nil {
+		return nil, fmt.Errorf("no cache of %s holds %s (caches: %s): add one with ctrl.NewCache, or read with Client.Uncached",
+			c.b.Info, what, describeScope(caches))
 	}
 	select {
 	case <-c.m.stopped:
-		return nil, errors.New("the manager has stopped: use Client.Live")
+		if !pick.HasSynced() {
+			return nil, errors.New("the manager has stopped: read with Client.Uncached")
+		}
 	default:
 	}
-	if err := cc.WaitForSync(ctx); err != nil {
+	if err := pick.WaitForSync(ctx); err != nil {
 		return nil, err
 	}
-	return cc, nil
+	return pick, nil
 }
 
 // Get returns the object with key: a copy the caller owns. It waits for the
@@ -89,11 +105,11 @@ func (c *Client[T]) cache(ctx context.Context, key Key) (*Cache[T], error) {
 // apierrors.IsNotFound is true.
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
-	if c.live {
+	if c.uncached {
 		obj, err := c.b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 		return obj, c.wrap("get", key, err)
 	}
-	cc, err := c.cache(ctx, key)
+	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
 		return zero, c.wrap("get", key, err)
 	}
@@ -112,6 +128,14 @@ type ListOptions struct {
 	Namespace string
 	// LabelSelector restricts the list to matching objects. Default: all.
 	LabelSelector labels.Selector
+	// FieldSelector restricts the list to objects whose fields match, as
+	// the API server supports them for the type. A cached list evaluates
+	// it on the cached objects by their field paths. Default: all.
+	FieldSelector fields.Selector
+	// Limit, for an uncached list, is the page size: the list is read a
+	// page at a time with continue tokens, so the server never builds a
+	// huge response at once. Ignored for cached lists. Default: one page.
+	Limit int64
 }
 
 // List returns the matching objects: copies the caller owns, in no
@@ -120,37 +144,63 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Namespace == "" && c.b.Namespaced {
 		opts.Namespace = c.m.opts.Namespace
 	}
-	key := Key{Namespace: opts.Namespace}
 	wrap := func(err error) error {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
-	if c.live {
-		lo := metav1.ListOptions{}
-		if opts.LabelSelector != nil {
-			lo.LabelSelector = opts.LabelSelector.String()
-		}
-		l, err := c.b.List(ctx, opts.Namespace, lo)
+	if c.uncached {
+		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		return l.Items, nil
+		return items, nil
 	}
-	cc, err := c.cache(ctx, key)
+	what := "every namespace"
+	if opts.Namespace != "" {
+		what = fmt.Sprintf("namespace %q", opts.Namespace)
+	}
+	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Namespace) })
 	if err != nil {
 		return nil, wrap(err)
 	}
 	objs := cc.List(opts.Namespace, opts.LabelSelector)
+	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
+		sc := scope{fields: fs}
+		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
+	}
 	for i, o := range objs {
 		objs[i] = o.DeepCopyObject().(T)
 	}
 	return objs, nil
 }
 
+// listPages lists from the server, a page of opts.Limit at a time.
+func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error) {
+	lo := metav1.ListOptions{Limit: opts.Limit}
+	if opts.LabelSelector != nil {
+		lo.LabelSelector = opts.LabelSelector.String()
+	}
+	if opts.FieldSelector != nil {
+		lo.FieldSelector = opts.FieldSelector.String()
+	}
+	var items []T
+	for {
+		l, err := c.b.List(ctx, opts.Namespace, lo)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, l.Items...)
+		if l.Continue == "" || opts.Limit <= 0 {
+			return items, nil
+		}
+		lo.Continue = l.Continue
+	}
+}
+
 // write performs a write to key, tracked by every cache of T.
 func (c *Client[T]) write(key Key, deleting bool, do func() (T, error)) (T, error) {
 	var done []func(T, bool, error)
-	for _, r := range c.m.cachesOf(c.b.Type) {
-		done = append(done, r.(*Cache[T]).expectWrite(key))
+	for _, cc := range cachesOf(c.m, c.b) {
+		done = append(done, cc.expectWrite(key))
 	}
 	obj, err := do()
 	for _, d := range done {
@@ -160,7 +210,7 @@ func (c *Client[T]) write(key Key, deleting bool, do func() (T, error)) (T, erro
 }
 
 func (c *Client[T]) checkNil(verb string, obj T) error {
-	if reflect.ValueOf(obj).IsNil() {
+	if v := reflect.ValueOf(obj); !v.IsValid() || v.IsNil() {
 		return fmt.Errorf("ctrl: %s %s: nil object", verb, c.b.Type)
 	}
 	return nil
@@ -195,14 +245,15 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 
 // UpdateStatus replaces the status of obj through the status subresource:
 // the server ignores every other change in obj. Like Update, it fails with a
-// conflict if the object changed since it was read.
+// conflict if the object changed since it was read. It returns an error if
+// the resource has no status subresource (see APIResource.Status).
 func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if err := c.checkNil("update status of", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)
 	if !c.b.Status {
-		return obj, fmt.Errorf("ctrl: update status of %s %s: the resource has no status subresource", c.b.Type, key)
+		return obj, c.wrap("update status of", key, c.noStatus())
 	}
 	out, err := c.write(key, false, func() (T, error) {
 		return c.b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
@@ -210,9 +261,17 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	return out, c.wrap("update status of", key, err)
 }
 
+func (c *Client[T]) noStatus() error {
+	if c.b.Builtin {
+		return errors.New("the resource has no status subresource")
+	}
+	return errors.New("the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one")
+}
+
 // Patch applies a patch to the object with key and returns the result. pt
 // is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
-// types.StrategicMergePatchType. For server-side apply use [Client.Apply].
+// types.StrategicMergePatchType. For server-side apply use [Client.Apply];
+// to patch what a function changed in an object, [Client.PatchFrom].
 func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
 	return c.patch(ctx, key, pt, data, "")
 }
@@ -233,7 +292,7 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	case pt == types.ApplyPatchType || pt == types.ApplyCBORPatchType:
 		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: use Client.Apply for server-side apply", verb, c.b.Type, key)
 	case sub == "status" && !c.b.Status:
-		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: the resource has no status subresource", verb, c.b.Type, key)
+		return binding.New[T](), c.wrap(verb, key, c.noStatus())
 	}
 	var subs []string
 	if sub != "" {
@@ -245,15 +304,117 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	return out, c.wrap(verb, key, err)
 }
 
+// PatchFrom writes the changes that turned old into obj, as a JSON merge
+// patch (controller-runtime's client.MergeFrom with its optimistic lock):
+// the patch carries old's resourceVersion, so if the object changed since
+// old was read the error is a conflict, and no concurrent change is
+// overwritten. Lists are replaced whole, as merge patches do. Status
+// changes are ignored by the server for resources with a status
+// subresource. With nothing changed it makes no request and returns obj.
+func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
+	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
+		return obj, err
+	}
+	key := KeyOf(old)
+	if KeyOf(obj) != key {
+		return obj, fmt.Errorf("ctrl: patch %s %s: the changed object is %s", c.b.Type, key, KeyOf(obj))
+	}
+	patch, err := mergePatch(old, obj)
+	if err != nil {
+		return obj, c.wrap("patch", key, err)
+	}
+	if patch == nil {
+		return obj, nil
+	}
+	return c.patch(ctx, key, types.MergePatchType, patch, "")
+}
+
+// Operation says what [Client.CreateOrPatch] did.
+type Operation string
+
+// The operations of CreateOrPatch.
+const (
+	OperationUnchanged Operation = "unchanged"
+	OperationCreated   Operation = "created"
+	OperationPatched   Operation = "patched"
+)
+
+// CreateOrPatch makes the object with key what mutate says: mutate receives
+// the cached object (a copy), or a new one with only its name and namespace
+// set, and changes it. A new object is created; a changed one is patched
+// with [Client.PatchFrom], so a concurrent change makes the write fail with
+// a conflict; an unchanged one is left alone. It returns the object as
+// written (or as it was) and what it did (controller-runtime's
+// controllerutil.CreateOrPatch). mutate must not change the name or
+// namespace. Without a cache of T that covers key, it reads the server.
+func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
+	if mutate == nil {
+		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
+	}
+	reader := c
+	if !c.uncached && !c.coveredByCache(key) {
+		reader = c.Uncached()
+	}
+	cur, err := reader.Get(ctx, key)
+	if apierrors.IsNotFound(err) {
+		obj := binding.New[T]()
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		if err := c.mutate(key, obj, mutate); err != nil {
+			return obj, OperationUnchanged, err
+		}
+		out, err := c.Create(ctx, obj)
+		if err != nil {
+			return obj, OperationUnchanged, err
+		}
+		return out, OperationCreated, nil
+	}
+	if err != nil {
+		return cur, OperationUnchanged, err
+	}
+	changed := cur.DeepCopyObject().(T)
+	if err := c.mutate(key, changed, mutate); err != nil {
+		return cur, OperationUnchanged, err
+	}
+	patch, err := mergePatch(cur, changed)
+	if err != nil || patch == nil {
+		return cur, OperationUnchanged, c.wrap("patch", key, err)
+	}
+	out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
+	if err != nil {
+		return cur, OperationUnchanged, err
+	}
+	return out, OperationPatched, nil
+}
+
+func (c *Client[T]) mutate(key Key, obj T, mutate func(T) error) error {
+	if err := mutate(obj); err != nil {
+		return fmt.Errorf("ctrl: create or patch %s %s: %w", c.b.Type, key, err)
+	}
+	if got := KeyOf(obj); got.Namespace != key.Namespace || got.Name != key.Name {
+		return fmt.Errorf("ctrl: create or patch %s %s: mutate changed the object's key to %s", c.b.Type, key, got)
+	}
+	return nil
+}
+
+func (c *Client[T]) coveredByCache(key Key) bool {
+	for _, cc := range cachesOf(c.m, c.b) {
+		if cc.covers(key) {
+			return true
+		}
+	}
+	return false
+}
+
 // ApplyOptions configure [Client.Apply].
 type ApplyOptions struct {
 	// FieldManager owns the applied fields. Default: the manager's
 	// Options.FieldManager.
 	FieldManager string
 	// Force takes ownership of fields other managers own instead of failing
-	// with a conflict.
+	// with a conflict. Default: off.
 	Force bool
-	// Status applies to the status subresource.
+	// Status applies to the status subresource. Default: off.
 	Status bool
 }
 
@@ -280,6 +441,9 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 	}
 	var subs []string
 	if opts.Status {
+		if !c.b.Status {
+			return obj, c.wrap("apply status of", key, c.noStatus())
+		}
 		subs = []string{"status"}
 	}
 	out, err := c.write(key, false, func() (T, error) {
@@ -297,53 +461,4 @@ func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptio
 		return binding.New[T](), c.b.Delete(ctx, key.Namespace, key.Name, opts)
 	})
 	return c.wrap("delete", key, err)
-}
-
-// IgnoreNotFound returns nil for an error that means the object does not
-// exist, and err otherwise.
-func IgnoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-func schemaGroup(apiVersion string) (string, error) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	return gv.Group, err
-}
-
-func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
-
-// Resource says where the API server serves a custom resource type: its
-// group, version and plural resource name, its kind, and its scope.
-type Resource struct {
-	Group    string // "example.com"
-	Version  string // "v1"
-	Resource string // the lower-case plural: "widgets"
-	// Kind defaults to the name of the Go type.
-	Kind       string
-	Namespaced bool
-}
-
-// Register records that the API server serves the custom resource type T as
-// r. T is a pointer to a struct that embeds metav1.TypeMeta and
-// metav1.ObjectMeta with JSON tags like a generated type, and implements
-// DeepCopyObject; nothing else is needed: no clientset, no scheme. Call it
-// once, before creating managers that use T, for example in an init
-// function. Registering T again with the same r does nothing; with another
-// r, or for a built-in type, it returns an error.
-func Register[T Object](r Resource) error {
-	err := binding.Register(binding.Info{
-		Type:       reflect.TypeFor[T](),
-		GVR:        schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
-		Kind:       r.Kind,
-		Namespaced: r.Namespaced,
-	})
-	if err != nil {
-		return fmt.Errorf("ctrl: %w", err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -16,10 +17,12 @@ import (
 )
 
 func TestClient(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), Dynamic: newWidgetFake()})
-	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), FakeDynamic: newWidgetFake()})
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
-	ws, err := ctrl.NewClient[*Widget](mgr)
+	ws, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	_, err = ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
 	key := ctrl.Key{Namespace: "ns", Name: "a"}
@@ -56,7 +59,7 @@ func TestClient(t *testing.T) {
 		t.Errorf("apply: got data %v", applied.Data)
 	}
 	waitIdle(t, mgr)
-	live, err := cms.Live().Get(ctx, ctrl.Key{Namespace: "ns", Name: "b"})
+	live, err := cms.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "b"})
 	must(t, err)
 	cached, err := cms.Get(ctx, ctrl.Key{Namespace: "ns", Name: "b"})
 	must(t, err)
@@ -98,15 +101,23 @@ func TestClient(t *testing.T) {
 	waitIdle(t, mgr)
 }
 
-func TestClientOutsideNamespace(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("other", "a")), Namespace: "ns"})
-	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+// TestClientWithoutCache checks that a cached read no cache covers is an
+// error that says what to do, and that a client never creates a cache.
+func TestClientWithoutCache(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("other", "a")), Namespace: "ns"})
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	_, err = ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"app": "web"})})
 	must(t, err)
 	ctx := start(t, mgr)
-	if _, err := cms.Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err == nil || !strings.Contains(err.Error(), "use Client.Live") {
-		t.Errorf("cached Get outside the manager's namespace: got %v, want a hint to use Live", err)
+	want := `no cache of *v1.ConfigMap (configmaps) holds other/a (caches: *v1.ConfigMap (configmaps) in namespace "ns" with labels "app=web"): add one with ctrl.NewCache, or read with Client.Uncached`
+	if _, err := cms.Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("cached Get outside every cache:\ngot  %v\nwant %s", err, want)
 	}
-	if _, err := cms.Live().Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err != nil {
+	if _, err := cms.List(ctx, ctrl.ListOptions{}); err == nil || !strings.Contains(err.Error(), `holds namespace "ns"`) {
+		t.Errorf("cached List outside every cache: got %v, want an error naming the namespace", err)
+	}
+	if _, err := cms.Uncached().Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err != nil {
 		t.Errorf("live Get outside the manager's namespace: %v", err)
 	}
 	var _ context.Context = ctx

@@ -43,7 +43,7 @@ func noop(context.Context, *corev1.ConfigMap) (ctrl.Result, error) { return ctrl
 
 func TestWiringErrors(t *testing.T) {
 	type unregistered struct{ Widget }
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset()})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
 	_, err := ctrl.NewController(mgr, "taken", noop, ctrl.ControllerOptions{})
 	must(t, err)
 	tests := []struct {
@@ -65,15 +65,11 @@ func TestWiringErrors(t *testing.T) {
 			_, err := ctrl.NewCache[*authenticationv1.TokenReview](mgr, ctrl.CacheOptions{})
 			return err
 		}(), "*v1.TokenReview (tokenreviews.authentication.k8s.io): the resource cannot be listed or watched"},
-		{"custom resource without a dynamic client", func() error { _, err := ctrl.NewClient[*Widget](mgr); return err }(),
+		{"custom resource without a dynamic client", func() error { _, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{}); return err }(),
 			"*ctrl_test.Widget (widgets.example.com/v1): no client serves custom resources"},
-		{"bad label selector", func() error {
-			_, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{LabelSelector: "a b"})
-			return err
-		}(), "label selector"},
 		{"no client", func() error { _, err := ctrl.NewManager(ctrl.Options{}); return err }(), "set Options.Config"},
-		{"built-in registration", ctrl.Register[*corev1.Pod](ctrl.Resource{Version: "v1", Resource: "pods"}), "built-in type"},
-		{"conflicting registration", ctrl.Register[*Widget](ctrl.Resource{Group: "other.com", Version: "v1", Resource: "widgets"}), "already registered"},
+		{"built-in registration", ctrl.Register[*corev1.Pod](ctrl.APIResource{Version: "v1", Resource: "pods"}), "built-in type"},
+		{"conflicting registration", ctrl.Register[*Widget](ctrl.APIResource{Group: "other.com", Version: "v1", Resource: "widgets"}), "already registered"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,7 +81,7 @@ func TestWiringErrors(t *testing.T) {
 }
 
 func TestWiringAfterStart(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset()})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
 	c, err := ctrl.NewController(mgr, "cm", noop, ctrl.ControllerOptions{})
 	must(t, err)
 	start(t, mgr)
@@ -100,7 +96,7 @@ func TestWiringAfterStart(t *testing.T) {
 		{"Owns", ctrl.Owns[*corev1.Secret](c)},
 		{"FilterUpdates", c.FilterUpdates(ctrl.GenerationChanged)},
 		{"OnDelete", c.OnDelete(func(context.Context, *corev1.ConfigMap) error { return nil })},
-		{"Finalizer", c.Finalizer("example.com/f", func(context.Context, *corev1.ConfigMap) error { return nil })},
+		{"Finalizer", c.OnFinalize("example.com/f", func(context.Context, *corev1.ConfigMap) error { return nil })},
 		{"SetTransform", c.Cache().SetTransform(func(cm *corev1.ConfigMap) *corev1.ConfigMap { return cm })},
 	}
 	for _, tt := range tests {
@@ -112,19 +108,19 @@ func TestWiringAfterStart(t *testing.T) {
 	}
 }
 
-func TestFinalizerName(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset()})
+func TestOnFinalizeName(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
 	c, err := ctrl.NewController(mgr, "cm", noop, ctrl.ControllerOptions{})
 	must(t, err)
 	fin := func(context.Context, *corev1.ConfigMap) error { return nil }
 	for _, name := range []string{"", "cleanup", "Example.com/Bad Name"} {
-		if err := c.Finalizer(name, fin); err == nil {
-			t.Errorf("Finalizer(%q): got no error", name)
+		if err := c.OnFinalize(name, fin); err == nil {
+			t.Errorf("OnFinalize(%q): got no error", name)
 		}
 	}
-	must(t, c.Finalizer("example.com/cleanup", fin))
-	if err := c.Finalizer("example.com/other", fin); err == nil || !strings.Contains(err.Error(), "already set") {
-		t.Errorf("second Finalizer: got %v, want already set", err)
+	must(t, c.OnFinalize("example.com/cleanup", fin))
+	if err := c.OnFinalize("example.com/other", fin); err == nil || !strings.Contains(err.Error(), `already owns finalizer "example.com/cleanup"`) {
+		t.Errorf("second OnFinalize: got %v, want already owns", err)
 	}
 }
 
@@ -170,7 +166,7 @@ func TestResults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+				mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 				var calls atomic.Int32
 				_, err := ctrl.NewController(mgr, "results", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 					return tt.reconcile(int(calls.Add(1)))
@@ -207,7 +203,7 @@ func TestResults(t *testing.T) {
 // manager busy and one due later does not.
 func TestWaitIdleHorizon(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 		var calls atomic.Int32
 		_, err := ctrl.NewController(mgr, "requeue", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 			if calls.Add(1) == 1 {
@@ -259,7 +255,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, series string) float64 
 }
 
 func TestOnDelete(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
 	var mu sync.Mutex
 	var gone []string
 	c, err := ctrl.NewController(mgr, "deletes", noop, ctrl.ControllerOptions{})
@@ -270,7 +266,7 @@ func TestOnDelete(t *testing.T) {
 		gone = append(gone, fmt.Sprintf("%s uid=%s data=%v", ctrl.KeyOf(cm), cm.UID, cm.Data))
 		return nil
 	}))
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
@@ -298,7 +294,7 @@ func TestWatchesAndFilterUpdates(t *testing.T) {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"for": target}}}
 	}
 	cs := fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"), secret("s", "a"))
-	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
 	var mu sync.Mutex
 	counts := map[string]int{}
 	c, err := ctrl.NewController(mgr, "mapped", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -314,9 +310,9 @@ func TestWatchesAndFilterUpdates(t *testing.T) {
 	must(t, ctrl.Watches(c, secrets, func(s *corev1.Secret) []ctrl.Key {
 		return []ctrl.Key{{Namespace: s.Namespace, Name: s.Labels["for"]}}
 	}))
-	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
-	ss, err := ctrl.NewClient[*corev1.Secret](mgr)
+	ss, err := ctrl.NewClient[*corev1.Secret](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
@@ -367,7 +363,7 @@ func TestOneWorkerPerKey(t *testing.T) {
 	for i := range 4 {
 		objs = append(objs, configMap("ns", fmt.Sprint(i)))
 	}
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(objs...)})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(objs...)})
 	var mu sync.Mutex
 	inFlight := map[string]bool{}
 	var overlaps, total atomic.Int32
@@ -388,7 +384,7 @@ func TestOneWorkerPerKey(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Workers: 8, RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[ctrl.Key](0, 0)})
 	must(t, err)
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
 	for i := range 50 {
@@ -412,7 +408,7 @@ func TestReconcileLogger(t *testing.T) {
 		lines = append(lines, args)
 		mu.Unlock()
 	}, funcr.Options{})
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), Logger: log})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), Logger: log})
 	_, err := ctrl.NewController(mgr, "logging", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		logr.FromContextOrDiscard(ctx).Info("hello")
 		return ctrl.Result{}, nil
@@ -437,7 +433,7 @@ func TestReconcileLogger(t *testing.T) {
 
 func TestShutdown(t *testing.T) {
 	t.Run("in-flight reconcile finishes", func(t *testing.T) {
-		mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 		entered, release := make(chan struct{}), make(chan struct{})
 		var finished atomic.Bool
 		_, err := ctrl.NewController(mgr, "slow", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -469,7 +465,7 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
-		mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a")), ShutdownTimeout: 50 * time.Millisecond})
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), ShutdownTimeout: 50 * time.Millisecond})
 		entered := make(chan struct{})
 		_, err := ctrl.NewController(mgr, "stuck", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 			close(entered)
@@ -491,7 +487,7 @@ func TestShutdown(t *testing.T) {
 func TestDeepCopy(t *testing.T) {
 	for _, unsafe := range []bool{false, true} {
 		t.Run(fmt.Sprintf("UnsafeDisableDeepCopy=%t", unsafe), func(t *testing.T) {
-			mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(configMap("ns", "a"))})
+			mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 			var c *ctrl.Controller[*corev1.ConfigMap]
 			var shared atomic.Bool
 			c, err := ctrl.NewController(mgr, "copies", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -520,7 +516,7 @@ func TestListBacklog(t *testing.T) {
 		objs = append(objs, configMap("ns", fmt.Sprintf("cm-%04d", i)))
 	}
 	reg := prometheus.NewRegistry()
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(objs...), Registerer: reg})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(objs...), Registerer: reg})
 	var mu sync.Mutex
 	var order []string
 	release := make(chan struct{})
@@ -535,7 +531,7 @@ func TestListBacklog(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Workers: 1})
 	must(t, err)
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
 

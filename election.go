@@ -40,11 +40,12 @@ type LeaderElection struct {
 	RetryPeriod time.Duration
 }
 
-// electionConfig fills in the defaults and checks the durations.
-func (m *Manager) electionConfig() (leader.Config, error) {
-	le := m.opts.LeaderElection
+// electionConfig fills in the defaults and checks the durations. The Lease
+// client is added by elect, once the manager runs.
+func electionConfig(opts Options) (*leader.Config, error) {
+	le := opts.LeaderElection
 	if le.Namespace == "" {
-		le.Namespace = m.opts.Namespace
+		le.Namespace = opts.Namespace
 	}
 	if le.Namespace == "" {
 		le.Namespace = "default"
@@ -62,35 +63,33 @@ func (m *Manager) electionConfig() (leader.Config, error) {
 	if le.RetryPeriod == 0 {
 		le.RetryPeriod = 2 * time.Second
 	}
-	b, err := bind[*coordinationv1.Lease](m)
-	if err != nil {
-		return leader.Config{}, err
-	}
-	status := m.metrics.LeaderStatus.WithLabelValues(le.Name)
-	status.Set(0)
-	cfg := leader.Config{
+	cfg := &leader.Config{
 		Name:          le.Name,
+		Namespace:     le.Namespace,
 		Identity:      le.Identity,
 		LeaseDuration: le.LeaseDuration,
 		RenewDeadline: le.RenewDeadline,
 		RetryPeriod:   le.RetryPeriod,
-		Leases:        leases{b, le.Namespace},
-		Log:           m.log.WithValues("lease", le.Namespace+"/"+le.Name),
-		OnStatus: func(leading bool) {
-			status.Set(map[bool]float64{true: 1, false: 0}[leading])
-		},
+		Log:           opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name),
 	}
 	if err := cfg.Validate(); err != nil {
-		return leader.Config{}, fmt.Errorf("ctrl: leader election: %w", err)
+		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
 	}
 	return cfg, nil
 }
 
 // elect campaigns for the Lease and runs the controllers while it holds it.
-func (m *Manager) elect(run, ctx context.Context, ctrls []worker) error {
-	cfg, err := m.electionConfig()
+func (m *Manager) elect(run, ctx context.Context, ctrls []managedController) error {
+	b, err := bind[*coordinationv1.Lease](m, APIResource{})
 	if err != nil {
 		return err
+	}
+	cfg := *m.election
+	cfg.Leases = leases{b, cfg.Namespace}
+	status := m.metrics.LeaderStatus.WithLabelValues(cfg.Name)
+	status.Set(0)
+	cfg.OnStatus = func(leading bool) {
+		status.Set(map[bool]float64{true: 1, false: 0}[leading])
 	}
 	m.log.Info("waiting to become leader", "lease", cfg.Name, "identity", cfg.Identity)
 	var leadErr error

@@ -16,9 +16,10 @@ import (
 // Recorder emits Kubernetes Events about objects of type T, the ones
 // `kubectl describe` shows. Events go through client-go's event recorder,
 // which aggregates repeats and rate-limits spam, and are sent in the
-// background: emitting never blocks and never fails the caller. Events
-// emitted before [Manager.Start] or after it returns are dropped. A Recorder
-// is safe for concurrent use.
+// background: emitting never blocks and never fails the caller. A Recorder
+// may be created before or after [Manager.Start]; events emitted before
+// Start or after it returns are dropped. A Recorder is safe for concurrent
+// use.
 type Recorder[T Object] struct {
 	m      *Manager
 	info   binding.Info
@@ -37,7 +38,7 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if component == "" {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: empty component", info)
 	}
-	events, err := bind[*corev1.Event](m)
+	events, err := bind[*corev1.Event](m, APIResource{})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
@@ -73,39 +74,43 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	rec.Eventf(ref, eventType, reason, format, args...)
 }
 
-// eventSink is the manager's side of events: one broadcaster while Start
-// runs, and a recorder per component.
+// eventSink is the manager's side of events: while Start runs, one
+// broadcaster, started by the first event, and a recorder per component.
 type eventSink struct {
 	b           *binding.Binding[*corev1.Event]
+	running     bool
 	broadcaster record.EventBroadcaster
 	recorders   map[string]record.EventRecorder
 }
 
-// startEvents starts the broadcaster if a Recorder was created, and returns
-// the function that stops it.
+// startEvents lets recorders send events, and returns the function that
+// stops the broadcaster, flushing what it holds.
 func (m *Manager) startEvents() func() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.events.b == nil {
-		return func() {}
-	}
-	bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
-	bc.StartRecordingToSink(sink{m.events.b})
-	m.events.broadcaster = bc
-	m.events.recorders = map[string]record.EventRecorder{}
+	m.events.running = true
+	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
-		m.events.broadcaster, m.events.recorders = nil, nil
+		bc := m.events.broadcaster
+		m.events.running, m.events.broadcaster, m.events.recorders = false, nil, nil
 		m.mu.Unlock()
-		bc.Shutdown()
+		if bc != nil {
+			bc.Shutdown()
+		}
 	}
 }
 
 func (m *Manager) recorder(component string) record.EventRecorder {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.events.broadcaster == nil {
+	if !m.events.running || m.events.b == nil {
 		return nil
+	}
+	if m.events.broadcaster == nil {
+		bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
+		bc.StartRecordingToSink(sink{m.events.b})
+		m.events.broadcaster = bc
+		m.events.recorders = map[string]record.EventRecorder{}
 	}
 	rec, ok := m.events.recorders[component]
 	if !ok {

@@ -29,7 +29,7 @@ func ExampleWatches() {
 	}
 	clientset := fake.NewClientset(deploy("web", "web-config"), deploy("api", "api-config"),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-config"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +78,7 @@ func ExampleWatches() {
 		panic(err)
 	}
 	started = true // print only what the change causes
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -100,7 +100,7 @@ func ExampleWatches() {
 // the cache saw.
 func ExampleController_OnDelete() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}, Data: map[string]string{"mode": "fast"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -117,7 +117,7 @@ func ExampleController_OnDelete() {
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -146,7 +146,7 @@ func ExampleController_OnDelete() {
 // bump metadata.generation are skipped.
 func ExampleController_FilterUpdates() {
 	clientset := fake.NewClientset(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Generation: 1}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -160,7 +160,7 @@ func ExampleController_FilterUpdates() {
 	if err := c.FilterUpdates(ctrl.GenerationChanged); err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*appsv1.Deployment](mgr)
+	client, err := ctrl.NewClient[*appsv1.Deployment](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -197,11 +197,11 @@ func ExampleController_FilterUpdates() {
 
 // Server-side apply: state the fields this program owns.
 func ExampleClient_Apply() {
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: fake.NewClientset()})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset()})
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -222,11 +222,11 @@ func ExampleClient_Apply() {
 // types too.
 func ExampleClient_Patch() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -241,22 +241,22 @@ func ExampleClient_Patch() {
 }
 
 // Read without a cache, for a type the program does not want to watch.
-func ExampleClient_Live() {
+func ExampleClient_Uncached() {
 	clientset := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "token"}, Data: map[string][]byte{"t": []byte("s3cr3t")}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
-	secrets, err := ctrl.NewClient[*corev1.Secret](mgr)
+	secrets, err := ctrl.NewClient[*corev1.Secret](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
-	s, err := secrets.Live().Get(context.Background(), ctrl.Key{Namespace: "default", Name: "token"})
+	s, err := secrets.Uncached().Get(context.Background(), ctrl.Key{Namespace: "default", Name: "token"})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(len(s.Data["t"]), "bytes")
-	_, err = secrets.Live().Get(context.Background(), ctrl.Key{Namespace: "default", Name: "missing"})
+	_, err = secrets.Uncached().Get(context.Background(), ctrl.Key{Namespace: "default", Name: "missing"})
 	fmt.Println(apierrors.IsNotFound(err), ctrl.IgnoreNotFound(err) == nil)
 	// Output:
 	// 6 bytes
@@ -266,7 +266,7 @@ func ExampleClient_Live() {
 // A terminal error is not retried: the object waits for its next change.
 func ExampleTerminal() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "bad"}, Data: map[string]string{"port": "http"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -298,7 +298,7 @@ func ExampleTerminal() {
 // changes.
 func ExampleResult() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "lease"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -354,7 +354,7 @@ func ExampleKeyOf() {
 // Emit Events about the objects a controller handles.
 func ExampleNewRecorder() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings", UID: "1"}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
@@ -376,12 +376,12 @@ func ExampleNewRecorder() {
 		panic(err)
 	}
 	// Events are sent in the background: poll for this one.
-	all, err := ctrl.NewClient[*corev1.Event](mgr)
+	all, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
 	for {
-		list, err := all.Live().List(ctx, ctrl.ListOptions{Namespace: "default"})
+		list, err := all.Uncached().List(ctx, ctrl.ListOptions{Namespace: "default"})
 		if err != nil {
 			panic(err)
 		}

@@ -23,11 +23,11 @@ func Example() {
 	clientset := fake.NewClientset(
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}, Data: map[string]string{"a": "1", "b": "2"}},
 	)
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
-	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -73,11 +73,11 @@ func ExampleOwns() {
 	clientset := fake.NewClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments", UID: "ns-1", Labels: map[string]string{"team": "blue"}}},
 	)
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
-	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -153,7 +153,7 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true}); err != nil {
+	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
 		panic(err)
 	}
 }
@@ -168,11 +168,11 @@ func newWidgetFake() *dynamicfake.FakeDynamicClient {
 // A custom resource type, registered once, served in tests by client-go's
 // fake dynamic client and in production by a real API server.
 func ExampleRegister() {
-	mgr, err := ctrl.NewManager(ctrl.Options{Dynamic: newWidgetFake()})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*Widget](mgr)
+	client, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -206,11 +206,11 @@ func ExampleRegister() {
 // written through the status subresource. Each write is an event that
 // reconciles the Widget again, until it reaches the last phase.
 func ExampleClient_UpdateStatus() {
-	mgr, err := ctrl.NewManager(ctrl.Options{Dynamic: newWidgetFake()})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*Widget](mgr)
+	client, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -250,12 +250,12 @@ func ExampleClient_UpdateStatus() {
 
 // A finalizer: the controller adds it to every Widget, and when a Widget is
 // deleted, cleans up before the finalizer is removed and the Widget goes.
-func ExampleController_Finalizer() {
-	mgr, err := ctrl.NewManager(ctrl.Options{Dynamic: newWidgetFake()})
+func ExampleController_OnFinalize() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
 		panic(err)
 	}
-	client, err := ctrl.NewClient[*Widget](mgr)
+	client, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -270,7 +270,7 @@ func ExampleController_Finalizer() {
 	if err := c.FilterUpdates(ctrl.GenerationChanged); err != nil {
 		panic(err)
 	}
-	err = c.Finalizer("example.com/cleanup", func(ctx context.Context, w *Widget) error {
+	err = c.OnFinalize("example.com/cleanup", func(ctx context.Context, w *Widget) error {
 		fmt.Printf("cleaning up after %s\n", w.Name)
 		return nil
 	})
@@ -300,7 +300,7 @@ func ExampleController_Finalizer() {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	w, err = client.Live().Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
+	w, err = client.Uncached().Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
 	if err != nil {
 		panic(err)
 	}
@@ -321,7 +321,7 @@ func ExampleCache_AddIndex() {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
 	}
 	clientset := fake.NewClientset(pod("a", "node-1"), pod("b", "node-2"), pod("c", "node-1"))
-	mgr, err := ctrl.NewManager(ctrl.Options{Clientset: clientset})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -22,26 +23,28 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
-// Clientset and Dynamic to run against client-go's fakes. The zero value of
-// every other field means its default.
+// FakeClientset and FakeDynamic to run against client-go's fakes. The zero
+// value of every other field means its default.
 type Options struct {
 	// Config reaches a real API server. Built-in types travel as protobuf,
 	// custom resources as JSON. Zero QPS and Burst mean 20 and 30, shared by
 	// all of the manager's requests.
 	Config *rest.Config
-	// Clientset serves built-in types in tests: pass client-go's
+	// FakeClientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
 	// built-in types. The fake does not replay deletions made between a
 	// cache's list and its watch, so ctrl reports a cache synced only once
 	// its watch is open.
-	Clientset FakeClientset
-	// Dynamic serves registered custom resources in tests: pass client-go's
-	// dynamic fake. It takes precedence over Config for custom resources.
-	Dynamic dynamic.Interface
+	FakeClientset FakeClientset
+	// FakeDynamic serves custom resources and *unstructured.Unstructured in
+	// tests: pass client-go's dynamicfake.NewSimpleDynamicClient(scheme,
+	// objects...). It takes precedence over Config for them.
+	FakeDynamic dynamic.Interface
 
 	// Namespace restricts caches of namespaced types to one namespace.
 	// Default: all namespaces.
@@ -86,10 +89,6 @@ type FakeClientset interface {
 	InvokesWatch(action clienttesting.Action) (watch.Interface, error)
 }
 
-// ErrStarted is returned by wiring calls made after [Manager.Start], and by
-// a second Start.
-var ErrStarted = errors.New("manager already started")
-
 // Manager owns the caches, clients and controllers of one program and runs
 // them. Create it with [NewManager], wire controllers to it, then call
 // [Manager.Start]. All methods are safe for concurrent use.
@@ -100,12 +99,15 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
+	election *leader.Config // nil without leader election
+	probe    serverProbe
+
 	mu          sync.Mutex
-	bindings    map[reflect.Type]any // *binding.Binding[T] by T
-	caches      map[cacheID]runner
-	cacheList   []runner
-	controllers map[string]worker
-	ctrlList    []worker
+	bindings    map[bindingID]any // *binding.Binding[T]
+	caches      map[cacheID]managedCache
+	cacheList   []managedCache
+	controllers map[string]managedController
+	ctrlList    []managedController
 	started     bool
 	running     context.Context // the caches' context while Start runs
 	startedCh   chan struct{}   // closed when the caches synced and workers run
@@ -114,13 +116,13 @@ type Manager struct {
 	events      eventSink
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
-	addrs       map[string]string // configured address -> bound address
+	endpoints   Endpoints
 	wg          sync.WaitGroup    // cache and server goroutines
 	activity    atomic.Uint64     // bumped by every change the idle check reads
 }
 
-// runner is the manager's view of a cache.
-type runner interface {
+// managedCache is the manager's view of a cache.
+type managedCache interface {
 	describe() string
 	run(ctx context.Context, log logr.Logger)
 	syncedChan() <-chan struct{}
@@ -128,21 +130,23 @@ type runner interface {
 	busy() string // why the cache is not idle, or ""
 }
 
-// worker is the manager's view of a controller.
-type worker interface {
+// managedController is the manager's view of a controller.
+type managedController interface {
 	name() string
-	caches() []runner
 	prepare()                             // freezes wiring, creates the queue
-	start(reconcileCtx context.Context)   // starts the workers
+	start(reconcileCtx context.Context)   // activates it and starts its workers
 	shutdown(timeout time.Duration) error // stops them, waits bounded
 	busy(horizon time.Duration) string    // why the controller is not idle, or ""
+	waiting() int                         // keys waiting for the API server
+	releaseWaiting()                      // queues them: the server is back
 }
 
 // NewManager returns a manager for opts. It returns an error if no client
-// is configured or the Config is invalid.
+// is configured, the Config is invalid, or leader election's durations
+// cannot keep two leaders apart.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Config == nil && opts.Clientset == nil && opts.Dynamic == nil {
-		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.Clientset or Options.Dynamic for fakes")
+	if opts.Config == nil && opts.FakeClientset == nil && opts.FakeDynamic == nil {
+		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = "ctrl"
@@ -156,12 +160,17 @@ func NewManager(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts:        opts,
 		log:         opts.Logger,
-		bindings:    map[reflect.Type]any{},
-		caches:      map[cacheID]runner{},
-		controllers: map[string]worker{},
-		addrs:       map[string]string{},
+		bindings:    map[bindingID]any{},
+		caches:      map[cacheID]managedCache{},
+		controllers: map[string]managedController{},
 		startedCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
+	}
+	if opts.LeaderElection.Name != "" {
+		var err error
+		if m.election, err = electionConfig(opts); err != nil {
+			return nil, err
+		}
 	}
 	reg := opts.Registerer
 	if reg == nil {
@@ -173,41 +182,78 @@ func NewManager(opts Options) (*Manager, error) {
 	if m.metrics, err = metrics.New(reg); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
-	m.clients = binding.Clients{Clientset: opts.Clientset, Dynamic: opts.Dynamic}
+	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
 	if cfg := opts.Config; cfg != nil {
-		cfg = rest.CopyConfig(cfg)
-		if cfg.QPS == 0 {
-			cfg.QPS = 20
-		}
-		if cfg.Burst == 0 {
-			cfg.Burst = 30
-		}
-		if cfg.RateLimiter == nil && cfg.QPS > 0 {
-			cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-		}
-		var httpClient *http.Client
-		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
+		if m.clients.Config, m.clients.HTTP, err = restClients(cfg); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
-		m.clients.Config, m.clients.HTTP = cfg, httpClient
 	}
 	return m, nil
 }
 
-// bind resolves T against the manager's clients, once per type.
-func bind[T Object](m *Manager) (*binding.Binding[T], error) {
-	t := reflect.TypeFor[T]()
+// restClients returns the manager's copy of cfg with ctrl's defaults, and
+// the HTTP client every request of the manager shares.
+func restClients(cfg *rest.Config) (*rest.Config, *http.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS = 20
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = 30
+	}
+	if cfg.RateLimiter == nil && cfg.QPS > 0 {
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, hc, nil
+}
+
+// bindingID identifies a binding: a Go type, and the resource for types
+// that serve any resource (*unstructured.Unstructured).
+type bindingID struct {
+	typ reflect.Type
+	gvr schema.GroupVersionResource
+}
+
+// bind resolves T against the manager's clients, once per type (and
+// resource, for *unstructured.Unstructured).
+func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
+	var info *binding.Info
+	if res != (APIResource{}) {
+		i := res.info(reflect.TypeFor[T]())
+		info = &i
+	}
+	id := bindingID{typ: reflect.TypeFor[T]()}
+	if info != nil {
+		id.gvr = info.GVR
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b, ok := m.bindings[t]; ok {
+	if b, ok := m.bindings[id]; ok {
 		return b.(*binding.Binding[T]), nil
 	}
-	b, err := binding.For[T](m.clients)
+	b, err := binding.For[T](m.clients, info)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
-	m.bindings[t] = b
+	m.bindings[id] = b
 	return b, nil
+}
+
+// cachesOf returns the manager's caches served by binding b.
+func cachesOf[T Object](m *Manager, b *binding.Binding[T]) []*Cache[T] {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Cache[T]
+	for _, c := range m.cacheList {
+		if cc, ok := c.(*Cache[T]); ok && cc.b == b {
+			out = append(out, cc)
+		}
+	}
+	return out
 }
 
 // Registry returns the registry holding the manager's metrics, or nil if
@@ -239,7 +285,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ctrl: Start: %w", ErrStarted)
 	}
 	m.started = true
-	ctrls := append([]worker(nil), m.ctrlList...)
+	ctrls := append([]managedController(nil), m.ctrlList...)
 	for _, c := range ctrls {
 		c.prepare()
 	}
@@ -270,7 +316,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	for _, c := range m.cacheList {
 		m.startCache(c)
 	}
-	caches := append([]runner(nil), m.cacheList...)
+	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -287,7 +333,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	if err := m.waitForSync(run, caches); err != nil {
 		return err
 	}
-	if m.opts.LeaderElection.Name == "" {
+	if m.election == nil {
 		err = m.lead(run, ctx, ctrls)
 	} else {
 		err = m.elect(run, ctx, ctrls)
@@ -306,7 +352,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 // lead runs the controllers until run is done, then shuts them down. ctx is
 // the caller's: if run ended without it (leadership lost, a fatal error),
 // running reconciles are canceled at once instead of finishing.
-func (m *Manager) lead(run, ctx context.Context, ctrls []worker) error {
+func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
 	for _, c := range ctrls {
@@ -342,7 +388,7 @@ func (m *Manager) fatal(err error) {
 
 // startCache runs a cache on the manager's running context. Called with
 // m.mu held.
-func (m *Manager) startCache(c runner) {
+func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
 	ctx, log := m.running, m.log.WithValues("cache", c.describe())
 	go func() {
@@ -353,7 +399,7 @@ func (m *Manager) startCache(c runner) {
 
 // waitForSync waits for every cache's first list. A resource the server
 // does not serve fails at once, since waiting will not help.
-func (m *Manager) waitForSync(ctx context.Context, caches []runner) error {
+func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
@@ -379,17 +425,4 @@ func (m *Manager) waitForSync(ctx context.Context, caches []runner) error {
 		}
 	}
 	return nil
-}
-
-// cachesOf returns the manager's caches of the type t.
-func (m *Manager) cachesOf(t reflect.Type) []runner {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []runner
-	for id, c := range m.caches {
-		if id.typ == t {
-			out = append(out, c)
-		}
-	}
-	return out
 }

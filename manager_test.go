@@ -36,30 +36,31 @@ func TestEndpoints(t *testing.T) {
 	tests := []struct {
 		name string
 		opts func(addr string) ctrl.Options
+		addr func(ctrl.Endpoints) string
 		path string
 		want []string
 	}{
-		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, "/metrics", []string{
+		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, func(e ctrl.Endpoints) string { return e.Metrics }, "/metrics", []string{
 			`controller_runtime_reconcile_total{controller="endpoints",result="success"} 1`,
 			`controller_runtime_max_concurrent_reconciles{controller="endpoints"} 1`,
 			`workqueue_adds_total{controller="endpoints",name="endpoints"} 1`,
 			`workqueue_depth{controller="endpoints",name="endpoints"} 0`,
 			"go_goroutines",
 		}},
-		{"readyz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, "/readyz", []string{"ok"}},
-		{"healthz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, "/healthz", []string{"ok"}},
-		{"pprof", func(a string) ctrl.Options { return ctrl.Options{PprofAddress: a} }, "/debug/pprof/", []string{"goroutine"}},
+		{"readyz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Endpoints) string { return e.Health }, "/readyz", []string{"ok"}},
+		{"healthz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Endpoints) string { return e.Health }, "/healthz", []string{"ok"}},
+		{"pprof", func(a string) ctrl.Options { return ctrl.Options{PprofAddress: a} }, func(e ctrl.Endpoints) string { return e.Pprof }, "/debug/pprof/", []string{"goroutine"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := tt.opts("127.0.0.1:0")
-			opts.Clientset = fake.NewClientset(configMap("ns", "a"))
+			opts.FakeClientset = fake.NewClientset(configMap("ns", "a"))
 			mgr := newManager(t, opts)
 			_, err := ctrl.NewController(mgr, "endpoints", noop, ctrl.ControllerOptions{})
 			must(t, err)
 			start(t, mgr)
 			waitIdle(t, mgr)
-			code, body := get(t, "http://"+mgr.Addr("127.0.0.1:0")+tt.path)
+			code, body := get(t, "http://"+tt.addr(mgr.Endpoints())+tt.path)
 			if code != http.StatusOK {
 				t.Fatalf("GET %s: got status %d, want 200: %s", tt.path, code, body)
 			}
@@ -82,14 +83,14 @@ func failingWidgets(err error) *dynamicfake.FakeDynamicClient {
 
 func TestReadyzBeforeSync(t *testing.T) {
 	forbidden := apierrors.NewForbidden(widgets.GroupResource(), "", errors.New("no"))
-	mgr := newManager(t, ctrl.Options{Dynamic: failingWidgets(forbidden), HealthAddress: "127.0.0.1:0", SyncTimeout: time.Hour})
-	_, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Namespace: "ns"})
+	mgr := newManager(t, ctrl.Options{FakeDynamic: failingWidgets(forbidden), HealthAddress: "127.0.0.1:0", SyncTimeout: time.Hour})
+	_, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Namespaces: []string{"ns"}})
 	must(t, err)
 	ctx := start(t, mgr)
 	var code int
 	var body string
 	for deadline := time.Now().Add(time.Minute); ctx.Err() == nil && time.Now().Before(deadline); {
-		if addr := mgr.Addr("127.0.0.1:0"); addr != "" {
+		if addr := mgr.Endpoints().Health; addr != "" {
 			if code, body = get(t, "http://"+addr+"/readyz"); code != 0 {
 				break
 			}
@@ -115,9 +116,9 @@ func TestSyncErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mgr := newManager(t, ctrl.Options{Dynamic: failingWidgets(tt.err), SyncTimeout: 300 * time.Millisecond})
+			mgr := newManager(t, ctrl.Options{FakeDynamic: failingWidgets(tt.err), SyncTimeout: 300 * time.Millisecond})
 			_, err := ctrl.NewController(mgr, "w", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil },
-				ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespace: "ns"}})
+				ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{"ns"}}})
 			must(t, err)
 			err = mgr.Start(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -134,7 +135,7 @@ func TestBindError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	defer ln.Close()
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(), MetricsAddress: ln.Addr().String()})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(), MetricsAddress: ln.Addr().String()})
 	err = mgr.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("Start with a taken port: got %v, want an address-in-use error", err)
@@ -143,7 +144,7 @@ func TestBindError(t *testing.T) {
 
 func TestRecorder(t *testing.T) {
 	cs := fake.NewClientset(configMap("ns", "a"))
-	mgr := newManager(t, ctrl.Options{Clientset: cs})
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
 	rec, err := ctrl.NewRecorder[*corev1.ConfigMap](mgr, "recorder-test")
 	must(t, err)
 	_, err = ctrl.NewController(mgr, "recorder", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -153,11 +154,11 @@ func TestRecorder(t *testing.T) {
 	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
-	events, err := ctrl.NewClient[*corev1.Event](mgr)
+	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		list, err := events.Live().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
 		must(t, err)
 		if len(list) == 1 {
 			e := list[0]
@@ -176,17 +177,17 @@ func TestRecorder(t *testing.T) {
 
 func TestLeaderElectionOnFake(t *testing.T) {
 	cs := fake.NewClientset(configMap("ns", "a"))
-	mgr := newManager(t, ctrl.Options{Clientset: cs, Namespace: "ns",
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "ns",
 		LeaderElection: ctrl.LeaderElection{Name: "test-lock", Identity: "me", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}})
 	_, err := ctrl.NewController(mgr, "leader", noop, ctrl.ControllerOptions{})
 	must(t, err)
-	leases, err := ctrl.NewClient[*coordinationv1.Lease](mgr)
+	leases, err := ctrl.NewClient[*coordinationv1.Lease](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	waitIdle(t, mgr)
-	l, err := leases.Live().Get(ctx, ctrl.Key{Namespace: "ns", Name: "test-lock"})
+	l, err := leases.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "test-lock"})
 	must(t, err)
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "me" {
 		t.Errorf("while leading: got holder %v, want me", l.Spec.HolderIdentity)
@@ -196,7 +197,7 @@ func TestLeaderElectionOnFake(t *testing.T) {
 	}
 	cancel()
 	must(t, <-done)
-	l, err = leases.Live().Get(context.Background(), ctrl.Key{Namespace: "ns", Name: "test-lock"})
+	l, err = leases.Uncached().Get(context.Background(), ctrl.Key{Namespace: "ns", Name: "test-lock"})
 	must(t, err)
 	if l.Spec.HolderIdentity != nil {
 		t.Errorf("after a clean stop: got holder %q, want none (released)", *l.Spec.HolderIdentity)
@@ -205,9 +206,8 @@ func TestLeaderElectionOnFake(t *testing.T) {
 }
 
 func TestLeaderElectionValidation(t *testing.T) {
-	mgr := newManager(t, ctrl.Options{Clientset: fake.NewClientset(),
+	_, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(),
 		LeaderElection: ctrl.LeaderElection{Name: "x", LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}})
-	err := mgr.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "LeaseDuration 1s must be longer than RenewDeadline 2s") {
 		t.Errorf("got %v, want a duration error", err)
 	}

@@ -1,6 +1,7 @@
 package ctrl
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,46 +19,84 @@ type RateLimiter = workqueue.TypedRateLimiter[Key]
 // ControllerOptions.RateLimiter is set, the same as controller-runtime's:
 // the larger of a per-key exponential backoff from 5 ms to 1000 s and an
 // overall token bucket of 10 retries per second with a burst of 100.
+//
+// The per-key backoff keeps one broken object from spinning; the bucket
+// protects the API server from a controller whose every reconcile fails at
+// once, as after a bad rollout. Its cost is that N keys failing together
+// are retried over about N/10 seconds. That is why a controller does not
+// pass it the failures that only mean the API server was unreachable, nor
+// conflicts: an outage would otherwise book every key's retry into the
+// future (10,000 keys: a quarter of an hour after a five-second outage).
+// Those keys wait for the server instead and are retried within a second
+// or two of it answering again; conflicts are retried after a per-key
+// backoff alone.
 func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }
 
 // queue is a controller's work queue: client-go's delaying workqueue of
 // keys, which de-duplicates keys and never hands the same key to two workers
-// at once, plus the bookkeeping the idle check needs: how many keys are
-// being processed, and when the earliest delayed key is due.
+// at once, plus what the workqueue cannot carry: the causes of each queued
+// key, the backlog of listed keys, the keys waiting for the API server, and
+// the bookkeeping the idle check needs (keys in processing, and when the
+// earliest delayed key is due).
 type queue struct {
 	workqueue.TypedDelayingInterface[Key]
-	limiter RateLimiter
+	limiter   RateLimiter // errors
+	conflicts RateLimiter // conflicts: per-key backoff, no shared budget
 
 	// processing counts keys handed out by Get and not yet Done. It changes
 	// inside the workqueue's lock, together with the queue itself (see
 	// counting), so Len() == 0 && processing == 0 is exact.
 	processing atomic.Int64
 
-	mu  sync.Mutex
-	due map[Key]time.Time // delayed keys not yet handed out; earliest time per key
+	mu       sync.Mutex
+	causes   map[Key]*Causes // causes of keys queued since their last get
+	due      map[Key]delayed // delayed keys not yet handed out
+	waiting  map[Key]struct{}  // keys waiting for the API server
+	released map[Key]time.Time // keys the server's return released, and when
 
-	// The backlog holds the keys of objects that a list added (the initial
-	// list above all) until the queue has room for them: at most
-	// backlogWindow keys wait in the queue, and the rest come in as workers
-	// take keys. Changes that arrive meanwhile go straight into the queue,
-	// so they are served before the rest of the list, and the workqueue's
-	// own sets and maps, which never shrink, stay the size of the window
-	// instead of growing to the size of the list. workqueue_depth counts
-	// the backlog too; workqueue_queue_duration_seconds starts when a key
-	// enters the queue proper.
+	// The backlog holds the keys of objects that a list added or changed
+	// (the initial list above all, a relist, a resync) until the queue has
+	// room for them: at most backlogWindow keys wait in the queue, and the
+	// rest come in as workers take keys. Changes that arrive meanwhile go
+	// straight into the queue, so they are served before the rest of the
+	// list, and the workqueue's own sets and maps, which never shrink, stay
+	// the size of the window instead of growing to the size of the list.
+	// workqueue_depth counts the backlog too; workqueue_queue_duration_seconds
+	// starts when a key enters the queue proper.
 	backlogMu  sync.Mutex
-	backlog    []Key
-	backlogLen atomic.Int64 // len(backlog), stored after its keys are in the queue
+	backlog    []batch
+	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue
 	depth      workqueue.GaugeMetric
+}
+
+// delayed is a key added with a delay: when it is due and why.
+type delayed struct {
+	at     time.Time
+	reason Reason
+}
+
+// batch is keys that entered the backlog together, with their cause. When
+// self is set each key's cause names the key's own object.
+type batch struct {
+	keys  []Key
+	cause Cause
+	self  bool
 }
 
 // backlogWindow is how many keys the queue holds before the backlog waits.
 const backlogWindow = 128
 
 func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider, activity *atomic.Uint64) *queue {
-	q := &queue{limiter: limiter, due: map[Key]time.Time{}}
+	q := &queue{
+		limiter:   limiter,
+		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](5*time.Millisecond, 1000*time.Second),
+		causes:    map[Key]*Causes{},
+		due:       map[Key]delayed{},
+		waiting:   map[Key]struct{}{},
+		released:  map[Key]time.Time{},
+	}
 	q.TypedDelayingInterface = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
 		Name:            name,
 		MetricsProvider: counting{provider, &q.processing, activity, &q.depth},
@@ -65,19 +104,32 @@ func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvid
 	return q
 }
 
+// add queues key for cause.
+func (q *queue) add(key Key, cause Cause) {
+	q.mu.Lock()
+	q.noteLocked(key, cause)
+	q.mu.Unlock()
+	q.Add(key)
+}
+
+func (q *queue) noteLocked(key Key, cause Cause) {
+	cs := q.causes[key]
+	if cs == nil {
+		cs = &Causes{}
+		q.causes[key] = cs
+	}
+	cs.add(cause)
+}
+
 // addBacklog adds keys to the backlog, and as many to the queue as fit.
-func (q *queue) addBacklog(keys []Key) {
-	if len(keys) == 0 {
+func (q *queue) addBacklog(b batch) {
+	if len(b.keys) == 0 {
 		return
 	}
 	q.backlogMu.Lock()
-	if len(q.backlog) == 0 {
-		q.backlog = keys
-	} else {
-		q.backlog = append(q.backlog, keys...)
-	}
-	q.backlogLen.Store(int64(len(q.backlog)))
-	q.addDepth(len(keys))
+	q.backlog = append(q.backlog, b)
+	q.backlogLen.Add(int64(len(b.keys)))
+	q.addDepth(len(b.keys))
 	q.backlogMu.Unlock()
 	q.feed()
 }
@@ -91,20 +143,37 @@ func (q *queue) feed() {
 	}
 	q.backlogMu.Lock()
 	defer q.backlogMu.Unlock()
-	n := min(len(q.backlog), backlogWindow-q.Len())
-	if n <= 0 {
-		return
+	room := backlogWindow - q.Len()
+	moved := 0
+	for room > 0 && len(q.backlog) > 0 {
+		b := &q.backlog[0]
+		n := min(len(b.keys), room)
+		q.mu.Lock()
+		for _, k := range b.keys[:n] {
+			c := b.cause
+			if b.self {
+				c.Object = k
+			}
+			q.noteLocked(k, c)
+		}
+		q.mu.Unlock()
+		for _, k := range b.keys[:n] {
+			q.Add(k)
+		}
+		clear(b.keys[:n])
+		b.keys = b.keys[n:]
+		if len(b.keys) == 0 {
+			q.backlog[0] = batch{} // let the list's array go
+			q.backlog = q.backlog[1:]
+		}
+		room -= n
+		moved += n
 	}
-	for _, k := range q.backlog[:n] {
-		q.Add(k)
-	}
-	q.addDepth(-n) // the queue counted those it did not already hold
-	clear(q.backlog[:n])
-	q.backlog = q.backlog[n:]
 	if len(q.backlog) == 0 {
-		q.backlog = nil // let the list's array go
+		q.backlog = nil
 	}
-	q.backlogLen.Store(int64(len(q.backlog)))
+	q.addDepth(-moved) // the queue counted those it did not already hold
+	q.backlogLen.Add(int64(-moved))
 }
 
 // addDepth changes workqueue_depth by n, when the metric can.
@@ -152,39 +221,110 @@ func (s step) Observe(v float64) {
 	s.HistogramMetric.Observe(v)
 }
 
-// addAfter adds key once d has passed.
-func (q *queue) addAfter(key Key, d time.Duration) {
-	if d > 0 {
-		at := time.Now().Add(d)
-		q.mu.Lock()
-		if cur, ok := q.due[key]; !ok || at.Before(cur) {
-			q.due[key] = at
-		}
-		q.mu.Unlock()
+// addAfter adds key once d has passed, for reason.
+func (q *queue) addAfter(key Key, d time.Duration, reason Reason) {
+	if d <= 0 {
+		q.add(key, Cause{Reason: reason})
+		return
 	}
+	at := time.Now().Add(d)
+	q.mu.Lock()
+	if cur, ok := q.due[key]; !ok || at.Before(cur.at) {
+		q.due[key] = delayed{at, reason}
+	}
+	q.mu.Unlock()
 	q.AddAfter(key, d)
 }
 
-// addRateLimited adds key after the limiter's delay for it.
-func (q *queue) addRateLimited(key Key) { q.addAfter(key, q.limiter.When(key)) }
+// retry adds key after the limiter's delay for it.
+func (q *queue) retry(key Key) { q.addAfter(key, q.limiter.When(key), ReasonRetry) }
+
+// retryConflict adds key after its own backoff, spending no shared budget.
+func (q *queue) retryConflict(key Key) { q.addAfter(key, q.conflicts.When(key), ReasonRetry) }
 
 // forget clears the key's retry history.
-func (q *queue) forget(key Key) { q.limiter.Forget(key) }
+func (q *queue) forget(key Key) {
+	q.limiter.Forget(key)
+	q.conflicts.Forget(key)
+}
 
-// get hands out the next key. A delayed key handed out at or after its due
-// time has been delivered, so its due entry is dropped.
-func (q *queue) get() (Key, bool) {
+// waitForServer parks key until the API server answers again; see release.
+// It reports whether key was not already waiting.
+func (q *queue) waitForServer(key Key) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, was := q.waiting[key]
+	q.waiting[key] = struct{}{}
+	return !was
+}
+
+// release queues every key waiting for the server, each after a random
+// delay within window, so that a fleet of controllers does not retry in
+// lockstep the moment the server is back. It returns how many it released.
+func (q *queue) release(window time.Duration) int {
+	type retry struct {
+		key Key
+		d   time.Duration
+	}
+	// Each key is due before it stops waiting, so that the idle check
+	// never sees it in neither place.
+	q.mu.Lock()
+	retries := make([]retry, 0, len(q.waiting))
+	now := time.Now()
+	for k := range q.waiting {
+		d := rand.N(window + 1)
+		retries = append(retries, retry{k, d})
+		q.released[k] = now
+		if cur, ok := q.due[k]; !ok || now.Add(d).Before(cur.at) {
+			q.due[k] = delayed{now.Add(d), ReasonRetry}
+		}
+	}
+	clear(q.waiting)
+	q.mu.Unlock()
+	for _, r := range retries {
+		q.AddAfter(r.key, r.d)
+	}
+	return len(retries)
+}
+
+// waitingLen returns how many keys wait for the server.
+func (q *queue) waitingLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}
+
+// queued is what the queue knows of a key it hands out.
+type queued struct {
+	causes   *Causes
+	released time.Time // when the server's return released it, if it did
+}
+
+// get hands out the next key and what the queue knows of it. A delayed key
+// handed out at or after its due time has been delivered, so its due entry
+// is dropped and its reason joins the causes.
+func (q *queue) get() (Key, queued, bool) {
 	q.feed()
 	key, shutdown := q.Get()
 	if shutdown {
-		return key, true
+		return key, queued{}, true
 	}
 	q.mu.Lock()
-	if at, ok := q.due[key]; ok && !time.Now().Before(at) {
+	it := queued{causes: q.causes[key]}
+	delete(q.causes, key)
+	if it.causes == nil {
+		it.causes = &Causes{}
+	}
+	if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
 		delete(q.due, key)
+		it.causes.add(Cause{Reason: d.reason})
+	}
+	if at, ok := q.released[key]; ok {
+		delete(q.released, key)
+		it.released = at
 	}
 	q.mu.Unlock()
-	return key, false
+	return key, it, false
 }
 
 // dueWithin reports whether a delayed key is due within d from now.
@@ -192,8 +332,8 @@ func (q *queue) dueWithin(d time.Duration) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	limit := time.Now().Add(d)
-	for _, at := range q.due {
-		if at.Before(limit) {
+	for _, e := range q.due {
+		if e.at.Before(limit) {
 			return true
 		}
 	}

@@ -30,7 +30,7 @@ type endpoint struct {
 // from Start rather than a log line.
 func (m *Manager) listen() (*servers, error) {
 	var out []endpoint
-	add := func(addr string, h http.Handler) error {
+	add := func(addr string, bound *string, h http.Handler) error {
 		if addr == "" {
 			return nil
 		}
@@ -48,7 +48,7 @@ func (m *Manager) listen() (*servers, error) {
 		}
 		srv.Addr = ln.Addr().String()
 		m.mu.Lock()
-		m.addrs[addr] = srv.Addr
+		*bound = srv.Addr
 		m.mu.Unlock()
 		out = append(out, endpoint{srv, ln})
 		return nil
@@ -57,13 +57,13 @@ func (m *Manager) listen() (*servers, error) {
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, mux)
+		err = add(m.opts.MetricsAddress, &m.endpoints.Metrics, mux)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", m.healthz)
 		mux.HandleFunc("/readyz", m.readyz)
-		err = add(m.opts.HealthAddress, mux)
+		err = add(m.opts.HealthAddress, &m.endpoints.Health, mux)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
@@ -72,7 +72,7 @@ func (m *Manager) listen() (*servers, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		err = add(m.opts.PprofAddress, mux)
+		err = add(m.opts.PprofAddress, &m.endpoints.Pprof, mux)
 	}
 	if err != nil {
 		for _, e := range out {
@@ -130,7 +130,7 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
-	caches := append([]runner(nil), m.cacheList...)
+	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
 	var waiting []string
 	for _, c := range caches {
@@ -148,12 +148,20 @@ func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// Addr returns the address a configured endpoint listens on once Start has
-// bound it, with the port resolved: pass the configured address, such as
-// Options.MetricsAddress ("127.0.0.1:0" gives "127.0.0.1:41235"). It returns
-// "" for an address that is not bound.
-func (m *Manager) Addr(configured string) string {
+// Endpoints are the addresses the manager's HTTP endpoints listen on, with
+// their ports resolved ("127.0.0.1:0" becomes "127.0.0.1:41235"). An
+// endpoint that is off, or not bound yet, is "".
+type Endpoints struct {
+	Metrics string // Options.MetricsAddress
+	Health  string // Options.HealthAddress
+	Pprof   string // Options.PprofAddress
+}
+
+// Endpoints returns where the manager's HTTP endpoints listen. Start binds
+// them before it waits for the caches, so they are known as soon as the
+// health endpoint answers.
+func (m *Manager) Endpoints() Endpoints {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.addrs[configured]
+	return m.endpoints
 }

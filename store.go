@@ -1,24 +1,134 @@
 package ctrl
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
-// store is the Cache seen by the reflector: it applies each change to the
+// feed is one list-and-watch of a cache (one namespace of it, or all), and
+// the store its reflector writes to: it applies each change to the cache's
 // items and indexes under the lock, then dispatches it to the handlers
 // outside the lock, on the reflector's goroutine. There is no intermediate
 // queue: the handlers only compute keys and add them to work queues.
-type store[T Object] Cache[T]
+type feed[T Object] struct {
+	c         *Cache[T]
+	namespace string // "" for all
 
-func (s *store[T]) cache() *Cache[T] { return (*Cache[T])(s) }
+	lastRV     string // resourceVersion of the latest event, list or bookmark; under c.mu
+	isSynced   atomic.Bool
+	lastErr    atomic.Pointer[error]
+	fakeEvents atomic.Pointer[<-chan watch.Event]
+	relists    prometheus.Counter // set by run
+}
+
+// run lists and watches the feed's namespace until ctx is done.
+func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
+	c := f.c
+	res := c.b.GVR.Resource
+	if c.b.GVR.Group != "" {
+		res += "." + c.b.GVR.Group
+	}
+	name := c.String()
+	if len(c.feeds) > 1 {
+		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.namespace)
+		log = log.WithValues("namespace", f.namespace)
+	}
+	connected := c.mgr.metrics.WatchConnected.WithLabelValues(res, f.namespace)
+	blind := c.mgr.metrics.Blind.WithLabelValues(res, f.namespace)
+	f.relists = c.mgr.metrics.Relists.WithLabelValues(res, f.namespace)
+	watcher.Run(ctx, watcher.Config{
+		Name:        name,
+		Type:        binding.New[T](),
+		ListerWatch: f,
+		Store:       f,
+		Logger:      log,
+		OnConnected: func(ok bool, d time.Duration) {
+			if ok {
+				connected.Set(1)
+				if d > 0 {
+					blind.Observe(d.Seconds())
+				}
+				c.mgr.serverAnswered()
+			} else {
+				connected.Set(0)
+			}
+		},
+		OnError: func(err error) {
+			f.lastErr.Store(&err)
+			c.mu.RLock()
+			fn := c.onError
+			c.mu.RUnlock()
+			if fn != nil {
+				fn(err)
+			}
+		},
+	})
+}
+
+// The feed is the reflector's ListerWatcher: it lists and watches its
+// namespace through the binding.
+
+func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
+	if s := f.c.scope.labels; s != nil {
+		opts.LabelSelector = s.String()
+	}
+	if s := f.c.scope.fields; s != nil {
+		opts.FieldSelector = s.String()
+	}
+	return opts
+}
+
+func (f *feed[T]) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return f.ListWithContext(context.Background(), opts)
+}
+
+func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return f.WatchWithContext(context.Background(), opts)
+}
+
+func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return f.c.b.List(ctx, f.namespace, f.options(opts))
+}
+
+func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := f.c.b.Watch(ctx, f.namespace, f.options(opts))
+	if err == nil && f.c.b.Fake() {
+		ch := w.ResultChan()
+		f.fakeEvents.Store(&ch)
+		// A fake replays changes made between its list and its watch, but
+		// not deletions: a cache that reported sync after its list would
+		// miss deletions made right after WaitForSync returned.
+		f.markSynced()
+	}
+	return w, err
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector that fakes cannot
+// stream the initial list.
+func (f *feed[T]) IsWatchListSemanticsUnSupported() bool { return f.c.b.Fake() }
+
+func (f *feed[T]) markSynced() {
+	if f.isSynced.CompareAndSwap(false, true) {
+		f.c.feedSynced()
+	}
+}
 
 // Transformer lets the reflector transform objects of a streamed initial
 // list as they arrive, before Replace.
-func (s *store[T]) Transformer() cache.TransformFunc {
-	c := s.cache()
+func (f *feed[T]) Transformer() cache.TransformFunc {
+	c := f.c
 	c.mu.RLock()
 	fn := c.transform
 	c.mu.RUnlock()
@@ -33,38 +143,36 @@ func (s *store[T]) Transformer() cache.TransformFunc {
 	}
 }
 
-func (s *store[T]) prepare(obj any) (T, bool) {
+func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if !ok {
-		return t, false
+		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
-	if s.transform != nil {
-		t = s.transform(t)
+	if f.c.transform != nil {
+		t = f.c.transform(t)
 	}
-	return t, true
+	return t, nil
 }
 
-func (s *store[T]) matches(obj T) bool {
-	return s.sel == nil || s.sel.Matches(labels.Set(obj.GetLabels()))
-}
+func (f *feed[T]) Add(obj any) error { return f.Update(obj) }
 
-func (s *store[T]) Add(obj any) error { return s.Update(obj) }
-
-func (s *store[T]) Update(obj any) error {
-	t, ok := s.prepare(obj)
-	if !ok {
-		return fmt.Errorf("ctrl: %s received %T", s.cache(), obj)
+func (f *feed[T]) Update(obj any) error {
+	t, err := f.prepare(obj)
+	if err != nil {
+		return err
 	}
-	if !s.matches(t) { // fakes ignore label selectors on watches
-		s.remove(t)
+	c := f.c
+	if c.scope.selects(t) == notSelected { // fakes ignore selectors on watches
+		f.remove(t, left)
 		return nil
 	}
-	c := s.cache()
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
 	key := KeyOf(t)
 	c.mu.Lock()
-	c.lastRV = t.GetResourceVersion()
+	f.lastRV = t.GetResourceVersion()
 	old, existed := c.items[key]
 	c.items[key] = t
 	for _, idx := range c.indexes {
@@ -75,36 +183,48 @@ func (s *store[T]) Update(obj any) error {
 	}
 	c.observe(key, t, true)
 	c.mu.Unlock()
+	ev := event[T]{kind: added, key: key, obj: t}
+	if existed {
+		ev = event[T]{kind: updated, key: key, old: old, obj: t}
+	}
 	for _, h := range c.handlers {
-		if existed {
-			h.update(old, t)
-		} else {
-			h.add(t)
-		}
+		h.changed(ev)
 	}
 	return nil
 }
 
-func (s *store[T]) Delete(obj any) error {
+// Delete removes an object. The API server also sends a deletion for an
+// object that stopped matching the cache's selector; the object it sends is
+// the new state, which tells the two apart.
+func (f *feed[T]) Delete(obj any) error {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	t, ok := s.prepare(obj)
-	if !ok {
-		return fmt.Errorf("ctrl: %s received %T", s.cache(), obj)
+	t, err := f.prepare(obj)
+	if err != nil {
+		return err
 	}
-	s.remove(t)
+	kind := deleted
+	switch f.c.scope.selects(t) {
+	case notSelected:
+		kind = left
+	case unsure:
+		kind = vanished
+	}
+	f.remove(t, kind)
 	return nil
 }
 
-// remove deletes a prepared object and dispatches its deletion.
-func (s *store[T]) remove(t T) {
-	c := s.cache()
+// remove deletes a prepared object and dispatches its removal.
+func (f *feed[T]) remove(t T, kind eventKind) {
+	c := f.c
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
 	key := KeyOf(t)
 	c.mu.Lock()
-	c.lastRV = t.GetResourceVersion()
+	f.lastRV = t.GetResourceVersion()
 	old, existed := c.items[key]
 	if existed {
 		delete(c.items, key)
@@ -112,114 +232,111 @@ func (s *store[T]) remove(t T) {
 			idx.remove(key, old)
 		}
 	}
-	c.observe(key, t, false)
+	c.observe(key, t, kind != deleted)
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {
-			h.delete(t)
+			h.changed(event[T]{kind: kind, key: key, obj: t})
 		}
 	}
 }
 
-// Replace installs a complete list: the first one, or a relist after the
-// watch was lost. Objects whose resourceVersion did not change produce no
-// event; objects missing from the list are deleted with their last known
-// state.
-func (s *store[T]) Replace(list []any, rv string) error {
-	c := s.cache()
+// Replace installs a complete list of the feed's namespace: the first one,
+// or a relist after the watch was lost. Objects whose resourceVersion did
+// not change produce no event; objects missing from the list are removed
+// with their last known state.
+func (f *feed[T]) Replace(list []any, rv string) error {
+	c := f.c
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	items := make(map[Key]T, len(list))
+	listed := make(map[Key]T, len(list))
 	for _, obj := range list {
-		t, ok := s.prepare(obj)
-		if !ok {
-			return fmt.Errorf("ctrl: %s received %T", c, obj)
+		t, err := f.prepare(obj)
+		if err != nil {
+			return err
 		}
-		if s.matches(t) {
-			items[KeyOf(t)] = t
+		if c.scope.selects(t) != notSelected {
+			listed[KeyOf(t)] = t
 		}
 	}
-	type change struct{ old, obj T }
-	var added, updated, deleted []change
+	var changes, removed []event[T]
+	// An object missing from a relist of a selective cache was deleted, or
+	// its labels or fields changed while the watch was down.
+	gone := deleted
+	if c.scope.selective() {
+		gone = vanished
+	}
 	c.mu.Lock()
-	c.lastRV = rv
-	for k, obj := range items {
+	f.lastRV = rv
+	for k, obj := range listed {
 		old, existed := c.items[k]
 		switch {
 		case !existed:
-			added = append(added, change{obj: obj})
+			changes = append(changes, event[T]{kind: added, key: k, obj: obj})
 		case old.GetResourceVersion() != obj.GetResourceVersion() || old.GetResourceVersion() == "":
-			updated = append(updated, change{old: old, obj: obj})
+			changes = append(changes, event[T]{kind: updated, key: k, old: old, obj: obj})
 		default:
-			items[k] = old // keep the instance readers may hold
-			continue
+			continue // keep the instance readers may hold
+		}
+		c.items[k] = obj
+		for _, idx := range c.indexes {
+			if existed {
+				idx.remove(k, old)
+			}
+			idx.add(k, obj)
 		}
 		c.observe(k, obj, true)
 	}
 	for k, old := range c.items {
-		if _, ok := items[k]; !ok {
-			deleted = append(deleted, change{obj: old})
-			c.observe(k, old, false)
+		if f.namespace != "" && k.Namespace != f.namespace {
+			continue // another feed's
 		}
-	}
-	c.items = items
-	for _, idx := range c.indexes {
-		idx.values = map[string]map[Key]struct{}{}
-		for k, obj := range items {
-			idx.add(k, obj)
+		if _, ok := listed[k]; ok {
+			continue
 		}
+		delete(c.items, k)
+		for _, idx := range c.indexes {
+			idx.remove(k, old)
+		}
+		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
+		c.observe(k, old, false)
 	}
 	c.mu.Unlock()
-	var listed []T // for handlers that take the added objects at once
 	for _, h := range c.handlers {
-		if l, ok := h.(listHandler[T]); ok && len(added) > 0 {
-			if listed == nil {
-				listed = make([]T, len(added))
-				for i, ch := range added {
-					listed[i] = ch.obj
-				}
-			}
-			l.addListed(listed)
-		} else {
-			for _, ch := range added {
-				h.add(ch.obj)
-			}
+		if len(changes) > 0 {
+			h.listed(changes)
 		}
-		for _, ch := range updated {
-			h.update(ch.old, ch.obj)
-		}
-		for _, ch := range deleted {
-			h.delete(ch.obj)
+		for _, ev := range removed {
+			h.changed(ev)
 		}
 	}
-	if c.HasSynced() {
-		c.relists.Inc()
-		c.log.V(1).Info("relisted", "added", len(added), "updated", len(updated), "deleted", len(deleted))
+	if f.isSynced.Load() {
+		f.relists.Inc()
+		c.log.V(1).Info("relisted", "namespace", f.namespace, "changed", len(changes), "removed", len(removed))
 	} else if !c.b.Fake() {
-		c.markSynced()
+		f.markSynced()
 	}
 	return nil
 }
 
-func (c *Cache[T]) markSynced() { c.syncOnce.Do(func() { close(c.synced) }) }
+// Resync does nothing: controllers resync on their own timers
+// (ControllerOptions.ResyncPeriod), through their backlogs.
+func (f *feed[T]) Resync() error { return nil }
 
-// Resync hands every cached object to the handlers again.
-func (s *store[T]) Resync() error {
-	c := s.cache()
-	c.dispatching.Add(1)
-	defer c.doneDispatching()
-	c.mu.RLock()
-	objs := make([]T, 0, len(c.items))
-	for _, obj := range c.items {
-		objs = append(objs, obj)
-	}
-	c.mu.RUnlock()
-	for _, h := range c.handlers {
-		for _, obj := range objs {
-			h.resync(obj)
-		}
-	}
+// Bookmark and UpdateResourceVersion record how far the watch has seen, so
+// that a write the cache will never see (it is outside the selector) is not
+// waited for past this point.
+func (f *feed[T]) Bookmark(rv string) error {
+	f.UpdateResourceVersion(rv)
 	return nil
+}
+
+func (f *feed[T]) UpdateResourceVersion(rv string) {
+	f.c.mu.Lock()
+	f.lastRV = rv
+	f.c.mu.Unlock()
 }
 
 func (c *Cache[T]) doneDispatching() {

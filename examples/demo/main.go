@@ -54,7 +54,7 @@ func run() error {
 	if err := widget.Setup(mgr); err != nil {
 		return err
 	}
-	widgets, err := ctrl.NewClient[*widget.Widget](mgr)
+	widgets, err := ctrl.NewClient[*widget.Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
 	}
@@ -93,11 +93,11 @@ func run() error {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		return err
 	}
-	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
 	}
-	list, err := configMaps.Live().List(ctx, ctrl.ListOptions{Namespace: "default"})
+	list, err := configMaps.Uncached().List(ctx, ctrl.ListOptions{Namespace: "default"})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func run(log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
 	}

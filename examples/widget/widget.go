@@ -57,7 +57,7 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.Resource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true}); err != nil {
+	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
 		panic(err)
 	}
 }
@@ -67,11 +67,11 @@ const Finalizer = "example.ctrl.dev/cleanup"
 
 // Setup wires the Widget controller into mgr.
 func Setup(mgr *ctrl.Manager) error {
-	widgets, err := ctrl.NewClient[*Widget](mgr)
+	widgets, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
 	}
-	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func Setup(mgr *ctrl.Manager) error {
 	if err := c.FilterUpdates(ctrl.GenerationChanged); err != nil {
 		return err
 	}
-	if err := c.Finalizer(Finalizer, r.finalize); err != nil {
+	if err := c.OnFinalize(Finalizer, r.finalize); err != nil {
 		return err
 	}
 	return ctrl.Owns[*corev1.ConfigMap](c)

@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,7 +85,7 @@ func Register(info Info) error {
 	if info.Kind == "" {
 		info.Kind = t.Elem().Name()
 	}
-	info.Watchable, info.Status, info.Builtin = true, true, false
+	info.Watchable, info.Builtin = true, false
 	if prev, loaded := registry.LoadOrStore(t, info); loaded && prev.(Info) != info {
 		return fmt.Errorf("register %s: already registered as %s %s", t, prev.(Info).GVR, prev.(Info).Kind)
 	}
@@ -153,8 +154,20 @@ type Binding[T Object] struct {
 	Backend[T]
 }
 
-// For resolves T and picks its backend from clients.
-func For[T Object](c Clients) (*Binding[T], error) {
+// unstructuredType is the one type that serves any resource, named at run
+// time.
+var unstructuredType = reflect.TypeFor[*unstructured.Unstructured]()
+
+// For resolves T and picks its backend from clients. res names the resource
+// of an *unstructured.Unstructured, and must be nil for other types.
+func For[T Object](c Clients, res *Info) (*Binding[T], error) {
+	t := reflect.TypeFor[T]()
+	if t == unstructuredType {
+		return forUnstructured[T](c, res)
+	}
+	if res != nil {
+		return nil, fmt.Errorf("%s names its resource: a Resource option is for *unstructured.Unstructured only", t)
+	}
 	info, err := Lookup[T]()
 	if err != nil {
 		return nil, err
@@ -164,7 +177,7 @@ func For[T Object](c Clients) (*Binding[T], error) {
 	case info.Builtin && c.Clientset != nil:
 		b.Backend = &fakeBackend[T]{info: info, fake: c.Clientset}
 	case !info.Builtin && c.Dynamic != nil:
-		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR)}
+		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR), fake: true}
 	case c.Config != nil:
 		rb, err := newRESTBackend[T](info, c.Config, c.HTTP)
 		if err != nil {
@@ -175,6 +188,34 @@ func For[T Object](c Clients) (*Binding[T], error) {
 		return nil, fmt.Errorf("%s: no client serves built-in types: set Options.Config or Options.Clientset", info)
 	default:
 		return nil, fmt.Errorf("%s: no client serves custom resources: set Options.Config or Options.Dynamic", info)
+	}
+	return b, nil
+}
+
+// forUnstructured binds *unstructured.Unstructured to the resource res,
+// over the fake dynamic client in tests and the dynamic client (JSON)
+// otherwise.
+func forUnstructured[T Object](c Clients, res *Info) (*Binding[T], error) {
+	if res == nil || res.GVR.Version == "" || res.GVR.Resource == "" || res.Kind == "" {
+		return nil, fmt.Errorf("%s: set the Resource option's Version, Resource and Kind to say which resource it holds", unstructuredType)
+	}
+	info := *res
+	info.Watchable, info.Builtin = true, false
+	if _, ok := builtin.LookupGVR(info.GVR); ok {
+		info.Builtin = true
+	}
+	b := &Binding[T]{Info: info}
+	switch {
+	case c.Dynamic != nil:
+		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR), fake: true}
+	case c.Config != nil:
+		dc, err := dynamic.NewForConfigAndClient(c.Config, c.HTTP)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", info, err)
+		}
+		b.Backend = &dynamicBackend[T]{info: info, client: dc.Resource(info.GVR)}
+	default:
+		return nil, fmt.Errorf("%s: no client serves it: set Options.Config or Options.FakeDynamic", info)
 	}
 	return b, nil
 }

@@ -100,7 +100,7 @@ func TestLookup(t *testing.T) {
 func TestFakeBackend(t *testing.T) {
 	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", Labels: map[string]string{"app": "x"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"}})
-	b, err := For[*corev1.ConfigMap](Clients{Clientset: cs})
+	b, err := For[*corev1.ConfigMap](Clients{Clientset: cs}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestFakeBackend(t *testing.T) {
 	if err != nil || len(l.Items) != 1 || l.Items[0].Name != "a" {
 		t.Fatalf("List: got %v, %v; want only a", l, err)
 	}
-	if _, err := For[*corev1.ConfigMap](Clients{}); err == nil || !strings.Contains(err.Error(), "*v1.ConfigMap (configmaps): no client serves built-in types") {
+	if _, err := For[*corev1.ConfigMap](Clients{}, nil); err == nil || !strings.Contains(err.Error(), "*v1.ConfigMap (configmaps): no client serves built-in types") {
 		t.Errorf("got %v, want an error naming the type", err)
 	}
 }

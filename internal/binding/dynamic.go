@@ -18,11 +18,13 @@ import (
 type dynamicBackend[T Object] struct {
 	info   Info
 	client dynamic.NamespaceableResourceInterface
+	fake   bool // client-go's fake dynamic client
 }
 
-// Fake is true: a dynamic client is accepted for tests; a real API server is
-// reached through the REST backend, which decodes straight into T.
-func (b *dynamicBackend[T]) Fake() bool { return true }
+// Fake reports whether the client is a fake. Typed custom resources reach
+// a real API server through the REST backend, which decodes straight into
+// T; *unstructured.Unstructured reaches it through a real dynamic client.
+func (b *dynamicBackend[T]) Fake() bool { return b.fake }
 
 func (b *dynamicBackend[T]) ri(namespace string) dynamic.ResourceInterface {
 	if !b.info.Namespaced {

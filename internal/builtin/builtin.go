@@ -3,7 +3,11 @@
 // API packages it uses and no others.
 package builtin
 
-import "reflect"
+import (
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
 
 //go:generate go run ./gen
 
@@ -22,4 +26,15 @@ func Lookup(t reflect.Type) (Resource, bool) {
 	}
 	r, ok := table[t.Elem().PkgPath()+"."+t.Elem().Name()]
 	return r, ok
+}
+
+// LookupGVR returns the built-in resource with the given group, version and
+// plural name, for objects handled without their Go type.
+func LookupGVR(gvr schema.GroupVersionResource) (Resource, bool) {
+	for _, r := range table {
+		if r.Group == gvr.Group && r.Version == gvr.Version && r.Resource == gvr.Resource {
+			return r, true
+		}
+	}
+	return Resource{}, false
 }

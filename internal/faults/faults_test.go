@@ -25,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -68,7 +69,7 @@ func runMirror(ns string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -77,7 +78,7 @@ func runMirror(ns string) int {
 		dst := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: "dst-" + src.Name}, Data: src.Data}
 		_, err := cms.Apply(ctx, dst, ctrl.ApplyOptions{Force: true})
 		return ctrl.Result{}, err
-	}, ctrl.ControllerOptions{Workers: 4, Cache: ctrl.CacheOptions{LabelSelector: "role=src"}})
+	}, ctrl.ControllerOptions{Workers: 4, Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"role": "src"})}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -97,7 +98,7 @@ func runMirror(ns string) int {
 	}()
 	go func() {
 		if err := mgr.WaitIdle(ctx, time.Hour); err == nil {
-			fmt.Printf("metrics %s\n", mgr.Addr("127.0.0.1:0"))
+			fmt.Printf("metrics %s\n", mgr.Endpoints().Metrics)
 		}
 	}()
 	if err := mgr.Start(ctx); err != nil {

@@ -70,7 +70,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 	if _, err := client.Apply(ctx, c.alice, ctrl.ApplyOptions{FieldManager: "alice"}); err != nil {
 		t.Fatalf("alice's apply: %v", err)
 	}
-	got, err := client.Live().Get(ctx, key)
+	got, err := client.Uncached().Get(ctx, key)
 	must(t, err)
 	if err := c.afterAlice(got); err != nil {
 		t.Errorf("after alice's apply, which creates: %v", err)
@@ -80,7 +80,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "alice") {
 		t.Errorf("bob's apply without force: got %v, want a conflict with alice", err)
 	}
-	got, err = client.Live().Get(ctx, key)
+	got, err = client.Uncached().Get(ctx, key)
 	must(t, err)
 	if err := c.afterAlice(got); err != nil {
 		t.Errorf("after bob's failed apply: %v", err)
@@ -89,7 +89,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 	if _, err := client.Apply(ctx, c.bob, ctrl.ApplyOptions{FieldManager: "bob", Force: true}); err != nil {
 		t.Fatalf("bob's forced apply: %v", err)
 	}
-	got, err = client.Live().Get(ctx, key)
+	got, err = client.Uncached().Get(ctx, key)
 	must(t, err)
 	if err := c.afterBob(got); err != nil {
 		t.Errorf("after bob's forced apply: %v", err)

@@ -67,7 +67,7 @@ func TestUpdateConflict(t *testing.T) {
 	must(t, err)
 	waitIdle(t, mgr)
 
-	got, err := configMaps.Live().Get(ctx, ctrl.Key{Namespace: ns, Name: "c"})
+	got, err := configMaps.Uncached().Get(ctx, ctrl.Key{Namespace: ns, Name: "c"})
 	must(t, err)
 	if err := wantData(got, "first", "yes", "second", "yes", "stamped", "yes"); err != nil {
 		t.Error(err)

@@ -84,7 +84,7 @@ func testCRUD[T ctrl.Object](t *testing.T, c crudCase[T]) {
 	ns := newNamespace(t)
 	mgr := newManager(t, ns)
 	client := newClient[T](t, mgr)
-	live := client.Live()
+	live := client.Uncached()
 	// With a cache of T from the start, the client's writes are tracked:
 	// once WaitIdle returns, the cache holds what each write returned.
 	_, err := ctrl.NewCache[T](mgr, ctrl.CacheOptions{})
@@ -251,12 +251,12 @@ func TestUpdateStatus(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			cur, err := widgets.Live().Get(ctx, key)
+			cur, err := widgets.Uncached().Get(ctx, key)
 			must(t, err)
 			cur.Spec.Size, cur.Status.Phase = s.size, s.phase
 			returned, err := s.write(cur)
 			must(t, err)
-			got, err := widgets.Live().Get(ctx, key)
+			got, err := widgets.Uncached().Get(ctx, key)
 			must(t, err)
 			for _, r := range []struct {
 				from string

@@ -78,7 +78,7 @@ func TestFinalizer(t *testing.T) {
 			h := &hooks{failFinalize: failures}
 			c, err := ctrl.NewController(mgr, "cleaner", h.reconcile, ctrl.ControllerOptions{})
 			must(t, err)
-			must(t, c.Finalizer(finalizer, h.finalize))
+			must(t, c.OnFinalize(finalizer, h.finalize))
 			must(t, c.OnDelete(h.onDelete))
 			ctx := start(t, mgr)
 
@@ -86,7 +86,7 @@ func TestFinalizer(t *testing.T) {
 			must(t, err)
 			key := ctrl.KeyOf(created)
 			waitIdle(t, mgr)
-			got, err := widgets.Live().Get(ctx, key)
+			got, err := widgets.Uncached().Get(ctx, key)
 			must(t, err)
 			if !slices.Equal(got.Finalizers, []string{finalizer}) {
 				t.Errorf("finalizers on the server: got %v, want [%s]", got.Finalizers, finalizer)
@@ -99,7 +99,7 @@ func TestFinalizer(t *testing.T) {
 			must(t, widgets.Delete(ctx, key, metav1.DeleteOptions{}))
 			// Not WaitIdle: see TestWaitIdleAfterFinalizerRemoval.
 			eventually(t, 30*time.Second, func() error {
-				if _, err := widgets.Live().Get(ctx, key); !apierrors.IsNotFound(err) {
+				if _, err := widgets.Uncached().Get(ctx, key); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("Get after the deletion: got %v, want not found", err)
 				}
 				if _, _, deleted := h.calls(); len(deleted) == 0 {
@@ -137,14 +137,14 @@ func TestFinalizerWithGenerationFilter(t *testing.T) {
 	h := &hooks{}
 	c, err := ctrl.NewController(mgr, "filtered-cleaner", h.reconcile, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, c.Finalizer(finalizer, h.finalize))
+	must(t, c.OnFinalize(finalizer, h.finalize))
 	must(t, c.FilterUpdates(ctrl.GenerationChanged))
 	ctx := start(t, mgr)
 
 	created, err := widgets.Create(ctx, newWidget(ns, "w", 1))
 	must(t, err)
 	waitIdle(t, mgr)
-	got, err := widgets.Live().Get(ctx, ctrl.KeyOf(created))
+	got, err := widgets.Uncached().Get(ctx, ctrl.KeyOf(created))
 	must(t, err)
 	if !slices.Equal(got.Finalizers, []string{finalizer}) {
 		t.Errorf("finalizers on the server: got %v, want [%s]", got.Finalizers, finalizer)
@@ -182,7 +182,7 @@ func TestWaitIdleAfterFinalizerRemoval(t *testing.T) {
 	h := &hooks{}
 	c, err := ctrl.NewController(mgr, "cleaner", h.reconcile, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, c.Finalizer(finalizer, h.finalize))
+	must(t, c.OnFinalize(finalizer, h.finalize))
 	ctx := start(t, mgr)
 	created, err := widgets.Create(ctx, newWidget(ns, "w", 1))
 	must(t, err)
@@ -197,7 +197,7 @@ func TestWaitIdleAfterFinalizerRemoval(t *testing.T) {
 		// waits for that version to arrive, and it never will.
 		t.Errorf("WaitIdle after the Widget was finalized and deleted: got %v, want nil", err)
 	}
-	if _, err := widgets.Live().Get(ctx, ctrl.KeyOf(created)); !apierrors.IsNotFound(err) {
+	if _, err := widgets.Uncached().Get(ctx, ctrl.KeyOf(created)); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after the deletion: got %v, want not found", err)
 	}
 	if _, finalized, _ := h.calls(); len(finalized) != 1 {

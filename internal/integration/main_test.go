@@ -85,7 +85,7 @@ func newManager(t *testing.T, ns string) *ctrl.Manager {
 // newClient returns the manager's client of T.
 func newClient[T ctrl.Object](t *testing.T, mgr *ctrl.Manager) *ctrl.Client[T] {
 	t.Helper()
-	c, err := ctrl.NewClient[T](mgr)
+	c, err := ctrl.NewClient[T](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	return c
 }

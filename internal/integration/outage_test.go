@@ -45,7 +45,7 @@ func TestAPIServerOutage(t *testing.T) {
 		deleted = append(deleted, fmt.Sprintf("%s:%d", w.Name, w.Spec.Size))
 		return nil
 	}))
-	c.Cache().OnWatchError(func(err error) {
+	c.Cache().SetWatchErrorHandler(func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		watchErrors = append(watchErrors, err)
@@ -103,11 +103,11 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("Get b: got %v, want not found", err)
 	}
 
-	t.Run("OnWatchError", func(t *testing.T) {
+	t.Run("SetWatchErrorHandler", func(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		// The documentation promises that errors interrupting the watch,
-		// "the API server unreachable" among them, reach OnWatchError.
+		// "the API server unreachable" among them, reach SetWatchErrorHandler.
 		if len(watchErrors) == 0 {
 			t.Errorf("got no watch errors in a %s outage, want the failed attempts to reconnect", outage)
 		}

@@ -86,7 +86,7 @@ func TestGenerationChanged(t *testing.T) {
 			written, err := s.write()
 			must(t, err)
 			waitIdle(t, mgr)
-			got, err := widgets.Live().Get(ctx, key)
+			got, err := widgets.Uncached().Get(ctx, key)
 			must(t, err)
 			if got.Generation != s.wantGen || written.Generation != s.wantGen {
 				t.Errorf("generation: got %d on the server, %d returned by the write; want %d", got.Generation, written.Generation, s.wantGen)

@@ -70,7 +70,7 @@ func TestRelistAfterCompaction(t *testing.T) {
 		deleted = append(deleted, cm.Name+":"+cm.Data["v"])
 		return nil
 	}))
-	c.Cache().OnWatchError(func(err error) {
+	c.Cache().SetWatchErrorHandler(func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		watchErrors = append(watchErrors, err)
@@ -155,7 +155,7 @@ func TestRelistAfterCompaction(t *testing.T) {
 			t.Log("no watch was answered 410 Gone: the cache relisted without trying to resume")
 			return
 		}
-		// A 410 Gone is not a watch error (see Cache.OnWatchError): the cache
+		// A 410 Gone is not a watch error (see Cache.SetWatchErrorHandler): the cache
 		// relists and counts it.
 		mfs, err := mgr.Registry().Gather()
 		must(t, err)

@@ -38,7 +38,7 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	err := ctrl.Register[*Widget](ctrl.Resource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true})
+	err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true})
 	if err != nil {
 		panic(err)
 	}
@@ -95,5 +95,5 @@ func outsideWidgets(t *testing.T) *ctrl.Client[*Widget] {
 	t.Helper()
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config()})
 	must(t, err)
-	return newClient[*Widget](t, mgr).Live()
+	return newClient[*Widget](t, mgr).Uncached()
 }

@@ -34,7 +34,7 @@ type Leases interface {
 
 // Config describes one candidate.
 type Config struct {
-	Name, Identity                            string
+	Name, Namespace, Identity                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Leases                                    Leases
 	Log                                       logr.Logger
@@ -146,7 +146,7 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 	now := metav1.NewMicroTime(time.Now())
 	desired := coordinationv1.LeaseSpec{
 		HolderIdentity:       &e.cfg.Identity,
-		LeaseDurationSeconds: new(int32(e.cfg.LeaseDuration / time.Second)),
+		LeaseDurationSeconds: new(leaseSeconds(e.cfg.LeaseDuration)),
 		AcquireTime:          &now,
 		RenewTime:            &now,
 		LeaseTransitions:     new(int32(0)),
@@ -226,6 +226,12 @@ func (e *elector) release() {
 			return
 		}
 	}
+}
+
+// leaseSeconds is the duration written into the Lease: rounded up, so that
+// other candidates never wait less than the leader's RenewDeadline allows.
+func leaseSeconds(d time.Duration) int32 {
+	return int32((d + time.Second - 1) / time.Second)
 }
 
 func ptrValue[T any](p *T) T {

@@ -31,6 +31,10 @@ type Set struct {
 	unfinished      *prometheus.GaugeVec
 	longestRunning  *prometheus.GaugeVec
 	retries         *prometheus.CounterVec
+	causes          *prometheus.CounterVec
+	waiting         *prometheus.GaugeVec
+	released        *prometheus.CounterVec
+	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
 	WatchConnected  *prometheus.GaugeVec
 	Relists         *prometheus.CounterVec
@@ -108,6 +112,23 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Subsystem: "workqueue", Name: "retries_total",
 			Help: "Total number of retries handled by workqueue",
 		}, queueLabels),
+		causes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_reconcile_causes_total",
+			Help: "Reconciles per controller by what queued them: once under each reason among a reconcile's causes.",
+		}, []string{"controller", "reason"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_keys_waiting_for_server",
+			Help: "Keys whose reconcile failed because the API server was unreachable, waiting for it to answer again.",
+		}, ctrlLabel),
+		released: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_retries_released_total",
+			Help: "Keys queued again because the API server answered after they failed on its absence.",
+		}, ctrlLabel),
+		recoveryWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ctrl_wait_after_recovery_seconds",
+			Help:    "How long a key released by the API server's return waited for its reconcile to begin.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
+		}, ctrlLabel),
 		WatchConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_cache_watch_connected",
 			Help: "Whether the cache's list or watch last succeeded (1) or failed (0).",
@@ -130,7 +151,8 @@ func New(reg prometheus.Registerer) (*Set, error) {
 	for _, c := range []any{
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
-		&m.longestRunning, &m.retries, &m.LeaderStatus, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
+		&m.LeaderStatus, &m.WatchConnected, &m.Relists, &m.Blind,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:
@@ -175,10 +197,19 @@ type Controller struct {
 	Errors, Terminal, Panics       prometheus.Counter
 	Time                           prometheus.Observer
 	Active                         prometheus.Gauge
+	Causes                         []prometheus.Counter // by reason, in the order given
+	Waiting                        prometheus.Gauge
+	Released                       prometheus.Counter
+	WaitAfterRecovery              prometheus.Observer
 }
 
-// Controller returns the series of the controller named name.
-func (m *Set) Controller(name string, workers int) Controller {
+// Controller returns the series of the controller named name; reasons are
+// the values of the reason label of ctrl_reconcile_causes_total.
+func (m *Set) Controller(name string, workers int, reasons []string) Controller {
+	causes := make([]prometheus.Counter, len(reasons))
+	for i, r := range reasons {
+		causes[i] = m.causes.WithLabelValues(name, r)
+	}
 	m.maxConcurrent.WithLabelValues(name).Set(float64(workers))
 	m.reconcileTotal.WithLabelValues(name, "requeue") // present at zero, as in controller-runtime
 	return Controller{
@@ -190,6 +221,10 @@ func (m *Set) Controller(name string, workers int) Controller {
 		Panics:       m.reconcilePanics.WithLabelValues(name),
 		Time:         m.reconcileTime.WithLabelValues(name),
 		Active:       m.activeWorkers.WithLabelValues(name),
+		Causes:       causes,
+		Waiting:      m.waiting.WithLabelValues(name),
+		Released:     m.released.WithLabelValues(name),
+		WaitAfterRecovery: m.recoveryWait.WithLabelValues(name),
 	}
 }
 

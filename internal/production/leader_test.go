@@ -147,7 +147,7 @@ func TestLeaderElectionHandover(t *testing.T) {
 		t.Errorf("the follower reconciled %d times, want 0", tr.count("b"))
 	}
 	// The follower's cache is warm.
-	bClient, err := ctrl.NewClient[*corev1.ConfigMap](b.mgr)
+	bClient, err := ctrl.NewClient[*corev1.ConfigMap](b.mgr, ctrl.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,6 @@ type Config struct {
 	Type         runtime.Object // an example object of the expected type
 	ListerWatch  cache.ListerWatcher
 	Store        cache.ReflectorStore
-	ResyncPeriod time.Duration
 	Logger       logr.Logger
 	// OnError is called with every error of a list or watch call, and of a
 	// list-and-watch cycle.
@@ -59,7 +58,6 @@ func Run(ctx context.Context, cfg Config) {
 	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
 		Name:            cfg.Name,
 		TypeDescription: cfg.Name,
-		ResyncPeriod:    cfg.ResyncPeriod,
 		Logger:          &log,
 		Backoff:         &reflectorBackoff,
 	})

@@ -1,0 +1,100 @@
+package ctrl
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Reason says what queued a key: which watch saw a change, or which timer
+// or call asked for the key. The set is fixed, so it can label metrics.
+type Reason string
+
+// The reasons a key is queued.
+const (
+	ReasonCreated   Reason = "created"   // the reconciled object appeared
+	ReasonUpdated   Reason = "updated"   // the reconciled object changed
+	ReasonDeleted   Reason = "deleted"   // the reconciled object is gone, or left the cache's selector
+	ReasonOwned     Reason = "owned"     // an object it controls changed ([Owns])
+	ReasonMapped    Reason = "mapped"    // a watched object mapped to it changed ([Watches])
+	ReasonListed    Reason = "listed"    // a list: the controller started, took over, or relisted
+	ReasonResync    Reason = "resync"    // ControllerOptions.ResyncPeriod passed
+	ReasonRequeue   Reason = "requeue"   // Result.RequeueAfter passed
+	ReasonRetry     Reason = "retry"     // an earlier reconcile failed
+	ReasonTriggered Reason = "triggered" // [Controller.Enqueue]
+)
+
+// reasons lists every Reason, for metrics that are present at zero.
+var reasons = []Reason{ReasonCreated, ReasonUpdated, ReasonDeleted, ReasonOwned, ReasonMapped,
+	ReasonListed, ReasonResync, ReasonRequeue, ReasonRetry, ReasonTriggered}
+
+// Cause is one reason a key was queued, and the object whose change it was.
+type Cause struct {
+	Reason Reason
+	// Kind and Object name the object that changed: the reconciled object
+	// itself, an owned one, or a watched one. Both are empty for requeues,
+	// retries, resyncs and triggers; Object is empty when a list of owned
+	// or watched objects changed.
+	Kind   string
+	Object Key
+}
+
+// String returns "reason", "reason Kind", or "reason Kind namespace/name".
+func (c Cause) String() string {
+	s := string(c.Reason)
+	if c.Kind != "" {
+		s += " " + c.Kind
+	}
+	if c.Object.Name != "" {
+		s += " " + c.Object.String()
+	}
+	return s
+}
+
+// Causes say why a reconcile runs: the first causes queued for its key
+// since its previous reconcile began, in order, and how many there were in
+// all. A key queued many times is reconciled once, with the causes of all.
+type Causes struct {
+	// First holds the first causes, at most maxCauses of them.
+	First []Cause
+	// Total counts every cause, including those not kept in First.
+	Total int
+}
+
+// maxCauses bounds the causes kept per queued key.
+const maxCauses = 4
+
+func (cs *Causes) add(c Cause) {
+	cs.Total++
+	if len(cs.First) < maxCauses {
+		cs.First = append(cs.First, c)
+	}
+}
+
+// String lists the causes for a log line: "updated ConfigMap ns/a; retry
+// (+3 more)".
+func (cs Causes) String() string {
+	var b strings.Builder
+	for i, c := range cs.First {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(c.String())
+	}
+	if more := cs.Total - len(cs.First); more > 0 {
+		b.WriteString(" (+" + strconv.Itoa(more) + " more)")
+	}
+	return b.String()
+}
+
+type causesKey struct{}
+
+// CausesFrom returns the causes of the reconcile whose context ctx is, or
+// the zero Causes outside a reconcile.
+func CausesFrom(ctx context.Context) Causes {
+	cs, _ := ctx.Value(causesKey{}).(*Causes)
+	if cs == nil {
+		return Causes{}
+	}
+	return *cs
+}

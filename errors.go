@@ -1,0 +1,41 @@
+package ctrl
+
+import (
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// ErrStarted is returned by wiring calls made after [Manager.Start], and by
+// a second Start.
+var ErrStarted = errors.New("manager already started")
+
+// Terminal marks err as not worth retrying: the controller logs it, counts
+// it in controller_runtime_terminal_reconcile_errors_total, and does not
+// requeue the object. A later change to the object reconciles it again.
+// Terminal(nil) is nil.
+func Terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &terminalError{err}
+}
+
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return "terminal error: " + e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+func isTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+// IgnoreNotFound returns nil for an error that means the object does not
+// exist, and err otherwise.
+func IgnoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

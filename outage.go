@@ -1,0 +1,179 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+)
+
+// unreachable reports whether err means the API server could not be
+// reached, rather than that it refused the request. A context that ended
+// inside reconcile (a deadline of the reconcile's own, or a shutdown) is the
+// reconcile's doing, not the server's.
+func unreachable(err error) bool {
+	if strings.Contains(err.Error(), "Client.Timeout exceeded") {
+		return true // the HTTP client's own timeout: the server did not answer
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err)
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
+		utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)
+}
+
+// outageLog summarizes the reconciles of a controller that fail because
+// the API server is unreachable: an outage fails every reconcile, and a line
+// each would bury the logs.
+type outageLog struct {
+	mu     sync.Mutex
+	count  int       // failures since the last summary
+	logged time.Time // when the last summary was logged
+}
+
+// outageSummaryEvery spaces out the summaries.
+const outageSummaryEvery = 10 * time.Second
+
+// waitForServer parks key until the API server answers again: an outage is
+// not the object's failure, so neither the key's backoff nor the shared
+// retry budget is touched. The manager releases every waiting key when a
+// cache's watch comes back or its probe gets an answer.
+func (c *Controller[T]) waitForServer(key Key, err error) {
+	c.outage.mu.Lock()
+	c.outage.count++
+	n, summarize := c.outage.count, time.Since(c.outage.logged) >= outageSummaryEvery
+	if summarize {
+		c.outage.count, c.outage.logged = 0, time.Now()
+	}
+	c.outage.mu.Unlock()
+	if summarize {
+		c.log.Info("reconciles are failing because the API server is unreachable; retrying once it answers",
+			"failures", n, "lastError", err.Error())
+	}
+	if c.q.waitForServer(key) {
+		c.metrics.Waiting.Inc()
+	}
+	c.mgr.awaitServer()
+}
+
+// releaseWaiting queues the keys waiting for the server, spread over a
+// window that grows with their number: up to a second for a thousand keys,
+// two at most.
+func (c *Controller[T]) releaseWaiting() {
+	n := c.q.waitingLen()
+	if n == 0 {
+		return
+	}
+	window := min(max(time.Duration(n)*time.Millisecond, 100*time.Millisecond), 2*time.Second)
+	released := c.q.release(window)
+	c.metrics.Waiting.Sub(float64(released))
+	c.metrics.Released.Add(float64(released))
+	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "keys", released, "window", window)
+}
+
+// serverProbe runs while keys wait for the API server and no cache has
+// reported it back: it asks the server's /readyz every half second or so.
+type serverProbe struct {
+	mu      sync.Mutex
+	running bool
+}
+
+// awaitServer makes sure something will tell the waiting keys that the
+// server is back: a cache's watch reconnecting does, and the probe covers
+// the case where no watch broke.
+func (m *Manager) awaitServer() {
+	m.probe.mu.Lock()
+	defer m.probe.mu.Unlock()
+	m.mu.Lock()
+	ctx := m.running
+	m.mu.Unlock()
+	if m.probe.running || ctx == nil {
+		return
+	}
+	m.probe.running = true
+	m.wg.Go(func() { m.probeServer(ctx) })
+}
+
+// serverAnswered releases every controller's waiting keys.
+func (m *Manager) serverAnswered() {
+	m.mu.Lock()
+	ctrls := append([]managedController(nil), m.ctrlList...)
+	m.mu.Unlock()
+	for _, c := range ctrls {
+		c.releaseWaiting()
+	}
+}
+
+func (m *Manager) probeServer(ctx context.Context) {
+	defer func() {
+		m.probe.mu.Lock()
+		m.probe.running = false
+		m.probe.mu.Unlock()
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		t.Reset(250*time.Millisecond + rand.N(500*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !m.keysWaiting() {
+			return
+		}
+		if m.serverReady(ctx) {
+			m.serverAnswered()
+		}
+	}
+}
+
+func (m *Manager) keysWaiting() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.ctrlList {
+		if c.waiting() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// serverReady asks the API server's /readyz, which every authenticated
+// client may read. Fakes are always ready.
+func (m *Manager) serverReady(ctx context.Context) bool {
+	cfg, hc := m.clients.Config, m.clients.HTTP
+	if cfg == nil || hc == nil {
+		return true
+	}
+	u, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return false
+	}
+	u.Path = "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

@@ -1,0 +1,125 @@
+package ctrl
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// Owns makes controller c reconcile the controlling owner of each object of
+// type O that changes: the object named by O's ownerReference with
+// controller=true whose kind is T's. Set that reference with
+// [SetControllerReference]. Updates pass only if one of changed reports
+// true (none: every update passes), for example [GenerationChanged] to
+// ignore status writes on owned Deployments. O is given, T is inferred:
+//
+//	err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+//
+// It returns an error if O is not a known, watchable resource, a filter is
+// nil, or the manager has started.
+func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error {
+	if err := checkFilters(changed); err != nil {
+		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	opts := CacheOptions{}
+	if c.cache.b.Namespaced {
+		opts.Namespaces = c.cache.scope.namespaces
+	}
+	owned, err := NewCache[O](c.mgr, opts)
+	if err != nil {
+		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	gvk := c.cache.b.GVK()
+	h := &ownerHandler[O]{to: c, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced,
+		srcKind: owned.kind, filters: changed, log: c.log}
+	return c.wire("Owns", func() error { return owned.addHandler(h) })
+}
+
+// ownerHandler queues the controlling owner of each changed object.
+type ownerHandler[O Object] struct {
+	to          target
+	group, kind string
+	namespaced  bool
+	srcKind     string
+	filters     []func(old, obj O) bool
+	log         logr.Logger
+}
+
+// owner returns the key of obj's controlling owner, if it is of the kind.
+func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != h.kind {
+		return Key{}, false
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != h.group {
+		return Key{}, false
+	}
+	k := Key{Name: ref.Name, Cluster: key.Cluster}
+	if h.namespaced {
+		k.Namespace = key.Namespace
+	}
+	return k, true
+}
+
+func (h *ownerHandler[O]) changed(ev event[O]) {
+	if ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
+		return
+	}
+	cause := Cause{Reason: ReasonOwned, Kind: h.srcKind, Object: ev.key}
+	k, ok := h.owner(ev.key, ev.obj)
+	if ok {
+		h.to.queue(k, cause)
+	}
+	if ev.kind == updated {
+		if was, had := h.owner(ev.key, ev.old); had && (!ok || was != k) {
+			h.to.queue(was, cause) // the old owner lost its child
+		}
+	}
+}
+
+func (h *ownerHandler[O]) listed(evs []event[O]) {
+	var keys []Key
+	for _, ev := range evs {
+		if k, ok := h.owner(ev.key, ev.obj); ok {
+			keys = append(keys, k)
+		}
+	}
+	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+}
+
+// SetControllerReference makes owner the controller of obj: it adds an
+// ownerReference with controller=true and blockOwnerDeletion=true, so that
+// [Owns] maps changes of obj to owner and the garbage collector deletes obj
+// with owner. It returns an error if obj already has another controller, if
+// owner is namespaced and obj is in another namespace or cluster-scoped, or
+// if O is not a known resource.
+func SetControllerReference[O Object](owner O, obj metav1.Object) error {
+	info, err := binding.Lookup[O]()
+	if err != nil {
+		return fmt.Errorf("ctrl: SetControllerReference: %w", err)
+	}
+	if info.Namespaced && owner.GetNamespace() != obj.GetNamespace() {
+		return fmt.Errorf("ctrl: SetControllerReference: %s %s cannot own %s in namespace %q", info.Kind, KeyOf(owner), obj.GetName(), obj.GetNamespace())
+	}
+	gvk := info.GVK()
+	ref := *metav1.NewControllerRef(owner, gvk)
+	refs := slices.Clone(obj.GetOwnerReferences())
+	for i, r := range refs {
+		if r.Controller == nil || !*r.Controller {
+			continue
+		}
+		if gv, _ := schema.ParseGroupVersion(r.APIVersion); gv.Group != gvk.Group || r.Kind != gvk.Kind || r.Name != ref.Name {
+			return fmt.Errorf("ctrl: SetControllerReference: %s is already controlled by %s %s", obj.GetName(), r.Kind, r.Name)
+		}
+		refs[i] = ref
+		obj.SetOwnerReferences(refs)
+		return nil
+	}
+	obj.SetOwnerReferences(append(refs, ref))
+	return nil
+}

@@ -1,0 +1,70 @@
+package ctrl
+
+import (
+	"encoding/json"
+	"reflect"
+)
+
+// mergePatch returns the JSON merge patch (RFC 7386) that turns old into
+// obj, carrying old's resourceVersion as a precondition, or nil if nothing
+// changed. Objects are compared field by field; a removed field is set to
+// null; any other value, lists included, is replaced whole.
+func mergePatch[T Object](old, obj T) ([]byte, error) {
+	before, err := toJSONMap(old)
+	if err != nil {
+		return nil, err
+	}
+	after, err := toJSONMap(obj)
+	if err != nil {
+		return nil, err
+	}
+	diff := mergeDiff(before, after)
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	meta, _ := diff["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		diff["metadata"] = meta
+	}
+	meta["resourceVersion"] = old.GetResourceVersion()
+	return json.Marshal(diff)
+}
+
+func toJSONMap(obj any) (map[string]any, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(data, &m)
+}
+
+// mergeDiff returns the merge patch from a to b.
+func mergeDiff(a, b map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, av := range a {
+		bv, ok := b[k]
+		if !ok {
+			out[k] = nil
+			continue
+		}
+		am, aIsMap := av.(map[string]any)
+		bm, bIsMap := bv.(map[string]any)
+		if aIsMap && bIsMap {
+			if d := mergeDiff(am, bm); len(d) > 0 {
+				out[k] = d
+			}
+			continue
+		}
+		if !reflect.DeepEqual(av, bv) {
+			out[k] = bv
+		}
+	}
+	for k, bv := range b {
+		if _, ok := a[k]; !ok {
+			out[k] = bv
+		}
+	}
+	return out
+}

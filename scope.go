@@ -1,0 +1,129 @@
+package ctrl
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// scope is what a cache selects: namespaces (none: all), and label and field
+// selectors (nil: everything).
+type scope struct {
+	namespaces []string
+	labels     labels.Selector
+	fields     fields.Selector
+}
+
+// newScope normalizes a cache's options: the manager's namespace by default,
+// none for cluster-scoped types, sorted and unique, empty selectors as nil.
+func newScope(info binding.Info, managerNS string, opts CacheOptions) scope {
+	var sc scope
+	if info.Namespaced {
+		sc.namespaces = slices.Clone(opts.Namespaces)
+		if len(sc.namespaces) == 0 && managerNS != "" {
+			sc.namespaces = []string{managerNS}
+		}
+		slices.Sort(sc.namespaces)
+		sc.namespaces = slices.Compact(sc.namespaces)
+		if slices.Contains(sc.namespaces, "") {
+			sc.namespaces = nil // "" is every namespace
+		}
+	}
+	if opts.LabelSelector != nil && !opts.LabelSelector.Empty() {
+		sc.labels = opts.LabelSelector
+	}
+	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
+		sc.fields = opts.FieldSelector
+	}
+	return sc
+}
+
+// String describes the scope: `in namespaces "a", "b" with labels "x=y"`.
+func (s scope) String() string {
+	var parts []string
+	switch len(s.namespaces) {
+	case 0:
+	case 1:
+		parts = append(parts, fmt.Sprintf("in namespace %q", s.namespaces[0]))
+	default:
+		q := make([]string, len(s.namespaces))
+		for i, ns := range s.namespaces {
+			q[i] = fmt.Sprintf("%q", ns)
+		}
+		parts = append(parts, "in namespaces "+strings.Join(q, ", "))
+	}
+	if s.labels != nil {
+		parts = append(parts, fmt.Sprintf("with labels %q", s.labels.String()))
+	}
+	if s.fields != nil {
+		parts = append(parts, fmt.Sprintf("with fields %q", s.fields.String()))
+	}
+	return strings.Join(parts, " ")
+}
+
+// selective reports whether the scope has a selector, so that an object can
+// leave it while it exists.
+func (s scope) selective() bool { return s.labels != nil || s.fields != nil }
+
+// selection is what a scope says of an object.
+type selection uint8
+
+const (
+	selected    selection = iota
+	notSelected           // certainly outside the scope
+	unsure                // a field selector this side cannot evaluate for sure
+)
+
+// selects says whether obj is in the scope's selectors (namespaces aside).
+// Labels are decided exactly; metadata.name and metadata.namespace too.
+// Other fields are read from the object by their path, which is how the API
+// server defines nearly all of them, but not all (an Event's "source" is
+// source.component): a field selector that does not match on this side is
+// unsure, never notSelected.
+func (s scope) selects(obj Object) selection {
+	if s.labels != nil && !s.labels.Matches(labels.Set(obj.GetLabels())) {
+		return notSelected
+	}
+	if s.fields == nil {
+		return selected
+	}
+	set := fields.Set{}
+	var content map[string]any
+	exact := true
+	for _, r := range s.fields.Requirements() {
+		switch r.Field {
+		case "metadata.name":
+			set[r.Field] = obj.GetName()
+		case "metadata.namespace":
+			set[r.Field] = obj.GetNamespace()
+		default:
+			exact = false
+			if content == nil {
+				var err error
+				if content, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
+					return unsure
+				}
+			}
+			v, found, _ := unstructured.NestedFieldNoCopy(content, strings.Split(r.Field, ".")...)
+			if found && v != nil {
+				set[r.Field] = fmt.Sprint(v)
+			} else {
+				set[r.Field] = ""
+			}
+		}
+	}
+	switch {
+	case s.fields.Matches(set):
+		return selected
+	case exact:
+		return notSelected
+	}
+	return unsure
+}

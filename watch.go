@@ -1,0 +1,79 @@
+package ctrl
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/go-logr/logr"
+)
+
+// Watches makes controller c reconcile the keys that fn returns for each
+// object of src that changes. For an update, fn is called with the old and
+// the new object and the union is queued; updates pass only if one of
+// changed reports true for the old and new object (none: every update
+// passes). fn runs on the cache's goroutine: it must be fast and must not
+// block; it may read other caches. T and O are inferred:
+//
+//	err := ctrl.Watches(c, nodes, func(n *corev1.Node) []ctrl.Key { ... }, ctrl.LabelsChanged)
+//
+// It returns an error if src or fn or a filter is nil, src belongs to
+// another manager, or the manager has started.
+func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key, changed ...func(old, obj O) bool) error {
+	if fn == nil || src == nil {
+		return fmt.Errorf("ctrl: %s: Watches: nil cache or function", c)
+	}
+	if err := checkFilters(changed); err != nil {
+		return fmt.Errorf("ctrl: %s: Watches: %w", c, err)
+	}
+	if src.mgr != c.mgr {
+		return fmt.Errorf("ctrl: %s: Watches: %s belongs to another manager", c, src)
+	}
+	h := &mapHandler[O]{to: c, fn: fn, filters: changed, srcKind: src.kind, log: c.log}
+	return c.wire("Watches", func() error { return src.addHandler(h) })
+}
+
+// mapHandler queues the keys a user function maps each changed object to.
+type mapHandler[O Object] struct {
+	to      target
+	fn      func(O) []Key
+	filters []func(old, obj O) bool
+	srcKind string
+	log     logr.Logger
+}
+
+// mapped calls fn, turning a panic into no keys and a log line.
+func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error(fmt.Errorf("panic: %v", r), "Watches mapping function panicked; the change maps to no key",
+				"object", key, "stack", string(debug.Stack()))
+			keys = nil
+		}
+	}()
+	return h.fn(obj)
+}
+
+func (h *mapHandler[O]) changed(ev event[O]) {
+	if ev.kind == updated {
+		if !passes(h.filters, ev.old, ev.obj, h.log) {
+			return
+		}
+		h.queue(ev.key, ev.old) // keys queued twice are reconciled once
+	}
+	h.queue(ev.key, ev.obj)
+}
+
+func (h *mapHandler[O]) queue(key Key, obj O) {
+	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: key}
+	for _, k := range h.mapped(key, obj) {
+		h.to.queue(k, cause)
+	}
+}
+
+func (h *mapHandler[O]) listed(evs []event[O]) {
+	var keys []Key
+	for _, ev := range evs {
+		keys = append(keys, h.mapped(ev.key, ev.obj)...)
+	}
+	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+}

@@ -1,0 +1,145 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// work is one worker goroutine: it takes keys until the queue shuts down.
+func (c *Controller[T]) work(ctx context.Context) {
+	for {
+		key, item, shutdown := c.q.get()
+		if shutdown {
+			return
+		}
+		if !c.stopping.Load() { // once stopping, drain without reconciling
+			c.process(ctx, key, item)
+		}
+		c.q.Done(key)
+	}
+}
+
+// process reconciles one key and decides when it comes back: the whole fate
+// of a key is in the switch below.
+func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
+	// The queue counts keys in processing, for the idle check and the
+	// shutdown report; the gauge is for the metrics.
+	c.metrics.Active.Inc()
+	start := time.Now()
+	defer func() {
+		c.metrics.Time.Observe(time.Since(start).Seconds())
+		c.metrics.Active.Dec()
+	}()
+	c.countCauses(item.causes)
+	if !item.released.IsZero() {
+		c.metrics.WaitAfterRecovery.Observe(start.Sub(item.released).Seconds())
+	}
+
+	log := c.log
+	if log.GetSink() != nil { // a discarding logger needs no values, and no ID
+		log = log.WithValues("namespace", key.Namespace, "name", key.Name, "reconcileID", reconcileID(), "causes", item.causes.String())
+		if key.Cluster != "" {
+			log = log.WithValues("cluster", key.Cluster)
+		}
+	}
+	ctx = logr.NewContext(ctx, log)
+	ctx = context.WithValue(ctx, causesKey{}, item.causes)
+	res, err := c.safely(ctx, log, key)
+	switch {
+	case err != nil:
+		c.metrics.Errored.Inc()
+		c.metrics.Errors.Inc()
+		if res.RequeueAfter > 0 {
+			log.V(1).Info("reconcile returned both a result and an error: the result is ignored")
+		}
+		switch {
+		case isTerminal(err):
+			c.metrics.Terminal.Inc()
+			c.q.forget(key)
+			log.Error(err, "reconcile failed; not retrying")
+		case apierrors.IsConflict(err):
+			// Routine: the object changed since the cache saw it. The retry
+			// reads the newer state; it spends no shared retry budget.
+			c.q.retryConflict(key)
+			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
+		case unreachable(err):
+			// Not the object's failure: the key waits for the server, with
+			// neither its own backoff nor the shared budget touched.
+			c.waitForServer(key, err)
+		default:
+			c.q.retry(key)
+			log.Error(err, "reconcile failed; retrying with backoff")
+		}
+	case res.RequeueAfter > 0:
+		c.metrics.RequeueAfter.Inc()
+		c.q.forget(key)
+		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
+	default:
+		c.metrics.Success.Inc()
+		c.q.forget(key)
+	}
+}
+
+// countCauses counts the reconcile once under each reason it has.
+func (c *Controller[T]) countCauses(cs *Causes) {
+	var seen uint32 // a bit per reason
+	for _, cause := range cs.First {
+		for i, r := range reasons {
+			if r == cause.Reason && seen&(1<<i) == 0 {
+				seen |= 1 << i
+				c.metrics.Causes[i].Inc()
+			}
+		}
+	}
+}
+
+// reconcileID returns an ID that tells one reconcile's log lines from
+// another's: 64 random bits in hex. A UUID reads crypto/rand, which showed
+// in the reconcile path's CPU profile.
+func reconcileID() string {
+	return strconv.FormatUint(rand.Uint64(), 16)
+}
+
+// safely runs the reconcile path for key, turning a panic into an error.
+func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.metrics.Panics.Inc()
+			err = fmt.Errorf("panic: %v [recovered]", r)
+			log.Error(err, "reconcile panicked", "stack", string(debug.Stack()))
+		}
+	}()
+	return c.reconcileKey(ctx, key)
+}
+
+// reconcileKey hands a removed object to its hooks, then reconciles the
+// cached object, if any.
+func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, error) {
+	cached, ok := c.cache.Get(key)
+	if c.tombstones != nil {
+		if err := c.bury(ctx, key, cached, ok); err != nil {
+			return Result{}, err
+		}
+	}
+	if !ok {
+		return Result{}, nil
+	}
+	obj := cached
+	if !c.opts.UnsafeDisableDeepCopy {
+		obj = cached.DeepCopyObject().(T)
+	}
+	if c.finalizer != "" {
+		done, err := c.finalizeStep(ctx, &obj)
+		if done || err != nil {
+			return Result{}, err
+		}
+	}
+	return c.reconcile(ctx, obj)
+}
