@@ -117,8 +117,8 @@ type Manager struct {
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
 	endpoints   Endpoints
-	wg          sync.WaitGroup    // cache and server goroutines
-	activity    atomic.Uint64     // bumped by every change the idle check reads
+	wg          sync.WaitGroup // cache and server goroutines
+	activity    atomic.Uint64  // bumped by every change the idle check reads
 }
 
 // managedCache is the manager's view of a cache.

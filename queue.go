@@ -51,8 +51,8 @@ type queue struct {
 	processing atomic.Int64
 
 	mu       sync.Mutex
-	causes   map[Key]*Causes // causes of keys queued since their last get
-	due      map[Key]delayed // delayed keys not yet handed out
+	causes   map[Key]*Causes   // causes of keys queued since their last get
+	due      map[Key]delayed   // delayed keys not yet handed out
 	waiting  map[Key]struct{}  // keys waiting for the API server
 	released map[Key]time.Time // keys the server's return released, and when
 

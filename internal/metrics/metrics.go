@@ -213,17 +213,17 @@ func (m *Set) Controller(name string, workers int, reasons []string) Controller 
 	m.maxConcurrent.WithLabelValues(name).Set(float64(workers))
 	m.reconcileTotal.WithLabelValues(name, "requeue") // present at zero, as in controller-runtime
 	return Controller{
-		Success:      m.reconcileTotal.WithLabelValues(name, "success"),
-		RequeueAfter: m.reconcileTotal.WithLabelValues(name, "requeue_after"),
-		Errored:      m.reconcileTotal.WithLabelValues(name, "error"),
-		Errors:       m.reconcileErrors.WithLabelValues(name),
-		Terminal:     m.terminalErrors.WithLabelValues(name),
-		Panics:       m.reconcilePanics.WithLabelValues(name),
-		Time:         m.reconcileTime.WithLabelValues(name),
-		Active:       m.activeWorkers.WithLabelValues(name),
-		Causes:       causes,
-		Waiting:      m.waiting.WithLabelValues(name),
-		Released:     m.released.WithLabelValues(name),
+		Success:           m.reconcileTotal.WithLabelValues(name, "success"),
+		RequeueAfter:      m.reconcileTotal.WithLabelValues(name, "requeue_after"),
+		Errored:           m.reconcileTotal.WithLabelValues(name, "error"),
+		Errors:            m.reconcileErrors.WithLabelValues(name),
+		Terminal:          m.terminalErrors.WithLabelValues(name),
+		Panics:            m.reconcilePanics.WithLabelValues(name),
+		Time:              m.reconcileTime.WithLabelValues(name),
+		Active:            m.activeWorkers.WithLabelValues(name),
+		Causes:            causes,
+		Waiting:           m.waiting.WithLabelValues(name),
+		Released:          m.released.WithLabelValues(name),
 		WaitAfterRecovery: m.recoveryWait.WithLabelValues(name),
 	}
 }

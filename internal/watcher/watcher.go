@@ -21,11 +21,11 @@ import (
 
 // Config describes one reflector.
 type Config struct {
-	Name         string         // for logs: the type and scope
-	Type         runtime.Object // an example object of the expected type
-	ListerWatch  cache.ListerWatcher
-	Store        cache.ReflectorStore
-	Logger       logr.Logger
+	Name        string         // for logs: the type and scope
+	Type        runtime.Object // an example object of the expected type
+	ListerWatch cache.ListerWatcher
+	Store       cache.ReflectorStore
+	Logger      logr.Logger
 	// OnError is called with every error of a list or watch call, and of a
 	// list-and-watch cycle.
 	OnError func(error)
