@@ -216,9 +216,21 @@ func (c *Client[T]) checkNil(verb string, obj T) error {
 	return nil
 }
 
+// checkObject rejects what the server would answer confusingly: nil, and a
+// namespaced object without a namespace (a request for every namespace).
+func (c *Client[T]) checkObject(verb string, obj T) error {
+	if err := c.checkNil(verb, obj); err != nil {
+		return err
+	}
+	if c.b.Namespaced && obj.GetNamespace() == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the object has no namespace", verb, c.b.Type, KeyOf(obj))
+	}
+	return nil
+}
+
 // Create creates obj and returns the object the server stored.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
-	if err := c.checkNil("create", obj); err != nil {
+	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)
@@ -233,7 +245,7 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 // (apierrors.IsConflict), and the usual answer is to return it from
 // reconcile, which retries with the latest object.
 func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
-	if err := c.checkNil("update", obj); err != nil {
+	if err := c.checkObject("update", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)
@@ -248,7 +260,7 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 // conflict if the object changed since it was read. It returns an error if
 // the resource has no status subresource (see APIResource.Status).
 func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
-	if err := c.checkNil("update status of", obj); err != nil {
+	if err := c.checkObject("update status of", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)
@@ -424,7 +436,7 @@ type ApplyOptions struct {
 // own: every field that is set, even to its zero value when the Go type does
 // not omit it, is claimed.
 func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, error) {
-	if err := c.checkNil("apply", obj); err != nil {
+	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)

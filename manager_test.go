@@ -112,7 +112,7 @@ func TestSyncErrors(t *testing.T) {
 		{"missing CRD", apierrors.NewNotFound(widgets.GroupResource(), ""),
 			`*ctrl_test.Widget (widgets.example.com/v1) in namespace "ns" is not served by the API server (is its CustomResourceDefinition installed?)`},
 		{"sync timeout", apierrors.NewForbidden(widgets.GroupResource(), "", errors.New("no")),
-			`*ctrl_test.Widget (widgets.example.com/v1) in namespace "ns" did not sync within 300ms: failed to list`},
+			`*ctrl_test.Widget (widgets.example.com/v1) in namespace "ns" did not sync within 300ms: widgets.example.com is forbidden: no`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

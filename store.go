@@ -194,8 +194,10 @@ func (f *feed[T]) Update(obj any) error {
 }
 
 // Delete removes an object. The API server also sends a deletion for an
-// object that stopped matching the cache's selector; the object it sends is
-// the new state, which tells the two apart.
+// object that stopped matching the cache's selector, and in both cases the
+// object it sends is the last state that matched: in a selective cache a
+// deletion is only a removal, which the controller tells apart by reading
+// the server (see Controller.bury).
 func (f *feed[T]) Delete(obj any) error {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -205,10 +207,10 @@ func (f *feed[T]) Delete(obj any) error {
 		return err
 	}
 	kind := deleted
-	switch f.c.scope.selects(t) {
-	case notSelected:
+	switch {
+	case f.c.scope.selects(t) == notSelected:
 		kind = left
-	case unsure:
+	case f.c.scope.selective():
 		kind = vanished
 	}
 	f.remove(t, kind)

@@ -19,7 +19,11 @@ func (c *Controller[T]) work(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		if !c.stopping.Load() { // once stopping, drain without reconciling
+		// Once stopping, drain without reconciling. A key without causes
+		// is one whose causes an earlier reconcile took: it was queued
+		// again while being handed out, and the earlier reconcile, which
+		// began after every cause was recorded, has served it.
+		if !c.stopping.Load() && item.causes.Total > 0 {
 			c.process(ctx, key, item)
 		}
 		c.q.Done(key)

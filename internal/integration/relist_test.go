@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -171,4 +172,106 @@ func TestRelistAfterCompaction(t *testing.T) {
 			t.Errorf("ctrl_cache_relists_total: got %v, want at least 1 after a 410 Gone", relists)
 		}
 	})
+}
+
+// TestRelistLiveFirst changes every object of a controller behind its back
+// until its watch cannot resume, so that it relists and finds them all
+// updated, and checks that a change made while the controller works
+// through the relist is reconciled before the rest of it: the relist's
+// updates wait in the backlog, not in the queue.
+func TestRelistLiveFirst(t *testing.T) {
+	env3, err := testenv.Start(testenv.Options{ExtraAPIServerFlags: []string{
+		"--etcd-compaction-interval=1s",
+		"--watch-cache-sizes=configmaps#0",
+	}})
+	must(t, err)
+	t.Cleanup(func() { must(t, env3.Stop()) })
+	cs, err := kubernetes.NewForConfig(env3.Config())
+	must(t, err)
+	ctx := context.Background()
+	nsObj, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "it-"}}, metav1.CreateOptions{})
+	must(t, err)
+	ns := nsObj.Name
+	const n = 300
+	for i := range n {
+		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+
+	p := &partition{}
+	cfg := env3.Config()
+	cfg.Wrap(p.wrap)
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns})
+	must(t, err)
+	var (
+		mu      sync.Mutex
+		after   bool // the partition healed
+		order   []string
+		entered = make(chan struct{})
+		release = make(chan struct{})
+	)
+	c, err := ctrl.NewController(mgr, "relist", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		if !after {
+			mu.Unlock()
+			return ctrl.Result{}, nil
+		}
+		order = append(order, cm.Name)
+		first := len(order) == 1
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-release
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Workers: 1})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+
+	p.setCut(true)
+	var last string
+	for i := range n {
+		cm, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)},
+			Data: map[string]string{"v": "2"}}, metav1.UpdateOptions{})
+		must(t, err)
+		last = cm.ResourceVersion
+	}
+	eventually(t, 30*time.Second, func() error {
+		_, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: last, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return nil
+		}
+		return fmt.Errorf("list at resourceVersion %s: got %v, want 410 Gone once etcd compacted it", last, err)
+	})
+	mu.Lock()
+	after = true
+	mu.Unlock()
+	p.setCut(false)
+	select {
+	case <-entered: // the relist is in: its first key is being reconciled
+	case <-time.After(time.Minute):
+		t.Fatal("no reconcile after the partition healed")
+	}
+	_, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "live"}}, metav1.CreateOptions{})
+	must(t, err)
+	eventually(t, 30*time.Second, func() error {
+		if _, ok := c.Cache().Get(ctrl.Key{Namespace: ns, Name: "live"}); !ok {
+			return errors.New("live not in the cache yet")
+		}
+		return nil
+	})
+	close(release)
+	waitIdle(t, mgr)
+
+	mu.Lock()
+	defer mu.Unlock()
+	pos := slices.Index(order, "live")
+	t.Logf("the live change was reconciled at position %d of %d after the relist", pos, len(order))
+	if pos < 0 || pos > 130 {
+		t.Errorf("the change made during the relist was reconciled at position %d of %d, want within the first 130", pos, len(order))
+	}
+	if len(order) != n+1 {
+		t.Errorf("%d reconciles after the relist, want %d: each updated object once, and the live one", len(order), n+1)
+	}
 }

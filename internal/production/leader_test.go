@@ -168,25 +168,38 @@ func TestLeaderElectionHandover(t *testing.T) {
 	t.Logf("takeover after a clean stop: %s", time.Since(stopped).Round(time.Millisecond))
 }
 
-const childEnv = "CTRL_PRODUCTION_CHILD"
+const (
+	childEnv      = "CTRL_PRODUCTION_CHILD" // the namespace
+	childLeaseEnv = "CTRL_PRODUCTION_LEASE" // the Lease; default "killed"
+)
 
-// runChild is a replica in its own process, so that a test can kill it.
+// runChild is a replica in its own process, so that a test can kill it. It
+// prints a line per reconcile and per OnDelete call.
 func runChild() int {
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ns := os.Getenv(childEnv)
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, LeaderElection: election("killed", "child")})
+	ns, lease := os.Getenv(childEnv), os.Getenv(childLeaseEnv)
+	if lease == "" {
+		lease = "killed"
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, LeaderElection: election(lease, "child")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	_, err = ctrl.NewController(mgr, "child", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+	c, err := ctrl.NewController(mgr, "child", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		fmt.Printf("reconciled %s\n", cm.Name)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
+	if err == nil {
+		err = c.OnDelete(func(ctx context.Context, cm *corev1.ConfigMap) error {
+			fmt.Printf("deleted %s\n", cm.Name)
+			return nil
+		})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -198,11 +211,12 @@ func runChild() int {
 	return 0
 }
 
-func TestLeaderElectionKilled(t *testing.T) {
-	ns := namespace(t)
-	createConfigMaps(t, ns, "x", 3)
+// startChild runs runChild in a new process for the Lease lease in ns, and
+// returns its output lines. The test's cleanup kills it.
+func startChild(t *testing.T, ns, lease string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childEnv+"="+ns, "KUBECONFIG="+env.KubeconfigPath())
+	child.Env = append(os.Environ(), childEnv+"="+ns, childLeaseEnv+"="+lease, "KUBECONFIG="+env.KubeconfigPath())
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +226,13 @@ func TestLeaderElectionKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	lines := bufio.NewScanner(out)
+	return child, bufio.NewScanner(out)
+}
+
+func TestLeaderElectionKilled(t *testing.T) {
+	ns := namespace(t)
+	createConfigMaps(t, ns, "x", 3)
+	child, lines := startChild(t, ns, "killed")
 	for seen := 0; seen < 3 && lines.Scan(); {
 		if strings.HasPrefix(lines.Text(), "reconciled ") {
 			seen++

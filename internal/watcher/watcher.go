@@ -6,6 +6,7 @@ package watcher
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -68,8 +69,8 @@ func Run(ctx context.Context, cfg Config) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && cfg.OnError != nil {
-			cfg.OnError(err)
+		if err != nil && cfg.OnError != nil && !lw.reported(err) {
+			cfg.OnError(err) // an error of the cycle, not of a call
 		}
 		if lw.isConnected() {
 			backoff = Backoff
@@ -103,6 +104,7 @@ type tracking struct {
 	log logr.Logger
 
 	mu        sync.Mutex
+	lastErr   error // the last error of a call, passed to OnError
 	connected bool
 	since     time.Time // when the current outage began
 	started   bool
@@ -125,6 +127,14 @@ func (t *tracking) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(t.ListerWatcher)
 }
 
+// reported reports whether err is, or wraps, the last error of a list or
+// watch call, which OnError has seen.
+func (t *tracking) reported(err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastErr != nil && errors.Is(err, t.lastErr)
+}
+
 func (t *tracking) isConnected() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -140,6 +150,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err != nil {
+		t.lastErr = err
+	}
 	now := time.Now()
 	switch {
 	case err == nil && !t.connected:

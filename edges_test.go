@@ -1,0 +1,316 @@
+package ctrl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// TestRecorderAfterStart checks that a Recorder made once the manager runs
+// sends its events.
+func TestRecorderAfterStart(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
+	var rec atomic.Pointer[ctrl.Recorder[*corev1.ConfigMap]]
+	c, err := ctrl.NewController(mgr, "late-recorder", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		if r := rec.Load(); r != nil {
+			r.Event(cm, corev1.EventTypeNormal, "Seen", "seen late")
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	r, err := ctrl.NewRecorder[*corev1.ConfigMap](mgr, "late")
+	must(t, err)
+	rec.Store(r)
+	c.Enqueue(ctrl.Key{Namespace: "ns", Name: "a"})
+	waitIdle(t, mgr)
+	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		must(t, err)
+		if len(list) == 1 && list[0].Message == "seen late" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got events %v, want the one recorded after Start", list)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the fake, not waiting for the controller
+	}
+}
+
+// TestWatchErrorOncePerFailure counts the calls of the watch error handler
+// against the failed list requests.
+func TestWatchErrorOncePerFailure(t *testing.T) {
+	forbidden := apierrors.NewForbidden(widgets.GroupResource(), "", errors.New("no"))
+	dyn := failingWidgets(forbidden)
+	mgr := newManager(t, ctrl.Options{FakeDynamic: dyn, SyncTimeout: time.Hour})
+	cache, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Namespaces: []string{"ns"}})
+	must(t, err)
+	var calls atomic.Int32
+	cache.SetWatchErrorHandler(func(err error) {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("watch error handler: got %v, want the list's Forbidden", err)
+		}
+		calls.Add(1)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	lists := func() int {
+		n := 0
+		for _, a := range dyn.Actions() {
+			if a.GetVerb() == "list" {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); lists() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lists after 30s, want 3", lists())
+		}
+		time.Sleep(time.Millisecond) // polling the fake's record of requests
+	}
+	cancel()
+	must(t, <-done)
+	if got, want := int(calls.Load()), lists(); got != want {
+		t.Errorf("watch error handler called %d times for %d failed lists, want once each", got, want)
+	}
+}
+
+// countingLimiter is a rate limiter that counts its uses and never delays.
+type countingLimiter struct{ when atomic.Int32 }
+
+func (l *countingLimiter) When(ctrl.Key) time.Duration { l.when.Add(1); return 0 }
+func (l *countingLimiter) Forget(ctrl.Key)             {}
+func (l *countingLimiter) NumRequeues(ctrl.Key) int    { return 0 }
+
+// TestOutageWaitsForServer checks what a reconcile that fails because the
+// API server is unreachable does: its key waits for the server, without
+// touching the rate limiter, and is retried once the server answers; a
+// reconcile that fails on a deadline of its own is an ordinary failure.
+func TestOutageWaitsForServer(t *testing.T) {
+	tests := []struct {
+		name        string
+		err         error
+		wantLimiter int32 // uses of the rate limiter
+		wantWaited  float64
+	}{
+		{"unavailable", apierrors.NewServiceUnavailable("starting"), 0, 3},
+		{"connection refused", fmt.Errorf("get: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 0, 3},
+		{"own deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), 3, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
+				limiter := &countingLimiter{}
+				var calls atomic.Int32
+				_, err := ctrl.NewController(mgr, "outage", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+					if calls.Add(1) <= 3 {
+						return ctrl.Result{}, tt.err
+					}
+					return ctrl.Result{}, nil
+				}, ctrl.ControllerOptions{RateLimiter: limiter})
+				must(t, err)
+				ctx := start(t, mgr)
+				must(t, mgr.WaitIdle(ctx, time.Hour))
+				if got := calls.Load(); got != 4 {
+					t.Errorf("got %d reconciles, want 4: three failures, then success", got)
+				}
+				if got := limiter.when.Load(); got != tt.wantLimiter {
+					t.Errorf("rate limiter used %d times, want %d", got, tt.wantLimiter)
+				}
+				reg := mgr.Registry()
+				if got := metricValue(t, reg, `ctrl_retries_released_total{controller="outage"}`); got != tt.wantWaited {
+					t.Errorf("ctrl_retries_released_total: got %v, want %v", got, tt.wantWaited)
+				}
+				if got := metricValue(t, reg, `ctrl_keys_waiting_for_server{controller="outage"}`); got != 0 {
+					t.Errorf("ctrl_keys_waiting_for_server once idle: got %v, want 0", got)
+				}
+				if got := metricValue(t, reg, `ctrl_wait_after_recovery_seconds{controller="outage"}`); got != tt.wantWaited {
+					t.Errorf("ctrl_wait_after_recovery_seconds: got %v observations, want %v", got, tt.wantWaited)
+				}
+			})
+		})
+	}
+}
+
+// TestTerminalOnDelete checks that a terminal error from OnDelete ends that
+// deletion: the hook is not called again for it, not even when a new
+// object takes the name.
+func TestTerminalOnDelete(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
+	var mu sync.Mutex
+	var gone []string
+	c, err := ctrl.NewController(mgr, "terminal", noop, ctrl.ControllerOptions{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[ctrl.Key](0, 0)})
+	must(t, err)
+	must(t, c.OnDelete(func(ctx context.Context, cm *corev1.ConfigMap) error {
+		mu.Lock()
+		defer mu.Unlock()
+		gone = append(gone, string(cm.UID))
+		return ctrl.Terminal(errors.New("cannot clean up"))
+	}))
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	must(t, client.Delete(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+	again := configMap("ns", "a")
+	again.UID = "second"
+	_, err = client.Create(ctx, again)
+	must(t, err)
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"ns-a"}; !slices.Equal(gone, want) {
+		t.Errorf("OnDelete calls: got %q, want %q", gone, want)
+	}
+}
+
+// TestResyncThroughBacklog checks that ResyncPeriod belongs to the
+// controller: two controllers that differ only in it share one cache, and
+// each reconciles every object again at its own period, with the cause
+// ReasonResync.
+func TestResyncThroughBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
+		var mu sync.Mutex
+		counts := map[string]int{}
+		reconcile := func(name string) func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
+			return func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				counts[name+"/"+cm.Name]++
+				for _, c := range ctrl.CausesFrom(ctx).First {
+					counts[name+":"+string(c.Reason)]++
+				}
+				return ctrl.Result{}, nil
+			}
+		}
+		fast, err := ctrl.NewController(mgr, "fast", reconcile("fast"), ctrl.ControllerOptions{ResyncPeriod: time.Minute})
+		must(t, err)
+		slow, err := ctrl.NewController(mgr, "slow", reconcile("slow"), ctrl.ControllerOptions{ResyncPeriod: time.Hour})
+		must(t, err)
+		if fast.Cache() != slow.Cache() {
+			t.Error("controllers that differ only in ResyncPeriod have two caches, want one")
+		}
+		ctx := start(t, mgr)
+		must(t, mgr.WaitIdle(ctx, 0))
+		time.Sleep(150 * time.Second) // fake time: two periods of the fast one
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]int{
+			"fast/a": 3, "fast/b": 3, "fast:listed": 2, "fast:resync": 4,
+			"slow/a": 1, "slow/b": 1, "slow:listed": 2,
+		}
+		if fmt.Sprint(counts) != fmt.Sprint(want) {
+			t.Errorf("got %v, want %v", counts, want)
+		}
+	})
+}
+
+// TestCauses checks the causes a reconcile learns, through de-duplication:
+// its own object's changes, a trigger, a requeue; and that they reach the
+// log line and the metrics.
+func TestCauses(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		lines = append(lines, args)
+		mu.Unlock()
+	}, funcr.Options{})
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), Logger: log})
+	var got []ctrl.Causes
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	c, err := ctrl.NewController(mgr, "causes", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		logr.FromContextOrDiscard(ctx).Info("reconciling")
+		if first.Swap(false) {
+			close(entered)
+			<-release // hold the key while more causes arrive
+		}
+		mu.Lock()
+		got = append(got, ctrl.CausesFrom(ctx))
+		mu.Unlock()
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	c.Enqueue(ctrl.Key{Namespace: "ns", Name: "a"}) // before Start: nothing
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	<-entered
+	for i := range 6 {
+		_, err := client.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, "application/merge-patch+json", fmt.Appendf(nil, `{"data":{"n":"%d"}}`, i))
+		must(t, err)
+	}
+	c.Enqueue(ctrl.Key{Namespace: "ns", Name: "a"})
+	close(release)
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	// The six updates and the trigger arrive while the first reconcile
+	// runs; the watch may deliver the last updates after it ends, so they
+	// may come in one reconcile or two.
+	if len(got) < 2 || got[0].String() != "listed ConfigMap ns/a" {
+		t.Fatalf("causes: got %v, want the list first", got)
+	}
+	total := 0
+	for _, cs := range got[1:] {
+		total += cs.Total
+		if len(cs.First) > 4 {
+			t.Errorf("%d causes kept, want at most 4", len(cs.First))
+		}
+		for _, c := range cs.First {
+			if c.Reason != ctrl.ReasonUpdated && c.Reason != ctrl.ReasonTriggered {
+				t.Errorf("cause %v, want updated or triggered", c)
+			}
+		}
+	}
+	if total != 7 || got[1].Total < 5 {
+		t.Errorf("causes after the list: got %v, want 7 in all, most in the first reconcile", got[1:])
+	}
+	var logged bool
+	for _, l := range lines {
+		logged = logged || strings.Contains(l, `"causes"="listed ConfigMap ns/a"`)
+	}
+	if !logged {
+		t.Errorf("no reconcile log line carries its causes: %q", lines)
+	}
+	reg := mgr.Registry()
+	for series, want := range map[string]float64{
+		`ctrl_reconcile_causes_total{controller="causes",reason="listed"}`:    1,
+		`ctrl_reconcile_causes_total{controller="causes",reason="updated"}`: float64(len(got) - 1),
+	} {
+		if got := metricValue(t, reg, series); got != want {
+			t.Errorf("%s: got %v, want %v", series, got, want)
+		}
+	}
+}
