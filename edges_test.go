@@ -306,7 +306,7 @@ func TestCauses(t *testing.T) {
 	}
 	reg := mgr.Registry()
 	for series, want := range map[string]float64{
-		`ctrl_reconcile_causes_total{controller="causes",reason="listed"}`:    1,
+		`ctrl_reconcile_causes_total{controller="causes",reason="listed"}`:  1,
 		`ctrl_reconcile_causes_total{controller="causes",reason="updated"}`: float64(len(got) - 1),
 	} {
 		if got := metricValue(t, reg, series); got != want {
