@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -229,15 +230,60 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 }
 
 // Create creates obj and returns the object the server stored.
+//
+// A create whose reply is lost (the connection died after the request was
+// sent) may have happened. If a later Create of the same name through this
+// manager finds the object, created after the lost attempt and touched by
+// no other field manager, it returns that object instead of an
+// AlreadyExists error: the earlier attempt did reach the server. A create
+// with generateName cannot be recognized so, and may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
 	key := KeyOf(obj)
+	began := time.Now()
 	out, err := c.write(key, false, func() (T, error) {
 		return c.b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
+	lost := uncertainKey{c.b, key}
+	switch {
+	case err == nil:
+		c.m.uncertain.Delete(lost)
+	case key.Name != "" && unreachable(err):
+		c.m.uncertain.Store(lost, began)
+	case apierrors.IsAlreadyExists(err):
+		if at, ok := c.m.uncertain.LoadAndDelete(lost); ok {
+			if mine, ok := c.createdSince(ctx, key, at.(time.Time)); ok {
+				return mine, nil
+			}
+		}
+	}
 	return out, c.wrap("create", key, err)
+}
+
+// uncertainKey names a create whose reply was lost.
+type uncertainKey struct {
+	binding any
+	key     Key
+}
+
+// createdSince reads the object with key from the server and returns it if
+// it was created no earlier than at (less a second: creation times have
+// seconds only) and no other field manager has touched it. An object that
+// sets no fields has no managedFields at all, and passes on its creation
+// time alone.
+func (c *Client[T]) createdSince(ctx context.Context, key Key, at time.Time) (T, bool) {
+	obj, err := c.b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+	if err != nil || obj.GetCreationTimestamp().Time.Before(at.Truncate(time.Second)) {
+		return obj, false
+	}
+	for _, f := range obj.GetManagedFields() {
+		if f.Manager != c.m.opts.FieldManager {
+			return obj, false
+		}
+	}
+	return obj, true
 }
 
 // Update replaces obj. The resourceVersion of obj is a precondition: if the

@@ -26,7 +26,8 @@ type feed[T Object] struct {
 	c         *Cache[T]
 	namespace string // "" for all
 
-	lastRV     string // resourceVersion of the latest event, list or bookmark; under c.mu
+	lastRV     string       // resourceVersion of the latest event, list or bookmark; under c.mu
+	lastEvent  atomic.Int64 // when, in Unix nanoseconds
 	isSynced   atomic.Bool
 	lastErr    atomic.Pointer[error]
 	fakeEvents atomic.Pointer[<-chan watch.Event]
@@ -54,6 +55,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		ListerWatch: f,
 		Store:       f,
 		Logger:      log,
+		LastEvent:   func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		OnConnected: func(ok bool, d time.Duration) {
 			if ok {
 				connected.Set(1)
@@ -173,6 +175,7 @@ func (f *feed[T]) Update(obj any) error {
 	key := KeyOf(t)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
+	f.lastEvent.Store(time.Now().UnixNano())
 	old, existed := c.items[key]
 	c.items[key] = t
 	for _, idx := range c.indexes {
@@ -227,6 +230,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	key := KeyOf(t)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
+	f.lastEvent.Store(time.Now().UnixNano())
 	old, existed := c.items[key]
 	if existed {
 		delete(c.items, key)
@@ -272,6 +276,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 	}
 	c.mu.Lock()
 	f.lastRV = rv
+	f.lastEvent.Store(time.Now().UnixNano())
 	for k, obj := range listed {
 		old, existed := c.items[k]
 		switch {
@@ -338,6 +343,7 @@ func (f *feed[T]) Bookmark(rv string) error {
 func (f *feed[T]) UpdateResourceVersion(rv string) {
 	f.c.mu.Lock()
 	f.lastRV = rv
+	f.lastEvent.Store(time.Now().UnixNano())
 	f.c.mu.Unlock()
 }
 

@@ -56,12 +56,16 @@ func runTests(m *testing.M) int {
 // leakIgnores are the goroutines that outlive a manager without being its
 // own: the connections of client-go's process-wide transport cache, which
 // every client made from an env's Config shares (a restarted API server
-// means a new connection), and the control plane's processes, which
-// TestAPIServerOutage restarts.
+// means a new connection), the control plane's processes, which
+// TestAPIServerOutage restarts, and the proxies of tests that cut
+// connections.
 func leakIgnores() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/testenv.startProcess.func1"),
+		// A test's blackhole proxy, which outlives the manager behind it.
+		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/integration_test.pipe"),
+		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/integration_test.(*blackhole).accept"),
 	}
 }
 

@@ -2,16 +2,26 @@
 // watch, then relist when the watch cannot resume. It replaces the
 // Reflector's own run loop so that ctrl decides how fast to retry and what
 // to log: one line when the cache loses the API server, one when it is back.
+//
+// Retries are fast: a failed list or watch is retried after 100 ms, doubling
+// to a cap of 1 to 1.5 s (jittered). During an outage a cache therefore
+// costs the server, or whatever answers in its place, under one connection
+// attempt a second; a server that answers 429 or 503 with Retry-After is
+// left alone for as long as it asks. After an outage, the relist each cache
+// needs (its watch position is usually gone) waits a random part of a
+// second more, so that a fleet reconnecting at once spreads its lists.
 package watcher
 
 import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,8 +37,11 @@ type Config struct {
 	ListerWatch cache.ListerWatcher
 	Store       cache.ReflectorStore
 	Logger      logr.Logger
-	// OnError is called with every error of a list or watch call, and of a
-	// list-and-watch cycle.
+	// LastEvent returns when the store last received an event, a list or a
+	// bookmark: where the blindness of a watch that died silently began.
+	LastEvent func() time.Time
+	// OnError is called with every error of a list or watch call, of a
+	// watch stream, and of a list-and-watch cycle, once each.
 	OnError func(error)
 	// OnConnected is called with false when a list or watch fails after
 	// having worked (or never having worked), and with true and the time
@@ -48,14 +61,23 @@ var Backoff = wait.Backoff{
 	Steps:    math.MaxInt32,
 }
 
+// RelistSpread bounds the random wait before the first relist after an
+// outage.
+const RelistSpread = time.Second
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
+	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	// The reflector's own logging is detail: demote it one level. It logs
-	// both to its Logger option and to the logger in ctx.
-	log := cfg.Logger.V(1)
+	// both to its Logger option and to the logger in ctx. A watch stream
+	// that ends with an error shows only there, so its sink reports that.
+	var sink logr.LogSink = discard{}
+	if s := cfg.Logger.GetSink(); s != nil {
+		sink = s
+	}
+	log := logr.New(&streamErrors{LogSink: sink, t: lw}).V(cfg.Logger.GetV() + 1)
 	ctx = logr.NewContext(ctx, log)
 	reflectorBackoff := Backoff // for retrying watches within a cycle
-	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
 		Name:            cfg.Name,
 		TypeDescription: cfg.Name,
@@ -76,11 +98,17 @@ func Run(ctx context.Context, cfg Config) {
 			backoff = Backoff
 		}
 		// A watch that ended cleanly (410 Gone: its resource version was
-		// compacted) is relisted at once; errors, and clean ends in quick
-		// succession, wait.
+		// compacted) is relisted at once, unless an outage just ended;
+		// errors, and clean ends in quick succession, wait.
 		pause := time.Duration(0)
-		if err != nil || time.Since(lastReturn) < time.Second {
+		switch {
+		case err != nil || time.Since(lastReturn) < time.Second:
 			pause = backoff.Step()
+		case lw.recovered():
+			pause = rand.N(RelistSpread)
+		}
+		if d := lw.suggestedDelay(err); d > pause {
+			pause = d
 		}
 		lastReturn = time.Now()
 		if pause > 0 {
@@ -95,19 +123,21 @@ func Run(ctx context.Context, cfg Config) {
 	}
 }
 
-// tracking watches the outcome of every list and watch call, which is where
-// an outage shows: the reflector retries failed watches internally and only
-// logs them.
+// tracking watches the outcome of every list and watch call, and of every
+// watch stream, which is where an outage shows: the reflector retries
+// failed watches internally and only logs them.
 type tracking struct {
 	cache.ListerWatcher
 	cfg *Config
 	log logr.Logger
 
-	mu        sync.Mutex
-	lastErr   error // the last error of a call, passed to OnError
-	connected bool
-	since     time.Time // when the current outage began
-	started   bool
+	mu         sync.Mutex
+	lastErr    error // the last error of a call, passed to OnError
+	connected  bool
+	since      time.Time // when the current outage began
+	started    bool
+	justBack   bool          // an outage ended in this list-and-watch cycle
+	retryAfter time.Duration // the server's Retry-After, from the last failed call
 }
 
 func (t *tracking) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -141,6 +171,28 @@ func (t *tracking) isConnected() bool {
 	return t.connected
 }
 
+// recovered reports, once, that an outage ended since it was last asked.
+func (t *tracking) recovered() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	back := t.justBack
+	t.justBack = false
+	return back
+}
+
+// suggestedDelay is how long the server asked to be left alone: the
+// Retry-After of a 429 or 503 answer to the cycle or its last call.
+func (t *tracking) suggestedDelay(err error) time.Duration {
+	t.mu.Lock()
+	d := t.retryAfter
+	t.retryAfter = 0
+	t.mu.Unlock()
+	if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > d {
+		d = time.Duration(s) * time.Second
+	}
+	return d
+}
+
 func (t *tracking) record(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // shutting down: not an outage
@@ -152,6 +204,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 	defer t.mu.Unlock()
 	if err != nil {
 		t.lastErr = err
+		if s, ok := apierrors.SuggestsClientDelay(err); ok {
+			t.retryAfter = time.Duration(s) * time.Second
+		}
 	}
 	now := time.Now()
 	switch {
@@ -160,17 +215,14 @@ func (t *tracking) record(ctx context.Context, err error) {
 		if t.started {
 			blind = now.Sub(t.since)
 			t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
+			t.justBack = true
 		}
 		t.connected, t.started = true, true
 		if t.cfg.OnConnected != nil {
 			t.cfg.OnConnected(true, blind)
 		}
 	case err != nil && t.connected:
-		t.log.Info("lost the watch; retrying", "err", err.Error())
-		t.connected, t.since = false, now
-		if t.cfg.OnConnected != nil {
-			t.cfg.OnConnected(false, 0)
-		}
+		t.lost(err, now)
 	case err != nil && !t.started:
 		t.log.Info("cannot list or watch; retrying", "err", err.Error())
 		t.started, t.since = true, now
@@ -179,3 +231,79 @@ func (t *tracking) record(ctx context.Context, err error) {
 		}
 	}
 }
+
+// lost records an outage that began at since. Called with t.mu held.
+func (t *tracking) lost(err error, since time.Time) {
+	t.log.Info("lost the watch; retrying", "err", err.Error())
+	t.connected, t.since = false, since
+	if t.cfg.OnConnected != nil {
+		t.cfg.OnConnected(false, 0)
+	}
+}
+
+// streamFailed records a watch stream that ended with an error, such as a
+// connection found dead: the cache has been blind since its last event.
+func (t *tracking) streamFailed(err error) {
+	if t.cfg.OnError != nil {
+		t.cfg.OnError(err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lastErr = err
+	if !t.connected {
+		return
+	}
+	since := time.Now()
+	if t.cfg.LastEvent != nil {
+		if last := t.cfg.LastEvent(); !last.IsZero() && last.Before(since) {
+			since = last
+		}
+	}
+	t.lost(err, since)
+}
+
+// streamErrors passes the reflector's log lines on, and reports the one
+// that says a watch stream ended with an error: "http2: client connection
+// lost" after a failed ping, a decoding error, an error event.
+type streamErrors struct {
+	logr.LogSink
+	t *tracking
+}
+
+// watchEndedWithError is the reflector's message (client-go v0.37); the
+// package's tests fail if it changes.
+const watchEndedWithError = "Warning: watch ended with error"
+
+func (s *streamErrors) Info(level int, msg string, kv ...any) {
+	if msg == watchEndedWithError {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if err, ok := kv[i+1].(error); ok && kv[i] == "err" {
+				s.t.streamFailed(err)
+			}
+		}
+	}
+	if s.LogSink.Enabled(level) {
+		s.LogSink.Info(level, msg, kv...)
+	}
+}
+
+// Enabled lets the reflector's line through whatever the level.
+func (s *streamErrors) Enabled(level int) bool { return true }
+
+func (s *streamErrors) WithValues(kv ...any) logr.LogSink {
+	return &streamErrors{LogSink: s.LogSink.WithValues(kv...), t: s.t}
+}
+
+func (s *streamErrors) WithName(name string) logr.LogSink {
+	return &streamErrors{LogSink: s.LogSink.WithName(name), t: s.t}
+}
+
+// discard is a sink that drops everything, for a cache without a logger.
+type discard struct{}
+
+func (discard) Init(logr.RuntimeInfo)            {}
+func (discard) Enabled(int) bool                 { return false }
+func (discard) Info(int, string, ...any)         {}
+func (discard) Error(error, string, ...any)      {}
+func (d discard) WithValues(...any) logr.LogSink { return d }
+func (d discard) WithName(string) logr.LogSink   { return d }

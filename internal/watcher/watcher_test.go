@@ -163,8 +163,9 @@ func TestRunRecoversAndLogsEachOutageOnce(t *testing.T) {
 			OnError: func(err error) {
 				mu.Lock()
 				defer mu.Unlock()
-				if !errors.Is(err, syscall.ECONNREFUSED) {
-					t.Errorf("OnError(%v): want the server's error", err)
+				var short *cache.VeryShortWatchError
+				if !errors.Is(err, syscall.ECONNREFUSED) && !errors.As(err, &short) {
+					t.Errorf("OnError(%v): want the server's error, or the stream's end", err)
 				}
 				errs++
 			},
@@ -212,5 +213,66 @@ func TestRunRecoversAndLogsEachOutageOnce(t *testing.T) {
 	mu.Unlock()
 	if want := "false blind>0=false, true blind>0=true, false blind>0=false, true blind>0=true"; got != want {
 		t.Errorf("OnConnected calls: %s\nwant: %s", got, want)
+	}
+}
+
+// TestDeadStream checks a watch whose stream dies with an error while the
+// server still answers new requests, as when a ping finds its connection
+// dead: the outage is logged once, and its blindness counts from the last
+// event the store received, not from when the death was noticed.
+func TestDeadStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := &server{watches: make(chan *watch.FakeWatcher, 100)}
+	var log lines
+	var mu sync.Mutex
+	var blinds []time.Duration
+	var streamErrs int
+	lastEvent := time.Now().Add(-3 * time.Second) // the store last heard from the server 3 s ago
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{
+			Name:        "*v1.ConfigMap",
+			Type:        &corev1.ConfigMap{},
+			ListerWatch: srv.listerWatcher(),
+			Store:       cache.NewStore(cache.MetaNamespaceKeyFunc),
+			Logger:      log.logger(),
+			LastEvent:   func() time.Time { return lastEvent },
+			OnError: func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if strings.Contains(err.Error(), "client connection lost") {
+					streamErrs++
+				}
+			},
+			OnConnected: func(connected bool, blind time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				if connected {
+					blinds = append(blinds, blind)
+				}
+			},
+		})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	w := <-srv.watches
+	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError,
+		Message: "unable to decode an event from the watch stream: http2: client connection lost"})
+	<-srv.watches
+	waitFor(t, "the watch to be back", func() bool { return log.count("watch is back") == 1 })
+	if got := log.count("lost the watch; retrying"); got != 1 {
+		t.Errorf("%d lines about losing the watch, want 1:\n%s", got, strings.Join(log.all, "\n"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if streamErrs != 1 {
+		t.Errorf("OnError saw the stream's error %d times, want 1", streamErrs)
+	}
+	if len(blinds) != 2 || blinds[1] < 3*time.Second {
+		t.Errorf("blind times reported: %v, want the second at least 3s (since the last event)", blinds)
 	}
 }
