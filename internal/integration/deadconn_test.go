@@ -1,0 +1,286 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// blackhole is a TCP proxy to the API server that can make every open
+// connection go silent, as a load balancer or NAT that drops its state
+// does: the sockets stay open, nothing more comes back, and (unless only
+// the replies are lost) what the client sends is read and thrown away. New
+// connections pass.
+type blackhole struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	conns []*proxied
+	wg    sync.WaitGroup
+}
+
+type proxied struct {
+	client, server net.Conn
+	up, down       atomic.Bool // set: that direction is dropped
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	b := &blackhole{ln: ln, target: target}
+	b.wg.Go(b.accept)
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *blackhole) addr() string { return b.ln.Addr().String() }
+
+func (b *blackhole) accept() {
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", b.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p := &proxied{client: c, server: s}
+		b.mu.Lock()
+		b.conns = append(b.conns, p)
+		b.mu.Unlock()
+		b.wg.Go(func() { pipe(p.server, p.client, &p.up) })
+		b.wg.Go(func() { pipe(p.client, p.server, &p.down) })
+	}
+}
+
+// pipe copies src to dst until src ends; while drop is set it reads and
+// throws away.
+func pipe(dst, src net.Conn, drop *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !drop.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !drop.Load() {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+// silence drops what the open connections carry: replies only, or both
+// ways.
+func (b *blackhole) silence(bothWays bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.conns {
+		p.down.Store(true)
+		p.up.Store(bothWays)
+	}
+}
+
+func (b *blackhole) close() {
+	b.ln.Close()
+	b.mu.Lock()
+	for _, p := range b.conns {
+		p.client.Close()
+		p.server.Close()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// throughBlackhole returns env's Config, reaching the API server through b.
+func throughBlackhole(t *testing.T) (*blackhole, func() *ctrl.Manager) {
+	t.Helper()
+	u, err := url.Parse(env.Config().Host)
+	must(t, err)
+	b := newBlackhole(t, u.Host)
+	return b, func() *ctrl.Manager {
+		cfg := env.Config()
+		cfg.Host = "https://" + b.addr()
+		mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: "", ShutdownTimeout: time.Second})
+		must(t, err)
+		return mgr
+	}
+}
+
+// TestDeadConnectionNoticed cuts every connection of a controller silently,
+// then changes all its objects: the controller must notice its connection
+// is dead, reconnect and converge within ten seconds, not the minute that
+// client-go's default health checks take.
+func TestDeadConnectionNoticed(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	const n = 50
+	for i := range n {
+		_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%02d", i)},
+			Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+	b, newMgr := throughBlackhole(t)
+	mgr := newMgr()
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	_, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		if cm.Annotations["observed-v"] == cm.Data["v"] {
+			return ctrl.Result{}, nil
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"observed-v":%q}}}`, cm.Data["v"])
+		_, err := configMaps.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, []byte(patch))
+		return ctrl.Result{}, err
+	}, ctrl.ControllerOptions{Workers: 4, Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+
+	mirrored := func(v string) func() error {
+		return func() error {
+			list, err := clientset.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			behind := 0
+			for _, cm := range list.Items {
+				if cm.Annotations["observed-v"] != v {
+					behind++
+				}
+			}
+			if behind > 0 {
+				return fmt.Errorf("%d of %d ConfigMaps not mirrored at v=%s", behind, len(list.Items), v)
+			}
+			return nil
+		}
+	}
+	b.silence(true)
+	began := time.Now()
+	for i := range n {
+		_, err := clientset.CoreV1().ConfigMaps(ns).Patch(ctx, fmt.Sprintf("cm-%02d", i), types.MergePatchType,
+			[]byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
+		must(t, err)
+	}
+	took := eventually(t, 30*time.Second, mirrored("2"))
+	t.Logf("converged %s after the connections went silent", time.Since(began).Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("converged %s after the connections went silent, want within 10s", took.Round(time.Millisecond))
+	}
+	if got := blindObservations(t, mgr); got == 0 {
+		t.Error("ctrl_cache_blind_seconds has no observation: the dead connection's blindness is not reported")
+	}
+}
+
+func blindObservations(t *testing.T, mgr *ctrl.Manager) uint64 {
+	t.Helper()
+	mfs, err := mgr.Registry().Gather()
+	must(t, err)
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "ctrl_cache_blind_seconds" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// TestLostCreateReply loses the replies of creates that reached the API
+// server: the connection carries requests up but nothing back, until its
+// health check closes it. The creates fail as unreachable and are retried;
+// a retry that finds the object this manager created must not fail with
+// AlreadyExists, and every object is created once.
+func TestLostCreateReply(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	const n = 10
+	b, newMgr := throughBlackhole(t)
+	mgr := newMgr()
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	var (
+		entered atomic.Int32
+		gate    = make(chan struct{})
+		mu      sync.Mutex
+		exists  []string
+	)
+	_, err := ctrl.NewController(mgr, "copier", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
+		if entered.Add(1) <= n {
+			<-gate // every first reconcile waits here until the replies are lost
+		}
+		key := ctrl.Key{Namespace: src.Namespace, Name: "copy-" + src.Name}
+		if _, err := configMaps.Get(ctx, key); !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		_, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Data: map[string]string{"from": src.Name}})
+		if apierrors.IsAlreadyExists(err) {
+			mu.Lock()
+			exists = append(exists, key.Name)
+			mu.Unlock()
+		}
+		return ctrl.Result{}, err
+	}, ctrl.ControllerOptions{Workers: n, Cache: ctrl.CacheOptions{Namespaces: []string{ns},
+		LabelSelector: labels.SelectorFromSet(labels.Set{"role": "src"})}})
+	must(t, err)
+	_, err = ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespaces: []string{ns}})
+	must(t, err)
+	start(t, mgr)
+	for i := range n {
+		_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("src-%d", i),
+			Labels: map[string]string{"role": "src"}}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if got := entered.Load(); got < n {
+			return fmt.Errorf("%d of %d reconciles waiting", got, n)
+		}
+		return nil
+	})
+	b.silence(false) // requests still reach the server; replies are lost
+	close(gate)
+	eventually(t, 30*time.Second, func() error {
+		list, err := clientset.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		copies := 0
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "copy-") {
+				copies++
+			}
+		}
+		if copies != n {
+			return fmt.Errorf("%d copies, want %d", copies, n)
+		}
+		return nil
+	})
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	must(t, mgr.WaitIdle(waitCtx, time.Minute))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(exists) > 0 {
+		t.Errorf("creates retried after a lost reply failed with AlreadyExists: %v", exists)
+	}
+}
