@@ -63,7 +63,7 @@ var Backoff = wait.Backoff{
 
 // RelistSpread bounds the random wait before the first relist after an
 // outage.
-const RelistSpread = time.Second
+const RelistSpread = 2 * time.Second
 
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
@@ -91,21 +91,24 @@ func Run(ctx context.Context, cfg Config) {
 		if ctx.Err() != nil {
 			return
 		}
+		if expired(err) {
+			err = nil // the server answered: the cache must relist, that is all
+		}
 		if err != nil && cfg.OnError != nil && !lw.reported(err) {
 			cfg.OnError(err) // an error of the cycle, not of a call
 		}
 		if lw.isConnected() {
 			backoff = Backoff
 		}
-		// A watch that ended cleanly (410 Gone: its resource version was
-		// compacted) is relisted at once, unless an outage just ended;
-		// errors, and clean ends in quick succession, wait.
+		// A watch that cannot resume (410 Gone: its resource version was
+		// compacted, or the server restarted) is relisted at once, unless
+		// an outage just ended; errors, and ends in quick succession, wait.
 		pause := time.Duration(0)
 		switch {
-		case err != nil || time.Since(lastReturn) < time.Second:
-			pause = backoff.Step()
 		case lw.recovered():
 			pause = rand.N(RelistSpread)
+		case err != nil || time.Since(lastReturn) < time.Second:
+			pause = backoff.Step()
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
@@ -141,15 +144,52 @@ type tracking struct {
 }
 
 func (t *tracking) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := t.beforeList(ctx); err != nil {
+		return nil, err
+	}
 	obj, err := cache.ToListerWithContext(t.ListerWatcher).ListWithContext(ctx, opts)
 	t.record(ctx, err)
 	return obj, err
 }
 
 func (t *tracking) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents { // a streamed list
+		if err := t.beforeList(ctx); err != nil {
+			return nil, err
+		}
+	}
 	w, err := cache.ToWatcherWithContext(t.ListerWatcher).WatchWithContext(ctx, opts)
 	t.record(ctx, err)
 	return w, err
+}
+
+// beforeList spreads the lists of a fleet coming back from an outage. An
+// API server that restarts holds the requests that reach it while it
+// starts and answers them together: if they were lists, every cache of
+// every replica would list in the same instant. So during an outage a
+// cache asks first for one object, and once that is answered waits a
+// random part of RelistSpread before it lists.
+func (t *tracking) beforeList(ctx context.Context) error {
+	t.mu.Lock()
+	outage := t.started && !t.connected
+	t.mu.Unlock()
+	if !outage {
+		return nil
+	}
+	_, err := cache.ToListerWithContext(t.ListerWatcher).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
+	t.record(ctx, err)
+	if err != nil {
+		return err
+	}
+	t.recovered() // this is the spread
+	timer := time.NewTimer(rand.N(RelistSpread))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 // IsWatchListSemanticsUnSupported passes on what the wrapped client says.
@@ -196,6 +236,9 @@ func (t *tracking) suggestedDelay(err error) time.Duration {
 func (t *tracking) record(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // shutting down: not an outage
+	}
+	if expired(err) {
+		err = nil // an answer: the watch must relist, not an outage
 	}
 	if err != nil && t.cfg.OnError != nil {
 		t.cfg.OnError(err)
@@ -260,6 +303,11 @@ func (t *tracking) streamFailed(err error) {
 		}
 	}
 	t.lost(err, since)
+}
+
+// expired reports whether err says a watch's resource version is gone.
+func expired(err error) bool {
+	return err != nil && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err))
 }
 
 // streamErrors passes the reflector's log lines on, and reports the one
