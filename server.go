@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,13 +31,16 @@ type endpoint struct {
 // from Start rather than a log line.
 func (m *Manager) listen() (*servers, error) {
 	var out []endpoint
-	add := func(addr string, h http.Handler) error {
+	add := func(addr string, h http.Handler, tlsConfig *tls.Config) error {
 		if addr == "" {
 			return nil
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("ctrl: Start: %w", err)
+		}
+		if tlsConfig != nil {
+			ln = tls.NewListener(ln, tlsConfig)
 		}
 		srv := &http.Server{
 			Handler:           h,
@@ -57,13 +61,13 @@ func (m *Manager) listen() (*servers, error) {
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, mux)
+		err = add(m.opts.MetricsAddress, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", m.healthz)
 		mux.HandleFunc("/readyz", m.readyz)
-		err = add(m.opts.HealthAddress, mux)
+		err = add(m.opts.HealthAddress, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
@@ -72,7 +76,13 @@ func (m *Manager) listen() (*servers, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		err = add(m.opts.PprofAddress, mux)
+		err = add(m.opts.PprofAddress, mux, nil)
+	}
+	if err == nil {
+		addr, h, tlsConfig, werr := m.webhookEndpoint()
+		if err = werr; err == nil {
+			err = add(addr, h, tlsConfig)
+		}
 	}
 	if err != nil {
 		for _, e := range out {
@@ -123,11 +133,12 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz reports ready once every cache has synced; until then it names
-// the caches that have not. A cache that synced stays ready while its watch
-// reconnects after an API server outage: restarting the process would not
-// bring the server back, and the cache resumes where it stopped.
-func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
+// readyz reports ready once every cache has synced, naming the caches that
+// have not, and the webhook server, if any, completes a TLS handshake. A
+// cache that synced stays ready while its watch reconnects after an API
+// server outage: restarting the process would not bring the server back,
+// and the cache resumes where it stopped.
+func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]runner(nil), m.cacheList...)
@@ -143,6 +154,11 @@ func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
 	if len(waiting) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		return
+	}
+	if err := m.webhookReady(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "webhook server not serving: %v\n", err)
 		return
 	}
 	fmt.Fprintln(w, "ok")
