@@ -127,8 +127,12 @@ func merge(raw, before, after any) any {
 		bv, inBefore := bm[k]
 		rv, inRaw := rm[k]
 		switch {
-		case !inBefore:
+		case !inBefore && !inRaw:
 			out[k] = av
+		case !inBefore:
+			// omitempty dropped it, or the type does not know it: merge
+			// as if it had been empty, keeping raw's members.
+			out[k] = merge(rv, map[string]any{}, av)
 		case !inRaw:
 			if !reflect.DeepEqual(bv, av) {
 				out[k] = av

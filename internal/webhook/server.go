@@ -101,8 +101,9 @@ func (s *Server) Hooks() []Hook {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := (*s.routes.Load())[r.URL.Path]
 	if rt == nil {
-		s.log.Info("no webhook is registered at the requested path", "path", r.URL.Path)
-		http.Error(w, fmt.Sprintf("no webhook is registered at %s", r.URL.Path), http.StatusNotFound)
+		msg := fmt.Sprintf("no webhook is registered at %s", r.URL.Path)
+		s.log.Error(nil, "rejecting a webhook request", "code", http.StatusNotFound, "reason", msg)
+		http.Error(w, msg, http.StatusNotFound)
 		return
 	}
 	began := time.Now()
