@@ -2,7 +2,6 @@ package ctrl
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -31,7 +30,7 @@ type endpoint struct {
 // from Start rather than a log line.
 func (m *Manager) listen() (*servers, error) {
 	var out []endpoint
-	add := func(addr string, h http.Handler, tlsConfig *tls.Config) error {
+	add := func(addr string, h http.Handler, wrap func(net.Listener) net.Listener) error {
 		if addr == "" {
 			return nil
 		}
@@ -39,8 +38,8 @@ func (m *Manager) listen() (*servers, error) {
 		if err != nil {
 			return fmt.Errorf("ctrl: Start: %w", err)
 		}
-		if tlsConfig != nil {
-			ln = tls.NewListener(ln, tlsConfig)
+		if wrap != nil {
+			ln = wrap(ln)
 		}
 		srv := &http.Server{
 			Handler:           h,
@@ -79,9 +78,9 @@ func (m *Manager) listen() (*servers, error) {
 		err = add(m.opts.PprofAddress, mux, nil)
 	}
 	if err == nil {
-		addr, h, tlsConfig, werr := m.webhookEndpoint()
+		addr, h, wrap, werr := m.webhookEndpoint()
 		if err = werr; err == nil {
-			err = add(addr, h, tlsConfig)
+			err = add(addr, h, wrap)
 		}
 	}
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -124,6 +126,7 @@ type webhooks struct {
 	once   sync.Once
 	server *webhook.Server
 	err    error
+	addr   atomic.Value // string: the address Start bound
 }
 
 // webhookServer returns the manager's webhook server, registering its
@@ -177,10 +180,11 @@ func (m *Manager) WebhookHandler() http.Handler {
 	return s
 }
 
-// webhookEndpoint returns the address, handler and TLS configuration Start
-// serves the webhooks with, or an empty address when they are off. The
-// serving certificate is read now, so that a missing one fails Start.
-func (m *Manager) webhookEndpoint() (string, http.Handler, *tls.Config, error) {
+// webhookEndpoint returns the address and handler Start serves the
+// webhooks with, and the wrapper that makes its listener TLS; an empty
+// address when they are off. The serving certificate is read now, so that
+// a missing one fails Start.
+func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) net.Listener, error) {
 	if m.opts.WebhookAddress == "" {
 		if s := m.webhooks.server; s != nil && !s.Empty() {
 			m.log.Info("webhooks are registered but not served: Options.WebhookAddress is empty")
@@ -195,10 +199,14 @@ func (m *Manager) webhookEndpoint() (string, http.Handler, *tls.Config, error) {
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("ctrl: Start: %w", err)
 	}
-	return m.opts.WebhookAddress, s, &tls.Config{
+	config := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: certs.GetCertificate,
 		NextProtos:     []string{"h2", "http/1.1"},
+	}
+	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
+		m.webhooks.addr.Store(ln.Addr().String())
+		return tls.NewListener(ln, config)
 	}, nil
 }
 
@@ -216,7 +224,7 @@ func (m *Manager) webhookReady(ctx context.Context) error {
 	if m.opts.WebhookAddress == "" {
 		return nil
 	}
-	addr := m.Addr(m.opts.WebhookAddress)
+	addr, _ := m.webhooks.addr.Load().(string)
 	if addr == "" {
 		return errors.New("not listening yet")
 	}

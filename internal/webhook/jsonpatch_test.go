@@ -163,15 +163,15 @@ func mutate(r *rand.Rand, m map[string]any, depth int) map[string]any {
 
 func TestPatch(t *testing.T) {
 	tests := []struct {
-		name                string
-		raw, before, after  string
+		name               string
+		raw, before, after string
 		wantPatch, wantDoc string
 	}{
 		{
-			name:   "unknown members stay, zero values are not added",
-			raw:    `{"kind":"Widget","extra":{"k":1},"spec":{"message":""}}`,
-			before: `{"kind":"Widget","spec":{"message":"","size":0},"status":{}}`,
-			after:  `{"kind":"Widget","spec":{"message":"hello","size":0},"status":{}}`,
+			name:      "unknown members stay, zero values are not added",
+			raw:       `{"kind":"Widget","extra":{"k":1},"spec":{"message":""}}`,
+			before:    `{"kind":"Widget","spec":{"message":"","size":0},"status":{}}`,
+			after:     `{"kind":"Widget","spec":{"message":"hello","size":0},"status":{}}`,
 			wantPatch: `[{"op":"replace","path":"/spec/message","value":"hello"}]`,
 			wantDoc:   `{"kind":"Widget","extra":{"k":1},"spec":{"message":"hello"}}`,
 		},
