@@ -38,8 +38,9 @@ import (
 // configuration leaves that operation out. Each call gets objects decoded
 // from the request for it alone. Calls may run concurrently. ctx ends at the
 // request's timeout; a function still running then is left to finish on its
-// own and the request is denied, as it is when the function panics. Call
-// [Warn] to add warnings to the answer.
+// own and the request is denied, as it is when the function panics. ctx
+// carries the manager's logger with the request's uid and the webhook's
+// path (logr.FromContext). Call [Warn] to add warnings to the answer.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error

@@ -105,8 +105,11 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 	what := func() string {
 		return fmt.Sprintf("%s of %s %s", req.Operation, a.Info.Type, objectName(req.Namespace, req.Name))
 	}
+	if log.GetSink() != nil { // the values cost allocations: not for a discarding logger
+		log = log.WithValues("uid", req.UID)
+	}
 	deny := func(code int32, err error) *admissionv1.AdmissionResponse {
-		log.Error(err, "denying "+what(), "uid", req.UID)
+		log.Error(err, "denying "+what())
 		return denied(metav1.Status{Code: code, Message: err.Error()})
 	}
 	if gvk := a.Info.GVK(); req.Kind.Group != gvk.Group || req.Kind.Version != gvk.Version || req.Kind.Kind != gvk.Kind {
@@ -164,18 +167,18 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 
 	w := &warnings{}
-	err = call(context.WithValue(ctx, warningsKey{}, w), run)
+	err = call(logr.NewContext(context.WithValue(ctx, warningsKey{}, w), log), run)
 	var p *panicError
 	var resp *admissionv1.AdmissionResponse
 	switch {
 	case errors.As(err, &p):
 		m.Panics.Inc()
-		log.Error(p, "webhook function panicked; denying "+what(), "uid", req.UID, "stack", string(p.stack))
+		log.Error(p, "webhook function panicked; denying "+what(), "stack", string(p.stack))
 		resp = denied(metav1.Status{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError,
 			Message: fmt.Sprintf("%s: %v", what(), p)})
 	case ctx.Err() != nil:
 		err = fmt.Errorf("%s: the webhook function did not return within the request's timeout: %w", what(), context.Cause(ctx))
-		log.Error(err, "denying "+what(), "uid", req.UID)
+		log.Error(err, "denying "+what())
 		resp = denied(metav1.Status{Code: http.StatusGatewayTimeout, Reason: metav1.StatusReasonTimeout, Message: err.Error()})
 	case err != nil:
 		name := req.Name
@@ -183,7 +186,7 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 			name = obj.GetName()
 		}
 		resp = denied(statusOf(err, a.Info, name))
-		log.V(1).Info("denied "+what(), "uid", req.UID, "code", resp.Result.Code, "message", resp.Result.Message)
+		log.V(1).Info("denied "+what(), "code", resp.Result.Code, "message", resp.Result.Message)
 	case a.Default != nil:
 		resp = &admissionv1.AdmissionResponse{Allowed: true}
 		after, err := json.Marshal(obj)

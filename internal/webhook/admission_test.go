@@ -187,6 +187,7 @@ func validator() *webhook.Admission[*widget] {
 			case "one field":
 				return field.Required(field.NewPath("spec", "message"), "say something else")
 			case "warn":
+				logr.FromContextOrDiscard(ctx).Info("warning the user")
 				webhook.Warn(ctx, "first warning")
 				webhook.Warn(ctx, "second warning")
 				return nil
@@ -296,8 +297,10 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
-	// Bad input is logged; a user's denial only at verbosity 1.
-	for _, want := range []string{`"msg"="denying CREATE of *webhook_test.widget ns/w"`, "this webhook admits example.com/v1 Widget", `"msg"="denied CREATE`} {
+	// Bad input is logged; a user's denial only at verbosity 1; the user's
+	// function logs with the request's values.
+	for _, want := range []string{`"msg"="denying CREATE of *webhook_test.widget ns/w"`,
+		`"msg"="warning the user" "webhook"="/validate-example-com-v1-widget" "uid"="uid-1"`, "this webhook admits example.com/v1 Widget", `"msg"="denied CREATE`} {
 		if !strings.Contains(f.logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, f.logs)
 		}
