@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -82,29 +83,102 @@ func AddAdmission[T binding.Object](s *Server, a *Admission[T]) error {
 	return nil
 }
 
+// admissionReview is the part of an admission.k8s.io/v1 AdmissionReview
+// that is read, with the objects as O: json.RawMessage, or T itself.
+// Decoding the request's other fields (user info, options) into structs
+// cost a tenth of the time of a request.
+type admissionReview[O any] struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *admissionRequest[O] `json:"request,omitempty"`
+}
+
+type admissionRequest[O any] struct {
+	requestHead
+	Object    O `json:"object,omitempty"`
+	OldObject O `json:"oldObject,omitempty"`
+}
+
+type requestHead struct {
+	UID       types.UID               `json:"uid"`
+	Kind      metav1.GroupVersionKind `json:"kind"`
+	Namespace string                  `json:"namespace,omitempty"`
+	Name      string                  `json:"name,omitempty"`
+	Operation admissionv1.Operation   `json:"operation"`
+}
+
+// review answers an AdmissionReview. A validating webhook first decodes
+// the objects straight into T, in one pass over the body; decoding them
+// from json.RawMessage takes twice as long, since the bytes are scanned
+// again. A defaulting webhook needs those bytes for its patch. And when the
+// fast decoding fails, the review is read again the slow way, which tells
+// what is wrong.
 func (a *Admission[T]) review(ctx context.Context, body []byte, log logr.Logger, m metrics.Webhook) ([]byte, error) {
-	var review admissionv1.AdmissionReview
+	if a.Default == nil {
+		var review admissionReview[T]
+		if json.Unmarshal(body, &review) == nil && isV1Review(review.TypeMeta) && review.Request != nil && review.Request.UID != "" {
+			req := review.Request
+			var zero T
+			object := func(which string) (T, error) {
+				obj := req.Object
+				if which == "oldObject" {
+					obj = req.OldObject
+				}
+				if any(obj) == any(zero) {
+					return obj, fmt.Errorf("the %s request has no %s", req.Operation, which)
+				}
+				return obj, nil
+			}
+			return a.respond(review.TypeMeta, a.admit(ctx, &req.requestHead, object, nil, log, m), req.UID)
+		}
+	}
+	var review admissionReview[json.RawMessage]
 	if err := json.Unmarshal(body, &review); err != nil {
 		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
 	}
-	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" {
+	if !isV1Review(review.TypeMeta) {
 		return nil, fmt.Errorf("got apiVersion %q, kind %q: want an admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind)
 	}
 	req := review.Request
 	if req == nil || req.UID == "" {
 		return nil, errors.New("the AdmissionReview has no request, or its request no uid")
 	}
-	resp := a.admit(ctx, req, log, m)
-	resp.UID = req.UID
-	return json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
+	object := func(which string) (T, error) {
+		raw := req.Object
+		if which == "oldObject" {
+			raw = req.OldObject
+		}
+		obj := binding.New[T]()
+		if len(raw) == 0 || string(raw) == "null" {
+			return obj, fmt.Errorf("the %s request has no %s", req.Operation, which)
+		}
+		if err := json.Unmarshal(raw, obj); err != nil {
+			return obj, fmt.Errorf("decoding the %s of %s into %s: %w", which, a.what(&req.requestHead), a.Info.Type, err)
+		}
+		return obj, nil
+	}
+	return a.respond(review.TypeMeta, a.admit(ctx, &req.requestHead, object, req.Object, log, m), req.UID)
 }
 
-// admit answers one request: it decodes the objects into T, calls the
-// function for the operation and turns its outcome into a response.
-func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequest, log logr.Logger, m metrics.Webhook) *admissionv1.AdmissionResponse {
-	what := func() string {
-		return fmt.Sprintf("%s of %s %s", req.Operation, a.Info.Type, objectName(req.Namespace, req.Name))
-	}
+func isV1Review(tm metav1.TypeMeta) bool {
+	return tm.APIVersion == "admission.k8s.io/v1" && tm.Kind == "AdmissionReview"
+}
+
+func (a *Admission[T]) respond(tm metav1.TypeMeta, resp *admissionv1.AdmissionResponse, uid types.UID) ([]byte, error) {
+	resp.UID = uid
+	return json.Marshal(admissionv1.AdmissionReview{TypeMeta: tm, Response: resp})
+}
+
+// what names a request in messages: "CREATE of *v1.Widget ns/w".
+func (a *Admission[T]) what(req *requestHead) string {
+	return fmt.Sprintf("%s of %s %s", req.Operation, a.Info.Type, objectName(req.Namespace, req.Name))
+}
+
+// admit answers one request: it gets the objects in T from object, calls
+// the function for the operation and turns its outcome into a response.
+// raw is the request's object as sent, for a defaulting webhook's patch.
+func (a *Admission[T]) admit(ctx context.Context, req *requestHead, object func(which string) (T, error), raw []byte,
+	log logr.Logger, m metrics.Webhook) *admissionv1.AdmissionResponse {
+	what := func() string { return a.what(req) }
 	if log.GetSink() != nil { // the values cost allocations: not for a discarding logger
 		log = log.WithValues("uid", req.UID)
 	}
@@ -116,24 +190,13 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 		return deny(http.StatusBadRequest, fmt.Errorf("this webhook admits %s, not %s",
 			gvkString(gvk.Group, gvk.Version, gvk.Kind), gvkString(req.Kind.Group, req.Kind.Version, req.Kind.Kind)))
 	}
-	decode := func(which string, raw []byte) (T, error) {
-		obj := binding.New[T]()
-		if len(raw) == 0 {
-			return obj, fmt.Errorf("the %s request has no %s", req.Operation, which)
-		}
-		if err := json.Unmarshal(raw, obj); err != nil {
-			return obj, fmt.Errorf("decoding the %s of %s into %s: %w", which, what(), a.Info.Type, err)
-		}
-		return obj, nil
-	}
-
 	var run func(context.Context) error
 	var obj T
 	var before []byte
 	var err error
 	switch op := req.Operation; {
 	case a.Default != nil && (op == admissionv1.Create || op == admissionv1.Update):
-		if obj, err = decode("object", req.Object.Raw); err != nil {
+		if obj, err = object("object"); err != nil {
 			return deny(http.StatusBadRequest, err)
 		}
 		if before, err = json.Marshal(obj); err != nil {
@@ -141,22 +204,22 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 		}
 		run = func(ctx context.Context) error { return a.Default(ctx, obj) }
 	case op == admissionv1.Create && a.Create != nil:
-		if obj, err = decode("object", req.Object.Raw); err != nil {
+		if obj, err = object("object"); err != nil {
 			return deny(http.StatusBadRequest, err)
 		}
 		run = func(ctx context.Context) error { return a.Create(ctx, obj) }
 	case op == admissionv1.Update && a.Update != nil:
-		if obj, err = decode("object", req.Object.Raw); err != nil {
+		if obj, err = object("object"); err != nil {
 			return deny(http.StatusBadRequest, err)
 		}
-		old, err := decode("oldObject", req.OldObject.Raw)
+		old, err := object("oldObject")
 		if err != nil {
 			return deny(http.StatusBadRequest, err)
 		}
 		run = func(ctx context.Context) error { return a.Update(ctx, old, obj) }
 	case op == admissionv1.Delete && a.Delete != nil:
 		// The object being deleted is the old one (kubernetes#76346).
-		if obj, err = decode("oldObject", req.OldObject.Raw); err != nil {
+		if obj, err = object("oldObject"); err != nil {
 			return deny(http.StatusBadRequest, err)
 		}
 		run = func(ctx context.Context) error { return a.Delete(ctx, obj) }
@@ -191,7 +254,7 @@ func (a *Admission[T]) admit(ctx context.Context, req *admissionv1.AdmissionRequ
 		resp = &admissionv1.AdmissionResponse{Allowed: true}
 		after, err := json.Marshal(obj)
 		if err == nil && !bytes.Equal(before, after) {
-			resp.Patch, err = Patch(req.Object.Raw, before, after)
+			resp.Patch, err = Patch(raw, before, after)
 		}
 		if err != nil {
 			return deny(http.StatusInternalServerError, fmt.Errorf("computing the patch of %s: %w", what(), err))
