@@ -9,7 +9,7 @@ import (
 // BenchmarkAdmission measures one validating admission request per op
 // through ctrl's webhook server, controller-runtime's, and the floor (a bare
 // TLS server answering a fixed response): HTTPS over loopback, HTTP/2 with
-// keep-alive, the same 1.6 KiB AdmissionReview of a ConfigMap and the same
+// keep-alive, the same 2 KiB AdmissionReview of a ConfigMap and the same
 // validator. serial sends one request at a time (the round trip); parallel
 // keeps 8 requests per CPU in flight (the throughput). Client and server
 // share the process, so ns/op and allocs/op include the client's share,
