@@ -71,7 +71,7 @@ func Validate[T Object](m *Manager, v Validator[T]) error {
 // f is nil, or, wrapping [ErrStarted], if the manager has started.
 func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error) error {
 	if f == nil {
-		return fmt.Errorf("ctrl: Default %s: the function is nil", typeName[T]())
+		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
 	}
 	return addAdmission(m, "Default", &webhook.Admission[T]{Default: f})
 }
@@ -417,6 +417,3 @@ func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err err
 	}
 	return ca, nil
 }
-
-// typeName names T in messages.
-func typeName[T any]() string { return fmt.Sprintf("%T", *new(T)) }
