@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/typedctrl/ctrl"
 )
@@ -88,7 +89,9 @@ func installWebhooks(t *testing.T, mgr *ctrl.Manager, name string, ca []byte) ct
 // storing it: every admission webhook runs. It returns the object that
 // would be stored.
 func dryRunWidget(ns string, size int) (*unstructured.Unstructured, error) {
-	dyn, err := dynamic.NewForConfig(env.Config())
+	cfg := env.Config()
+	cfg.WarningHandler = rest.NoWarnings{} // the defaulter's, checked elsewhere
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
