@@ -2,7 +2,7 @@
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: test testbins check controlplane demo bench bench-faults generate
+.PHONY: test testbins check controlplane demo bench bench-faults bench-webhooks generate
 
 ## test: build the control plane, vet, and run every test under -race,
 ## the integration suite against a real kube-apiserver included.
@@ -43,6 +43,11 @@ bench: controlplane
 ## section of BENCHMARKS.md.
 bench-faults: controlplane
 	cd bench && $(GO) run ./cmd/faults -write
+
+## bench-webhooks: admission requests per second through ctrl's webhook
+## server and controller-runtime's; writes its section of BENCHMARKS.md.
+bench-webhooks:
+	cd bench && $(GO) run ./cmd/webhooks -write
 
 ## generate: regenerate the table of built-in resources.
 generate:

@@ -26,6 +26,8 @@
 //     every user of the type shares.
 //   - [Client] reads from the cache and writes to the API server, typed.
 //   - [Controller] queues keys on changes and reconciles them with workers.
+//   - [Validate], [Default] and [Convert] register admission and conversion
+//     webhooks over your types, served by the manager over TLS.
 //
 // # Guarantees
 //
@@ -48,6 +50,10 @@
 //     they are back; a watch whose position was compacted away (410 Gone)
 //     relists at once, turning missed changes and deletions into events.
 //     Reconciles failing meanwhile are summarized in the log, not dumped.
+//   - Answered: every webhook request gets an answer. A review that cannot
+//     be read is refused with 400 and a message; a webhook function's
+//     error, panic, or overrun of the request's timeout denies that request
+//     with a status the API server shows the user; the server never crashes.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
 //

@@ -90,6 +90,16 @@ type Options struct {
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
+	// WebhookAddress serves the admission and conversion webhooks
+	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
+	// a check that it completes a TLS handshake to /readyz. Default: off.
+	WebhookAddress string
+	// WebhookCertDir holds the webhook server's certificate and key as
+	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
+	// fails if they cannot be read; when they change, the next TLS
+	// handshake serves the new pair. Default:
+	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
+	WebhookCertDir string
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -134,6 +144,7 @@ type Manager struct {
 	endpoints   Endpoints
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
+	webhooks    webhooks       // the webhook server, made on first use
 }
 
 // managedCache is the manager's view of a cache.

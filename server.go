@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -30,13 +32,16 @@ type endpoint struct {
 // from Start rather than a log line.
 func (m *Manager) listen() (*servers, error) {
 	var out []endpoint
-	add := func(addr string, bound *string, h http.Handler) error {
+	add := func(addr string, bound *string, h http.Handler, wrap func(net.Listener) net.Listener) error {
 		if addr == "" {
 			return nil
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("ctrl: Start: %w", err)
+		}
+		if wrap != nil {
+			ln = wrap(ln)
 		}
 		srv := &http.Server{
 			Handler:           h,
@@ -45,6 +50,8 @@ func (m *Manager) listen() (*servers, error) {
 			WriteTimeout:      2 * time.Minute, // pprof profiles take 30 s by default
 			IdleTimeout:       2 * time.Minute,
 			BaseContext:       func(net.Listener) context.Context { return context.Background() },
+			// Failed TLS handshakes and the like: detail, not news.
+			ErrorLog: log.New(logWriter{m.log.V(1).WithValues("address", addr)}, "", 0),
 		}
 		srv.Addr = ln.Addr().String()
 		m.mu.Lock()
@@ -57,13 +64,13 @@ func (m *Manager) listen() (*servers, error) {
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, &m.endpoints.Metrics, mux)
+		err = add(m.opts.MetricsAddress, &m.endpoints.Metrics, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", m.healthz)
 		mux.HandleFunc("/readyz", m.readyz)
-		err = add(m.opts.HealthAddress, &m.endpoints.Health, mux)
+		err = add(m.opts.HealthAddress, &m.endpoints.Health, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
@@ -72,7 +79,13 @@ func (m *Manager) listen() (*servers, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		err = add(m.opts.PprofAddress, &m.endpoints.Pprof, mux)
+		err = add(m.opts.PprofAddress, &m.endpoints.Pprof, mux, nil)
+	}
+	if err == nil {
+		addr, h, wrap, werr := m.webhookEndpoint()
+		if err = werr; err == nil {
+			err = add(addr, &m.endpoints.Webhook, h, wrap)
+		}
 	}
 	if err != nil {
 		for _, e := range out {
@@ -107,6 +120,14 @@ func (s *servers) serve(m *Manager) {
 	}
 }
 
+// logWriter turns the lines of an http.Server's error log into log lines.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 // shutdown stops the servers, waiting up to 5 s for requests in flight.
 func (s *servers) shutdown() {
 	for _, e := range s.endpoints {
@@ -123,11 +144,12 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz reports ready once every cache has synced; until then it names
-// the caches that have not. A cache that synced stays ready while its watch
-// reconnects after an API server outage: restarting the process would not
-// bring the server back, and the cache resumes where it stopped.
-func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
+// readyz reports ready once every cache has synced, naming the caches that
+// have not, and the webhook server, if any, completes a TLS handshake. A
+// cache that synced stays ready while its watch reconnects after an API
+// server outage: restarting the process would not bring the server back,
+// and the cache resumes where it stopped.
+func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
@@ -145,6 +167,11 @@ func (m *Manager) readyz(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
 		return
 	}
+	if err := m.webhookReady(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "webhook server not serving: %v\n", err)
+		return
+	}
 	fmt.Fprintln(w, "ok")
 }
 
@@ -155,6 +182,7 @@ type Endpoints struct {
 	Metrics string // Options.MetricsAddress
 	Health  string // Options.HealthAddress
 	Pprof   string // Options.PprofAddress
+	Webhook string // Options.WebhookAddress
 }
 
 // Endpoints returns where the manager's HTTP endpoints listen. Start binds

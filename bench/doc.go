@@ -21,4 +21,8 @@
 //     (package internal/benchdoc) and leaves the others as they are.
 //   - micro_test.go measures the per-event cost of the queue, dispatch,
 //     cache read and reconcile path on client-go's fake clientset.
+//   - webhook_test.go (BenchmarkAdmission) measures admission requests
+//     through ctrl's webhook server and controller-runtime's, over HTTPS on
+//     loopback (package internal/admission); cmd/webhooks runs it and
+//     writes its section of ../BENCHMARKS.md.
 package bench

@@ -161,7 +161,7 @@ func benchmarkReconcile(b *testing.B, source, impl string) {
 	stopped := make(chan struct{})
 	switch impl {
 	case "ctrl", "ctrl-nocopy":
-		mgr, err := ctrl.NewManager(ctrl.Options{Clientset: cs, Namespace: microNamespace})
+		mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs, Namespace: microNamespace})
 		if err != nil {
 			b.Fatal(err)
 		}

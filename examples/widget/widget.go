@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/go-logr/logr"
 
@@ -91,6 +92,34 @@ func Setup(mgr *ctrl.Manager) error {
 		return err
 	}
 	return ctrl.Owns[*corev1.ConfigMap](c)
+}
+
+// SetupWebhooks registers the Widget's admission webhooks with mgr: a
+// validator that keeps spec.replicas between 0 and 10, and a defaulter that
+// gives a Widget without a message the message "hello". Serve them with
+// Options.WebhookAddress and tell the API server about them with
+// mgr.WebhookConfigurations.
+func SetupWebhooks(mgr *ctrl.Manager) error {
+	validate := func(w *Widget) error {
+		if r := w.Spec.Replicas; r < 0 || r > 10 {
+			return field.Invalid(field.NewPath("spec", "replicas"), r, "must be between 0 and 10")
+		}
+		return nil
+	}
+	err := ctrl.Validate(mgr, ctrl.Validator[*Widget]{
+		Create: func(_ context.Context, w *Widget) error { return validate(w) },
+		Update: func(_ context.Context, _, w *Widget) error { return validate(w) },
+	})
+	if err != nil {
+		return err
+	}
+	return ctrl.Default(mgr, func(ctx context.Context, w *Widget) error {
+		if w.Spec.Message == "" {
+			w.Spec.Message = "hello"
+			logr.FromContextOrDiscard(ctx).Info("defaulted the message", "widget", w.Name, "message", w.Spec.Message)
+		}
+		return nil
+	})
 }
 
 type reconciler struct {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/typedctrl/ctrl"
 	"github.com/typedctrl/ctrl/bench/internal/mirror"
@@ -20,7 +21,7 @@ func main() {
 	if err != nil {
 		p.Fatal(err)
 	}
-	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr)
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		p.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func main() {
 		dst := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: mirror.Name(src.Name)}, Data: src.Data}
 		_, err := cms.Apply(ctx, dst, ctrl.ApplyOptions{Force: true})
 		return ctrl.Result{}, err
-	}, ctrl.ControllerOptions{Workers: mirror.Workers, Cache: ctrl.CacheOptions{LabelSelector: mirror.SourceSelector}})
+	}, ctrl.ControllerOptions{Workers: mirror.Workers, Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{mirror.SourceLabel: mirror.SourceValue})}})
 	if err != nil {
 		p.Fatal(err)
 	}

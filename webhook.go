@@ -1,0 +1,416 @@
+package ctrl
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/webhook"
+)
+
+// Validator holds the functions of a validating admission webhook for
+// objects of T; register it with [Validate]. Each function admits the
+// object by returning nil and denies it by returning an error:
+//
+//   - an API status error, such as one from apierrors.NewInvalid or
+//     apierrors.NewForbidden, is passed on as it is: its code, reason and
+//     causes;
+//   - field errors, a *field.Error or the ToAggregate() of a
+//     field.ErrorList, become 422 Invalid with one cause per field, which
+//     kubectl lists under the object's name;
+//   - any other error becomes 403 Forbidden with its message.
+//
+// A nil function admits its operation without a call, and the webhook's
+// configuration leaves that operation out. Each call gets objects decoded
+// from the request for it alone. Calls may run concurrently. ctx ends at the
+// request's timeout; a function still running then is left to finish on its
+// own and the request is denied, as it is when the function panics. ctx
+// carries the manager's logger with the request's uid and the webhook's
+// path (logr.FromContext). Call [Warn] to add warnings to the answer.
+type Validator[T Object] struct {
+	// Create validates an object to be created.
+	Create func(ctx context.Context, obj T) error
+	// Update validates obj, which is to replace old.
+	Update func(ctx context.Context, old, obj T) error
+	// Delete validates the deletion of obj, the object as it is stored.
+	Delete func(ctx context.Context, obj T) error
+}
+
+// Validate registers v as the validating admission webhook of T, served at
+// /validate-<group with dashes>-<version>-<kind>, as controller-runtime
+// names it ("/validate-example-com-v1-widget"). T is a built-in type or one
+// registered with [Register]. It returns an error if T has a validating
+// webhook already, if no function of v is set, or, wrapping [ErrStarted],
+// if the manager has started. The webhooks are served on
+// Options.WebhookAddress; [Manager.WebhookConfigurations] tells the API
+// server to call them.
+func Validate[T Object](m *Manager, v Validator[T]) error {
+	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete})
+}
+
+// Default registers f as the defaulting (mutating) admission webhook of T,
+// served at /mutate-<group with dashes>-<version>-<kind>. f is called on
+// creates and updates with the object to store, and changes it in place;
+// ctrl sends the API server a JSON patch of the changes, and leaves alone the
+// fields T does not know. An error from f denies the request, as for a
+// [Validator]. It returns an error if T has a defaulting webhook already, if
+// f is nil, or, wrapping [ErrStarted], if the manager has started.
+func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error) error {
+	if f == nil {
+		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
+	}
+	return addAdmission(m, "Default", &webhook.Admission[T]{Default: f})
+}
+
+func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T]) error {
+	info, err := binding.Lookup[T]()
+	if err != nil {
+		return fmt.Errorf("ctrl: %s: %w", verb, err)
+	}
+	a.Info = info
+	return m.addWebhook(verb, func(s *webhook.Server) error { return webhook.AddAdmission(s, a) })
+}
+
+// Convert registers the conversion between A and B, two versions of one
+// custom resource, each registered with [Register] with the same group,
+// resource and kind. toB converts an A into a B, toA a B into an A; each
+// gets a new destination that already carries a copy of the source's
+// metadata and fills in the rest. A field that exists in only one version
+// is usually kept in an annotation of the other, so that a round trip loses
+// nothing.
+//
+// The conversion webhook is served at /convert. For three versions or
+// more, register each with a hub version: a conversion between two spokes
+// goes through the hub, along the shortest chain of registered pairs. A
+// conversion that changes the name, namespace or uid fails. The API server
+// calls the webhook once the CustomResourceDefinition's spec.conversion
+// says so: see [Manager.WebhookConfigurations].
+//
+// It returns an error if A and B are not two versions of one custom
+// resource, if a function is nil, if the pair is registered already, or,
+// wrapping [ErrStarted], if the manager has started.
+func Convert[A, B Object](m *Manager, toB func(src A, dst B) error, toA func(src B, dst A) error) error {
+	a, err := binding.Lookup[A]()
+	if err != nil {
+		return fmt.Errorf("ctrl: Convert: %w", err)
+	}
+	b, err := binding.Lookup[B]()
+	if err != nil {
+		return fmt.Errorf("ctrl: Convert: %w", err)
+	}
+	return m.addWebhook("Convert", func(s *webhook.Server) error { return webhook.AddConversion(s, a, b, toB, toA) })
+}
+
+// Warn adds msg to the warnings of the admission request that ctx belongs
+// to: kubectl prints them, and client-go logs them. Call it from a
+// [Validator]'s function or a [Default] function; anywhere else it does
+// nothing. Keep messages short: the API server truncates long ones.
+func Warn(ctx context.Context, msg string) { webhook.Warn(ctx, msg) }
+
+// webhooks is the manager's webhook server, made on first use. The zero
+// value is ready.
+type webhooks struct {
+	once   sync.Once
+	server *webhook.Server
+	err    error
+}
+
+// webhookServer returns the manager's webhook server, registering its
+// metrics on first use.
+func (m *Manager) webhookServer() (*webhook.Server, error) {
+	m.webhooks.once.Do(func() {
+		reg := m.opts.Registerer
+		if m.registry != nil {
+			reg = m.registry
+		}
+		met, err := metrics.NewWebhooks(reg)
+		if err != nil {
+			m.webhooks.err = fmt.Errorf("ctrl: registering the webhook metrics: %w", err)
+			return
+		}
+		m.webhooks.server = webhook.New(m.log, met)
+	})
+	return m.webhooks.server, m.webhooks.err
+}
+
+// addWebhook registers a webhook through add unless the manager started.
+func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return fmt.Errorf("ctrl: %s: %w", verb, ErrStarted)
+	}
+	s, err := m.webhookServer()
+	if err != nil {
+		return err
+	}
+	if err := add(s); err != nil {
+		return fmt.Errorf("ctrl: %s: %w", verb, err)
+	}
+	return nil
+}
+
+// WebhookHandler returns the handler of the manager's webhooks, the one
+// Start serves on Options.WebhookAddress: for tests that serve it with
+// net/http/httptest, or programs that serve it themselves. It routes by
+// path, takes only POST requests of application/json, answers a review it
+// cannot read with 400 and a message, and never panics. It is safe for
+// concurrent use, and webhooks registered later are served too.
+func (m *Manager) WebhookHandler() http.Handler {
+	s, err := m.webhookServer()
+	if err != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		})
+	}
+	return s
+}
+
+// webhookEndpoint returns the address and handler Start serves the
+// webhooks with, and the wrapper that makes its listener TLS; an empty
+// address when they are off. The serving certificate is read now, so that
+// a missing one fails Start.
+func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) net.Listener, error) {
+	if m.opts.WebhookAddress == "" {
+		if s := m.webhooks.server; s != nil && !s.Empty() {
+			m.log.Info("webhooks are registered but not served: Options.WebhookAddress is empty")
+		}
+		return "", nil, nil, nil
+	}
+	s, err := m.webhookServer()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	certs, err := webhook.LoadCerts(webhookCertDir(m.opts))
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("ctrl: Start: %w", err)
+	}
+	config := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: certs.GetCertificate,
+		NextProtos:     []string{"h2", "http/1.1"},
+	}
+	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
+		return tls.NewListener(ln, config)
+	}, nil
+}
+
+func webhookCertDir(opts Options) string {
+	if opts.WebhookCertDir != "" {
+		return opts.WebhookCertDir
+	}
+	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+}
+
+// webhookReady reports whether the webhook server completes a TLS
+// handshake on its address, as controller-runtime's readiness check does:
+// listening is not enough if the certificate cannot be served.
+func (m *Manager) webhookReady(ctx context.Context) error {
+	if m.opts.WebhookAddress == "" {
+		return nil
+	}
+	addr := m.Endpoints().Webhook
+	if addr == "" {
+		return errors.New("not listening yet")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	// Only the handshake matters here, not who the server is.
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// WebhookTarget says where the API server reaches the manager's webhook
+// server: a URL, for tests and servers outside the cluster, or a Service.
+// Set one of them.
+type WebhookTarget struct {
+	// URL is the webhook server's base URL, such as
+	// "https://127.0.0.1:9443"; each webhook's path is appended.
+	URL string
+	// Service is the Service in front of the webhook server; each
+	// webhook's path is set on a copy. Its port defaults to 443.
+	Service *admissionregistrationv1.ServiceReference
+	// CABundle holds the PEM certificates that verify the webhook server's
+	// certificate, such as the one [WriteWebhookCerts] returns. cert-manager's
+	// CA injector can fill it in instead. Default: the API server's system
+	// trust roots.
+	CABundle []byte
+}
+
+// WebhookConfigurations are the API objects that make the API server call
+// the manager's webhooks. Create or apply them with any client; they
+// marshal to the JSON and YAML kubectl takes.
+type WebhookConfigurations struct {
+	// Validating has a webhook per type registered with [Validate], or is
+	// nil if there is none.
+	Validating *admissionregistrationv1.ValidatingWebhookConfiguration
+	// Mutating has a webhook per type registered with [Default], or is nil
+	// if there is none.
+	Mutating *admissionregistrationv1.MutatingWebhookConfiguration
+	// Conversions holds, by CustomResourceDefinition name
+	// ("widgets.example.com"), the spec.conversion to set on each custom
+	// resource with conversions registered with [Convert].
+	Conversions map[string]CRDConversion
+}
+
+// CRDConversion is the spec.conversion of a CustomResourceDefinition,
+// apiextensions.k8s.io/v1 CustomResourceConversion, declared here with
+// upstream's JSON names so that ctrl does not depend on the apiextensions
+// module. Marshal it into a patch of the CRD, such as
+// {"spec":{"conversion": ...}}.
+type CRDConversion struct {
+	// Strategy is "Webhook".
+	Strategy string `json:"strategy"`
+	// Webhook says how to call the conversion webhook.
+	Webhook *CRDConversionWebhook `json:"webhook,omitempty"`
+}
+
+// CRDConversionWebhook is apiextensions.k8s.io/v1 WebhookConversion.
+type CRDConversionWebhook struct {
+	// ClientConfig is where the webhook is; apiextensions' type of the
+	// same name has the same fields and JSON.
+	ClientConfig *admissionregistrationv1.WebhookClientConfig `json:"clientConfig,omitempty"`
+	// ConversionReviewVersions are the ConversionReview versions the
+	// webhook understands: "v1".
+	ConversionReviewVersions []string `json:"conversionReviewVersions"`
+}
+
+// WebhookConfigurations returns the configurations of the webhooks
+// registered so far, named name (for the validating and mutating
+// configuration objects) and pointing at target. Each webhook fails closed
+// (failurePolicy Fail), has no side effects, a timeout of 10 seconds,
+// matches equivalent versions of its resource (so an object sent in another
+// version of a converted resource is converted first), and, if the manager
+// has an Options.Namespace, matches only objects of that namespace.
+func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (WebhookConfigurations, error) {
+	var out WebhookConfigurations
+	if (target.URL == "") == (target.Service == nil) {
+		return out, fmt.Errorf("ctrl: WebhookConfigurations %q: set one of the target's URL and Service", name)
+	}
+	s, err := m.webhookServer()
+	if err != nil {
+		return out, err
+	}
+	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
+		cc := admissionregistrationv1.WebhookClientConfig{CABundle: target.CABundle}
+		if target.URL != "" {
+			u := strings.TrimSuffix(target.URL, "/") + path
+			cc.URL = &u
+		} else {
+			svc := *target.Service
+			svc.Path = &path
+			cc.Service = &svc
+		}
+		return cc
+	}
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	equivalent := admissionregistrationv1.Equivalent
+	never := admissionregistrationv1.NeverReinvocationPolicy
+	timeout := int32(10)
+	for _, h := range s.Hooks() {
+		scope := admissionregistrationv1.ClusterScope
+		if h.Namespaced {
+			scope = admissionregistrationv1.NamespacedScope
+		}
+		var ops []admissionregistrationv1.OperationType
+		for _, op := range h.Operations {
+			ops = append(ops, admissionregistrationv1.OperationType(op))
+		}
+		rules := []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{h.Group}, APIVersions: []string{h.Version}, Resources: []string{h.Resource}, Scope: &scope,
+		}}}
+		var namespaces *metav1.LabelSelector
+		if ns := m.opts.Namespace; ns != "" && h.Namespaced {
+			namespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns},
+			}}}
+		}
+		// A webhook's name must have three dot-separated parts at least.
+		group := h.Group
+		if group == "" {
+			group = "core"
+		}
+		hookName := h.Version + "." + h.Resource + "." + group
+		if h.Mutating {
+			if out.Mutating == nil {
+				out.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+				}
+			}
+			out.Mutating.Webhooks = append(out.Mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
+				Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
+				MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
+				AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: &never,
+			})
+			continue
+		}
+		if out.Validating == nil {
+			out.Validating = &admissionregistrationv1.ValidatingWebhookConfiguration{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+			}
+		}
+		out.Validating.Webhooks = append(out.Validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
+			Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
+			MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		})
+	}
+	for _, c := range s.Conversions() {
+		if out.Conversions == nil {
+			out.Conversions = map[string]CRDConversion{}
+		}
+		cc := clientConfig(webhook.ConvertPath)
+		out.Conversions[c.Resource+"."+c.Group] = CRDConversion{Strategy: "Webhook", Webhook: &CRDConversionWebhook{
+			ClientConfig: &cc, ConversionReviewVersions: []string{"v1"},
+		}}
+	}
+	return out, nil
+}
+
+// WriteWebhookCerts makes a new certificate authority and a serving
+// certificate it signs, valid for a year for 127.0.0.1, ::1, localhost and
+// dnsNames, and writes them to dir (created if needed) as tls.crt, tls.key
+// and ca.crt, where Options.WebhookCertDir finds them. It returns the CA
+// certificate in PEM: the CABundle of a [WebhookTarget]. Each file is
+// replaced with a rename, so a running manager never reads a partial one
+// and serves the new pair from its next TLS handshake. For development and
+// tests; in a cluster, cert-manager issues the certificate.
+func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
+	ca, cert, key, err := webhook.SelfSigned(dnsNames...)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{{webhook.KeyFile, key, 0o600}, {webhook.CertFile, cert, 0o644}, {webhook.CAFile, ca, 0o644}} {
+		if err := webhook.WriteFile(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
+		}
+	}
+	return ca, nil
+}
