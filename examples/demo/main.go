@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 	"github.com/typedctrl/ctrl/examples/widget"
-	"github.com/typedctrl/ctrl/internal/testenv"
 )
 
 func main() {
@@ -28,7 +28,7 @@ func main() {
 
 func run() error {
 	fmt.Println("starting kube-apiserver and etcd on loopback...")
-	env, err := testenv.Start(testenv.Options{CRDs: [][]byte{widget.CRD}})
+	env, err := ctrltest.New(ctrltest.Options{CRDs: [][]byte{widget.CRD}})
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,16 @@
-package testenv
+package ctrltest
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,10 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/typedctrl/ctrl/internal/binding"
 )
 
 // widgetCRD is preceded by an empty document on purpose.
@@ -73,14 +80,45 @@ const gadgetCRD = `{"apiVersion": "v1", "kind": "List", "items": [{
   }
 }]}`
 
+// Types registered for GenerateCRDs: gizmos at two versions, and widgets,
+// whose CRD is widgetCRD.
+type (
+	gizmo struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata,omitempty"`
+	}
+	gizmoV2alpha1    struct{ gizmo }
+	registeredWidget struct{ gizmo }
+)
+
+func (g *gizmo) DeepCopyObject() k8sruntime.Object {
+	out := *g
+	g.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+func init() {
+	for _, info := range []binding.Info{
+		{Type: reflect.TypeFor[*gizmo](), GVR: gizmoGVR, Kind: "Gizmo"},
+		{Type: reflect.TypeFor[*gizmoV2alpha1](), GVR: gizmoV2GVR, Kind: "Gizmo"},
+		{Type: reflect.TypeFor[*registeredWidget](), GVR: widgetGVR, Kind: "Widget", Namespaced: true},
+	} {
+		if err := binding.Register(info); err != nil {
+			panic(err)
+		}
+	}
+}
+
 var (
-	widgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}
-	gadgetGVR = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1alpha1", Resource: "gadgets"}
+	gizmoGVR   = schema.GroupVersionResource{Group: "gen.ctrltest.dev", Version: "v1", Resource: "gizmos"}
+	gizmoV2GVR = schema.GroupVersionResource{Group: "gen.ctrltest.dev", Version: "v2alpha1", Resource: "gizmos"}
+	widgetGVR  = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}
+	gadgetGVR  = schema.GroupVersionResource{Group: "example.ctrl.dev", Version: "v1alpha1", Resource: "gadgets"}
 )
 
 func TestEnv(t *testing.T) {
 	began := time.Now()
-	env, err := Start(Options{CRDs: [][]byte{[]byte(widgetCRD)}})
+	env, err := New(Options{CRDs: [][]byte{[]byte(widgetCRD)}, GenerateCRDs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,13 +134,13 @@ func TestEnv(t *testing.T) {
 
 	// Typed client: create and read a ConfigMap.
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "testenv", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "ctrltest", Namespace: "default"},
 		Data:       map[string]string{"k": "v"},
 	}
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "testenv", metav1.GetOptions{})
+	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "ctrltest", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +148,7 @@ func TestEnv(t *testing.T) {
 		t.Fatalf("ConfigMap data = %v", got.Data)
 	}
 
-	// Version stamping from hack/controlplane/build.sh.
+	// Version stamping from ctrltest/cmd/controlplane.
 	version, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +178,49 @@ func TestEnv(t *testing.T) {
 	}
 	if _, err := widgets.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	// GenerateCRDs made one CRD for the two registered versions of gizmos:
+	// it keeps fields no schema names, stores v1, the highest version, and
+	// serves the status subresource. It left widgetCRD, which defines the
+	// registered widgets, as it was.
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gen.ctrltest.dev/v2alpha1",
+		"kind":       "Gizmo",
+		"metadata":   map[string]any{"name": "g1"},
+		"spec":       map[string]any{"free": map[string]any{"form": "kept"}},
+	}}
+	if _, err := dyn.Resource(gizmoV2GVR).Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gizmos := dyn.Resource(gizmoGVR)
+	g, err = gizmos.Get(ctx, "g1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form, _, _ := unstructured.NestedString(g.Object, "spec", "free", "form"); form != "kept" {
+		t.Errorf("got gizmo spec %v, want spec.free.form kept", g.Object["spec"])
+	}
+	must(t, unstructured.SetNestedField(g.Object, "set", "status", "by"))
+	g, err = gizmos.UpdateStatus(ctx, g, metav1.UpdateOptions{})
+	must(t, err)
+	must(t, unstructured.SetNestedField(g.Object, "update", "status", "by"))
+	g, err = gizmos.Update(ctx, g, metav1.UpdateOptions{})
+	must(t, err)
+	if by, _, _ := unstructured.NestedString(g.Object, "status", "by"); by != "set" {
+		t.Errorf("got status.by %q after an Update, want %q: no status subresource", by, "set")
+	}
+	crds := dyn.Resource(crdGVR)
+	crd, err := crds.Get(ctx, "gizmos.gen.ctrltest.dev", metav1.GetOptions{})
+	must(t, err)
+	if stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions"); !slices.Equal(stored, []string{"v1"}) {
+		t.Errorf("got stored versions %q, want [v1]", stored)
+	}
+	crd, err = crds.Get(ctx, "widgets.example.ctrl.dev", metav1.GetOptions{})
+	must(t, err)
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	if _, found, _ := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec"); !found {
+		t.Errorf("the widgets CRD lost widgetCRD's schema: %v", versions[0])
 	}
 
 	// InstallCRDs on a running server, with an update of an existing CRD.
@@ -175,7 +256,7 @@ func TestEnv(t *testing.T) {
 	}
 	began = time.Now()
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	_, err = cs.CoreV1().ConfigMaps("default").Get(short, "testenv", metav1.GetOptions{})
+	_, err = cs.CoreV1().ConfigMaps("default").Get(short, "ctrltest", metav1.GetOptions{})
 	cancelShort()
 	if err == nil {
 		t.Fatal("Get succeeded with the apiserver stopped")
@@ -189,7 +270,7 @@ func TestEnv(t *testing.T) {
 	if h := env.Config().Host; h != host {
 		t.Errorf("host after restart = %s, want %s", h, host)
 	}
-	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "testenv", metav1.GetOptions{}); err != nil {
+	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "ctrltest", metav1.GetOptions{}); err != nil {
 		t.Fatalf("Get after restart: %v", err)
 	}
 	w, err = widgets.Get(ctx, "w1", metav1.GetOptions{})
@@ -248,7 +329,7 @@ func TestStartRetriesOnTakenPort(t *testing.T) {
 	defer func() { pickPorts = freePorts }()
 
 	var stderr bytes.Buffer
-	env, err := Start(Options{Stderr: &stderr})
+	env, err := New(Options{Stderr: &stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,29 +369,92 @@ func ownDirs(t *testing.T) []string {
 
 func TestStartWithoutBinaries(t *testing.T) {
 	dir := t.TempDir()
-	_, err := Start(Options{BinDir: dir})
-	if err == nil {
-		t.Fatal("Start succeeded without binaries")
-	}
-	want := "kube-apiserver not found in " + dir + ": run `make controlplane`"
-	if err.Error() != want {
-		t.Errorf("error = %q, want %q", err, want)
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(tb, Options{BinDir: dir})
+	}()
+	<-done
+	want := "ctrltest: kube-apiserver not found in " + dir + " (Options.BinDir): build it there with " +
+		"`go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane -o " + dir + "`"
+	if tb.fatal != want {
+		t.Errorf("got Fatal(%q), want Fatal(%q)", tb.fatal, want)
 	}
 }
 
+// fatalTB records the message of Fatal, which ends the calling goroutine.
+type fatalTB struct {
+	testing.TB
+	fatal string
+}
+
+func (tb *fatalTB) Fatal(args ...any) {
+	tb.fatal = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
 func TestDefaultBinDir(t *testing.T) {
-	t.Setenv(BinDirEnv, "")
-	dir, err := defaultBinDir()
-	if err != nil {
-		t.Fatal(err)
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache) // os.UserCacheDir on Linux
+	t.Setenv("HOME", cache)           // and elsewhere
+	userCache, err := os.UserCacheDir()
+	must(t, err)
+	cached := filepath.Join(userCache, "ctrl", "controlplane", "v1.37.2")
+	checkout := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(checkout, "go.mod"), []byte("module github.com/typedctrl/ctrl // the checkout\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(checkout, "internal", "integration"), 0o755))
+	elsewhere, envDir := t.TempDir(), t.TempDir()
+	install := func(dir string) {
+		must(t, os.MkdirAll(dir, 0o755))
+		for _, name := range []string{"kube-apiserver", "etcd"} {
+			must(t, os.WriteFile(filepath.Join(dir, name), nil, 0o755))
+		}
 	}
-	root := filepath.Dir(dir)
-	if filepath.Base(dir) != "bin" || modulePath(filepath.Join(root, "go.mod")) != ModulePath {
-		t.Errorf("defaultBinDir() = %s, not the bin directory at the root of %s", dir, ModulePath)
+	command := "`go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane`"
+
+	tests := []struct {
+		name    string
+		env     string // $CTRL_CONTROLPLANE_BIN
+		wd      string
+		install []string
+		want    string
+		wantErr string
+	}{
+		{name: "nothing, outside a checkout", wd: elsewhere,
+			wantErr: "ctrltest: kube-apiserver not found in " + cached + ": build it with " + command + ", run in your module"},
+		{name: "nothing, in a checkout", wd: filepath.Join(checkout, "internal", "integration"),
+			wantErr: "ctrltest: kube-apiserver not found in " + filepath.Join(checkout, "bin") + ": run `make controlplane` in " + checkout},
+		{name: "checkout", wd: filepath.Join(checkout, "internal", "integration"), install: []string{filepath.Join(checkout, "bin")},
+			want: filepath.Join(checkout, "bin")},
+		{name: "cache before checkout", wd: checkout, install: []string{cached, filepath.Join(checkout, "bin")},
+			want: cached},
+		{name: "variable first", env: envDir, wd: checkout, install: []string{envDir, cached},
+			want: envDir},
+		{name: "variable without binaries", env: envDir, wd: elsewhere, install: []string{cached},
+			wantErr: "ctrltest: kube-apiserver not found in $CTRL_CONTROLPLANE_BIN (" + envDir + "): build it there with " + command + ", run in your module"},
 	}
-	t.Setenv(BinDirEnv, "/somewhere")
-	if dir, err := defaultBinDir(); err != nil || dir != "/somewhere" {
-		t.Errorf("with %s set: defaultBinDir() = %q, %v", BinDirEnv, dir, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, dir := range []string{cached, envDir, filepath.Join(checkout, "bin")} {
+				must(t, os.RemoveAll(dir))
+			}
+			for _, dir := range tt.install {
+				install(dir)
+			}
+			t.Setenv("CTRL_CONTROLPLANE_BIN", tt.env)
+			t.Chdir(tt.wd)
+			got, err := defaultBinDir()
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Errorf("got %q, %v; want error %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
 	}
 }
 
@@ -329,5 +473,13 @@ func TestParseCRDs(t *testing.T) {
 	_, err = parseCRDs([][]byte{[]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")})
 	if err == nil || !strings.Contains(err.Error(), "not an apiextensions.k8s.io/v1 CustomResourceDefinition") {
 		t.Errorf("parsing a ConfigMap: %v", err)
+	}
+}
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
