@@ -58,7 +58,12 @@ func Generate(dir, kube string, log io.Writer) error {
 	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o755); err != nil {
 		return err
 	}
-	out, err := goCommand(dir, nil, log, "mod", "download", "-json", "k8s.io/kubernetes@"+kube)
+	// A go.mod of its own first, so that the download below does not touch
+	// a module around dir.
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+ModulePath+"\n"), 0o644); err != nil {
+		return err
+	}
+	out, err := goCommand(dir, toolsEnv, log, "mod", "download", "-json", "k8s.io/kubernetes@"+kube)
 	if err != nil {
 		return fmt.Errorf("downloading k8s.io/kubernetes %s: %w", kube, err)
 	}
@@ -80,7 +85,7 @@ func Generate(dir, kube string, log io.Writer) error {
 	if err := os.WriteFile(filepath.Join(dir, "etcd", "main.go"), []byte(EtcdMain), 0o644); err != nil {
 		return err
 	}
-	if _, err := goCommand(dir, nil, log, "mod", "tidy"); err != nil {
+	if _, err := goCommand(dir, toolsEnv, log, "mod", "tidy"); err != nil {
 		return fmt.Errorf("resolving the tools module in %s: %w", dir, err)
 	}
 	return nil
@@ -164,7 +169,7 @@ func Build(module, out string, log io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_, err = goCommand(module, append(toolsEnv, "CGO_ENABLED=0"), log, "build",
+	_, err = goCommand(module, []string{"GOWORK=off", "CGO_ENABLED=0"}, log, "build",
 		// Without VCS stamping and with -trimpath, neither the surrounding
 		// checkout nor the module's directory changes the build, so an
 		// unchanged module is served from the build cache.
