@@ -13,9 +13,10 @@
 //	go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane
 //
 // It builds the Kubernetes release that matches your k8s.io/client-go (v1.37.2
-// for v0.37.2) into the user cache directory. The first build takes several
-// minutes; later runs return at once. A test that finds no binaries fails,
-// saying which command to run: it is not skipped.
+// for v0.37.2) into the user cache directory, where ctrltest looks for it;
+// $CTRL_CONTROLPLANE_BIN names another directory to both. The first build
+// takes several minutes; later runs return at once. A test that finds no
+// binaries fails, saying which command to run: it is not skipped.
 //
 // # One control plane per test, or one per test binary
 //
@@ -42,14 +43,19 @@
 //
 // # Guarantees
 //
-//   - Real: the API server is kube-apiserver itself, with etcd, RBAC and
-//     the built-in admission plugins; it reports its release from /version.
-//   - Ready: Start returns once /readyz succeeds, the default namespace
-//     exists and every CRD is served, past the two seconds in which the API
-//     server holds back creates of a new CRD's resources.
+//   - Real: the API server is kube-apiserver of the release, on etcd, with
+//     RBAC and the default admission plugins but ServiceAccount; /version
+//     reports the release.
+//   - Ready: Start, Run and New return once /readyz succeeds, the default
+//     namespace exists and every CRD is served, past the two seconds in which
+//     the API server holds back creates of a new CRD's resources.
 //   - Private: each control plane has its own ports, certificates and
 //     temporary directory; tests in parallel do not share state.
 //   - Clean: stopping removes the processes and the directory. On Linux the
 //     processes die with the test binary however it ends; the directory of
 //     an ended test binary is removed by the next start.
+//
+// Only the API server and etcd run: no controller manager, no scheduler, no
+// kubelet. Nothing garbage-collects the objects an owner leaves behind, a
+// deleted namespace stays Terminating, and Pods are never scheduled.
 package ctrltest

@@ -103,7 +103,7 @@ type Env struct {
 
 // Start starts a control plane for the test tb and stops it once tb and its
 // subtests have finished (with tb.Cleanup). It blocks until the control
-// plane is ready, about 4 seconds. If the control plane cannot start, for
+// plane is ready, a few seconds. If the control plane cannot start, for
 // example because the binaries are missing, Start fails tb with tb.Fatal,
 // saying what to run. Call it from the test's goroutine.
 func Start(tb testing.TB, opts Options) *Env {
@@ -122,9 +122,9 @@ func Start(tb testing.TB, opts Options) *Env {
 
 // Run is for TestMain: it starts a control plane, hands it to setup, which
 // keeps it for the tests and may install more in it, runs the tests with
-// m.Run and stops the control plane. It returns the exit code for os.Exit,
-// which fails when the control plane does not start or stop, or setup
-// fails; errors go to standard error.
+// m.Run and stops the control plane. It blocks until then and returns the
+// exit code for os.Exit: a failure when the control plane does not start or
+// stop or setup fails, with the error on standard error.
 func Run(m *testing.M, opts Options, setup func(*Env) error) int {
 	env, err := New(opts)
 	if err != nil {
