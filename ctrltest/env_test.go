@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -365,6 +366,74 @@ func ownDirs(t *testing.T) []string {
 		}
 	}
 	return own
+}
+
+// crashChild makes TestCrashedTestBinary, run as a child, start a control
+// plane and kill itself.
+const crashChild = "CTRLTEST_CRASH_CHILD"
+
+// TestCrashedTestBinary kills a test binary that runs a control plane with
+// SIGKILL, so that no cleanup runs: its etcd and kube-apiserver must die
+// with it, and the next start must remove its directory.
+func TestCrashedTestBinary(t *testing.T) {
+	if os.Getenv(crashChild) != "" {
+		env, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(env.dir, env.etcd.cmd.Process.Pid, env.apiserver.cmd.Process.Pid)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashedTestBinary$")
+	cmd.Env = append(os.Environ(), crashChild+"=1")
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: got %v, want killed by SIGKILL; output:\n%s", err, out)
+	}
+	var dir string
+	var pids [2]int
+	if _, err := fmt.Sscan(string(out), &dir, &pids[0], &pids[1]); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+	if runtime.GOOS != "linux" {
+		// Only Linux ties a child's life to its parent's.
+		for _, pid := range pids {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for running(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d outlived the killed test binary", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the killed binary's directory: %v, want it left behind", err)
+	}
+	removeAbandonedDirs()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed binary's directory after the next start: got %v, want it removed", err)
+	}
+}
+
+// running reports whether process pid exists and, where /proc tells, is
+// not a zombie: an orphan whose new parent has yet to reap it is dead.
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...
+	_, after, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(after, "Z")
 }
 
 func TestStartWithoutBinaries(t *testing.T) {
