@@ -19,6 +19,7 @@ type Gadget struct {
 	Spec              GadgetSpec `json:"spec"`
 }
 
+// GadgetSpec is what a Gadget asks for.
 type GadgetSpec struct {
 	Color string `json:"color"`
 }
