@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/typedctrl/ctrl/internal/controlplane"
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
 // ctrlModule is the module whose checkouts keep the binaries in bin/.
@@ -23,30 +23,30 @@ const ctrlModule = "github.com/typedctrl/ctrl"
 // holds both binaries; else, in a checkout of ctrl, its bin directory.
 // Its error says which command builds them.
 func defaultBinDir() (string, error) {
-	if dir := os.Getenv(controlplane.BinDirEnv); dir != "" {
-		if missing := controlplane.Missing(dir); missing != "" {
+	if dir := os.Getenv(binaries.BinDirEnv); dir != "" {
+		if missing := binaries.Missing(dir); missing != "" {
 			return "", fmt.Errorf("ctrltest: %s not found in $%s (%s): build it there with `%s`, run in your module",
-				missing, controlplane.BinDirEnv, dir, controlplane.Command)
+				missing, binaries.BinDirEnv, dir, binaries.Command)
 		}
 		return dir, nil
 	}
 	cache, cacheErr := cacheDir()
-	if cacheErr == nil && controlplane.Missing(cache) == "" {
+	if cacheErr == nil && binaries.Missing(cache) == "" {
 		return cache, nil
 	}
 	if root := checkoutRoot(); root != "" {
 		bin := filepath.Join(root, "bin")
-		missing := controlplane.Missing(bin)
+		missing := binaries.Missing(bin)
 		if missing == "" {
 			return bin, nil
 		}
 		return "", fmt.Errorf("ctrltest: %s not found in %s: run `make controlplane` in %s", missing, bin, root)
 	}
 	if cacheErr != nil {
-		return "", fmt.Errorf("ctrltest: %w: set $%s to the directory of kube-apiserver and etcd", cacheErr, controlplane.BinDirEnv)
+		return "", fmt.Errorf("ctrltest: %w: set $%s to the directory of kube-apiserver and etcd", cacheErr, binaries.BinDirEnv)
 	}
 	return "", fmt.Errorf("ctrltest: %s not found in %s: build it with `%s`, run in your module",
-		controlplane.Missing(cache), cache, controlplane.Command)
+		binaries.Missing(cache), cache, binaries.Command)
 }
 
 // cacheDir returns the directory the controlplane command fills for the
@@ -56,11 +56,11 @@ func cacheDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kube, err := controlplane.KubernetesVersion(clientGo)
+	kube, err := binaries.KubernetesVersion(clientGo)
 	if err != nil {
 		return "", err
 	}
-	return controlplane.CacheDir(kube)
+	return binaries.CacheDir(kube)
 }
 
 // clientGoVersion returns the version of the k8s.io/client-go module linked

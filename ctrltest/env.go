@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/typedctrl/ctrl/internal/controlplane"
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
 const (
@@ -158,9 +158,9 @@ func New(opts Options) (*Env, error) {
 		if binDir, err = defaultBinDir(); err != nil {
 			return nil, err
 		}
-	} else if missing := controlplane.Missing(binDir); missing != "" {
+	} else if missing := binaries.Missing(binDir); missing != "" {
 		return nil, fmt.Errorf("ctrltest: %s not found in %s (Options.BinDir): build it there with `%s -o %s`",
-			missing, binDir, controlplane.Command, binDir)
+			missing, binDir, binaries.Command, binDir)
 	}
 	var err error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
@@ -286,7 +286,7 @@ func (e *Env) StartAPIServer() error {
 	if e.apiserver != nil {
 		return errors.New("ctrltest: StartAPIServer: kube-apiserver is already running")
 	}
-	p, err := startProcess(filepath.Join(e.binDir, controlplane.APIServer), e.apiserverArgs(),
+	p, err := startProcess(filepath.Join(e.binDir, binaries.APIServer), e.apiserverArgs(),
 		filepath.Join(e.dir, "kube-apiserver.log"), e.out)
 	if err != nil {
 		return fmt.Errorf("ctrltest: starting kube-apiserver: %w", err)
@@ -352,7 +352,7 @@ func (e *Env) startEtcd() error {
 		"--unsafe-no-fsync",
 		"--log-level=error",
 	}
-	p, err := startProcess(filepath.Join(e.binDir, controlplane.Etcd), args, e.path("etcd.log"), e.out)
+	p, err := startProcess(filepath.Join(e.binDir, binaries.Etcd), args, e.path("etcd.log"), e.out)
 	if err != nil {
 		return fmt.Errorf("ctrltest: starting etcd: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/typedctrl/ctrl/internal/controlplane"
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
 // TestReadmeTesting keeps README.md's "Testing your controller" identical to
@@ -27,7 +27,7 @@ func TestReadmeTesting(t *testing.T) {
 			t.Errorf("README.md's copy of examples/widget/%s differs: copy the file into the README", path)
 		}
 	}
-	if !strings.Contains(readme, "```\n"+controlplane.Command+"\n```\n") {
-		t.Errorf("README.md does not show the command %q in a block of its own", controlplane.Command)
+	if !strings.Contains(readme, "```\n"+binaries.Command+"\n```\n") {
+		t.Errorf("README.md does not show the command %q in a block of its own", binaries.Command)
 	}
 }

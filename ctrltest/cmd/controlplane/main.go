@@ -35,11 +35,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/typedctrl/ctrl/internal/controlplane"
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
 func main() {
-	out := flag.String("o", "", "install the binaries into `dir` (default: $"+controlplane.BinDirEnv+", else the user cache directory)")
+	out := flag.String("o", "", "install the binaries into `dir` (default: $"+binaries.BinDirEnv+", else the user cache directory)")
 	module := flag.String("module", "", "build from the tools module in `dir`, written there first if it has no go.mod")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -54,7 +54,7 @@ func main() {
 
 func run(out, module string) error {
 	if out == "" {
-		out = os.Getenv(controlplane.BinDirEnv)
+		out = os.Getenv(binaries.BinDirEnv)
 	}
 	_, err := os.Stat(filepath.Join(module, "go.mod"))
 	generate := module == "" || os.IsNotExist(err)
@@ -65,7 +65,7 @@ func run(out, module string) error {
 		}
 	}
 	if out == "" {
-		if out, err = controlplane.CacheDir(kube); err != nil {
+		if out, err = binaries.CacheDir(kube); err != nil {
 			return err
 		}
 	}
@@ -74,7 +74,7 @@ func run(out, module string) error {
 	}
 
 	if module == "" {
-		if controlplane.Installed(out, kube) {
+		if binaries.Installed(out, kube) {
 			fmt.Fprintf(os.Stderr, "controlplane: kube-apiserver and etcd %s are in place\n", kube)
 			fmt.Println(out)
 			return nil
@@ -91,12 +91,12 @@ func run(out, module string) error {
 	}
 	if generate {
 		fmt.Fprintf(os.Stderr, "controlplane: writing the tools module of Kubernetes %s in %s\n", kube, module)
-		if err := controlplane.Generate(module, kube, os.Stderr); err != nil {
+		if err := binaries.Generate(module, kube, os.Stderr); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(os.Stderr, "controlplane: building kube-apiserver and etcd into %s (the first build takes several minutes)\n", out)
-	if err := controlplane.Build(module, out, os.Stderr); err != nil {
+	if err := binaries.Build(module, out, os.Stderr); err != nil {
 		return err
 	}
 	fmt.Println(out)
@@ -110,9 +110,9 @@ func currentRelease() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	clientGo, err := controlplane.ClientGoVersion(wd)
+	clientGo, err := binaries.ClientGoVersion(wd)
 	if err != nil {
-		return "", fmt.Errorf("%w\nrun %s in the directory of a module that requires k8s.io/client-go, directly or through github.com/typedctrl/ctrl", err, controlplane.Command)
+		return "", fmt.Errorf("%w\nrun %s in the directory of a module that requires k8s.io/client-go, directly or through github.com/typedctrl/ctrl", err, binaries.Command)
 	}
-	return controlplane.KubernetesVersion(clientGo)
+	return binaries.KubernetesVersion(clientGo)
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/typedctrl/ctrl/internal/controlplane"
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
 // TestUserModule does what README.md's "Testing your controller" tells a
@@ -53,13 +53,13 @@ func TestUserModule(t *testing.T) {
 	}
 	command(t, module, env, "go", "mod", "tidy")
 
-	documented := strings.Fields(controlplane.Command) // README.md shows it (examples/widget's TestReadmeTesting)
+	documented := strings.Fields(binaries.Command) // README.md shows it (examples/widget's TestReadmeTesting)
 	began := time.Now()
 	out := command(t, module, env, documented...)
-	t.Logf("%s: %s", controlplane.Command, time.Since(began).Round(100*time.Millisecond))
-	clientGo, err := controlplane.ClientGoVersion(module)
+	t.Logf("%s: %s", binaries.Command, time.Since(began).Round(100*time.Millisecond))
+	clientGo, err := binaries.ClientGoVersion(module)
 	must(t, err)
-	kube, err := controlplane.KubernetesVersion(clientGo)
+	kube, err := binaries.KubernetesVersion(clientGo)
 	must(t, err)
 	want := filepath.Join(tmp, "cache", "ctrl", "controlplane", kube)
 	if got := strings.TrimSpace(string(out)); got != want {
@@ -87,7 +87,7 @@ func command(t *testing.T, dir string, env []string, args ...string) []byte {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, controlplane.BinDirEnv+"=") {
+		if !strings.HasPrefix(kv, binaries.BinDirEnv+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

@@ -1,4 +1,4 @@
-// Package controlplane builds kube-apiserver and etcd from the Go module
+// Package binaries builds kube-apiserver and etcd from the Go module
 // proxy and says where package ctrltest finds them. It needs nothing but the
 // standard library and the go command, so that `go run` of its command,
 // ctrltest/cmd/controlplane, compiles in a second in any module that
@@ -11,7 +11,7 @@
 // hack/controlplane is that module for the release ctrl is built with.
 // [Generate] writes the same module for any release, from the release's own
 // go.mod, so the list of staging modules is never written down by hand.
-package controlplane
+package binaries
 
 import (
 	"fmt"
