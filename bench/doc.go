@@ -8,7 +8,7 @@
 //     cmd/raw-strip-copy are diagnostics, run after them: ctrl
 //     without its deep copy per reconcile, and raw-strip with one.
 //   - cmd/run is the driver of the throughput benchmark: it starts a real
-//     control plane through ../internal/testenv/cmd/controlplane, creates
+//     control plane through ../internal/cmd/runcontrolplane, creates
 //     the objects, runs the binaries through rounds of updates and reports
 //     medians (run.sh).
 //   - cmd/mirror-ctrl, cmd/mirror-cr and cmd/mirror-raw are the mirror

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 	"github.com/typedctrl/ctrl/examples/widget"
-	"github.com/typedctrl/ctrl/internal/testenv"
 )
 
 func main() {
@@ -35,7 +35,7 @@ func main() {
 
 func run() error {
 	fmt.Println("starting kube-apiserver and etcd on loopback...")
-	env, err := testenv.Start(testenv.Options{CRDs: [][]byte{widget.CRD}})
+	env, err := ctrltest.New(ctrltest.Options{CRDs: [][]byte{widget.CRD}})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func run() error {
 // the manager's webhooks at url, and waits until it does: it loads them
 // asynchronously, so a dry-run create of a Widget the validator refuses
 // tells when they are in effect.
-func installWebhooks(ctx context.Context, env *testenv.Env, mgr *ctrl.Manager, url string, caBundle []byte) error {
+func installWebhooks(ctx context.Context, env *ctrltest.Env, mgr *ctrl.Manager, url string, caBundle []byte) error {
 	configs, err := mgr.WebhookConfigurations("widget-demo", ctrl.WebhookTarget{URL: url, CABundle: caBundle})
 	if err != nil {
 		return err

@@ -30,10 +30,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/typedctrl/ctrl"
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
-var env *testenv.Env
+var env *ctrltest.Env
 
 const childEnv = "CTRL_FAULTS_CHILD"
 
@@ -41,12 +41,12 @@ func TestMain(m *testing.M) {
 	if ns := os.Getenv(childEnv); ns != "" {
 		os.Exit(runMirror(ns))
 	}
-	os.Exit(testenv.Run(m, testenv.Options{ExtraAPIServerFlags: []string{
+	os.Exit(ctrltest.Run(m, ctrltest.Options{APIServerFlags: []string{
 		// Compact often and serve ConfigMap watches from etcd, so that a
 		// watch that falls behind gets 410 Gone.
 		"--etcd-compaction-interval=2s",
 		"--watch-cache-sizes=configmaps#0",
-	}}, func(e *testenv.Env) error {
+	}}, func(e *ctrltest.Env) error {
 		env = e
 		return nil
 	}))

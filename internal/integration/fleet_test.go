@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/typedctrl/ctrl"
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // auditPolicy records when each request for ConfigMaps arrives.
@@ -42,7 +42,7 @@ func TestFleetRelistSpread(t *testing.T) {
 	dir := t.TempDir()
 	policy, auditLog := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.log")
 	must(t, os.WriteFile(policy, []byte(auditPolicy), 0o600))
-	env4, err := testenv.Start(testenv.Options{ExtraAPIServerFlags: []string{
+	env4, err := ctrltest.New(ctrltest.Options{APIServerFlags: []string{
 		"--audit-policy-file=" + policy, "--audit-log-path=" + auditLog, "--audit-log-mode=blocking",
 	}})
 	must(t, err)

@@ -1,5 +1,5 @@
 // Package integration_test runs ctrl against a real kube-apiserver and etcd
-// (internal/testenv): the API semantics the fakes only imitate, such as
+// (package ctrltest): the API semantics the fakes only imitate, such as
 // resource versions, generations, the status subresource, server-side apply,
 // finalizers, and a server that goes away.
 //
@@ -22,12 +22,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/typedctrl/ctrl"
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 var (
 	// env is the control plane of the suite, with widgetCRD installed.
-	env *testenv.Env
+	env *ctrltest.Env
 	// clientset is the test's own client, outside every manager: its
 	// writes are changes made by someone else, which WaitIdle does not
 	// track.
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	before := goleak.IgnoreCurrent()
-	code := testenv.Run(m, testenv.Options{CRDs: [][]byte{[]byte(widgetCRD)}}, func(e *testenv.Env) (err error) {
+	code := ctrltest.Run(m, ctrltest.Options{CRDs: [][]byte{[]byte(widgetCRD)}}, func(e *ctrltest.Env) (err error) {
 		env = e
 		clientset, err = kubernetes.NewForConfig(env.Config())
 		return err
@@ -62,7 +62,7 @@ func runTests(m *testing.M) int {
 func leakIgnores() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/testenv.startProcess.func1"),
+		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/ctrltest.startProcess.func1"),
 		// A test's blackhole proxy, which outlives the manager behind it.
 		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/integration_test.pipe"),
 		goleak.IgnoreAnyFunction("github.com/typedctrl/ctrl/internal/integration_test.(*blackhole).accept"),

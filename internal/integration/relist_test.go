@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/typedctrl/ctrl"
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // TestRelistAfterCompaction cuts a controller off the API server, changes
@@ -31,12 +31,10 @@ import (
 // stopped API server, cuts the controller off: the test's own writes must
 // still get through.
 func TestRelistAfterCompaction(t *testing.T) {
-	env2, err := testenv.Start(testenv.Options{ExtraAPIServerFlags: []string{
+	env2 := ctrltest.Start(t, ctrltest.Options{APIServerFlags: []string{ // stopped after the manager's cleanup
 		"--etcd-compaction-interval=1s",
 		"--watch-cache-sizes=configmaps#0",
 	}})
-	must(t, err)
-	t.Cleanup(func() { must(t, env2.Stop()) }) // after the manager's cleanup
 	cs, err := kubernetes.NewForConfig(env2.Config())
 	must(t, err)
 	ctx := context.Background()
@@ -180,7 +178,7 @@ func TestRelistAfterCompaction(t *testing.T) {
 // through the relist is reconciled before the rest of it: the relist's
 // updates wait in the backlog, not in the queue.
 func TestRelistLiveFirst(t *testing.T) {
-	env3, err := testenv.Start(testenv.Options{ExtraAPIServerFlags: []string{
+	env3, err := ctrltest.New(ctrltest.Options{APIServerFlags: []string{
 		"--etcd-compaction-interval=1s",
 		"--watch-cache-sizes=configmaps#0",
 	}})

@@ -11,16 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
-var env *testenv.Env
+var env *ctrltest.Env
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) error {
+	os.Exit(ctrltest.Run(m, ctrltest.Options{}, func(e *ctrltest.Env) error {
 		env = e
 		return nil
 	}))

@@ -1,4 +1,4 @@
-// Package controlplane runs ../internal/testenv/cmd/controlplane, a real
+// Package controlplane runs ../internal/cmd/runcontrolplane, a real
 // etcd and kube-apiserver on loopback, for the benchmark drivers, and sends it
 // the commands that kill and restart the API server.
 package controlplane
@@ -17,11 +17,11 @@ import (
 
 // Build builds the controlplane command of the ctrl module at repo into out.
 func Build(repo, out string) error {
-	cmd := exec.Command("go", "build", "-o", out, "./internal/testenv/cmd/controlplane")
+	cmd := exec.Command("go", "build", "-o", out, "./internal/cmd/runcontrolplane")
 	cmd.Dir = repo
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build ./internal/testenv/cmd/controlplane: %w", err)
+		return fmt.Errorf("go build ./internal/cmd/runcontrolplane: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
-// Command controlplane runs a testenv control plane (etcd and
-// kube-apiserver on loopback) for programs outside this module, such as the
-// benchmark drivers in bench/, which cannot import internal/testenv.
+// Command runcontrolplane runs a ctrltest control plane (etcd and
+// kube-apiserver on loopback) in a process of its own, for the benchmark
+// drivers in bench/, which kill and restart the API server through it.
 //
 // Once the API server is ready it prints the path of an admin kubeconfig as
 // one line on standard output. It then reads commands from standard input,
@@ -15,8 +15,8 @@
 // when its standard input reaches end of file, so a parent that dies without
 // signaling still does not leave it running.
 //
-//	go build -o /tmp/controlplane ./internal/testenv/cmd/controlplane
-//	/tmp/controlplane -apiserver-flag=--max-requests-inflight=800
+//	go build -o /tmp/runcontrolplane ./internal/cmd/runcontrolplane
+//	/tmp/runcontrolplane -apiserver-flag=--max-requests-inflight=800
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/typedctrl/ctrl/internal/testenv"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // flagList collects a repeatable string flag.
@@ -40,13 +40,13 @@ func (l *flagList) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var extra flagList
-	binDir := flag.String("bin", "", "directory holding kube-apiserver and etcd (default: $"+testenv.BinDirEnv+" or <repo>/bin)")
+	binDir := flag.String("bin", "", "directory holding kube-apiserver and etcd (default: ctrltest's)")
 	flag.Var(&extra, "apiserver-flag", "extra kube-apiserver flag, such as --max-requests-inflight=800 (repeatable)")
 	flag.Parse()
 
-	env, err := testenv.Start(testenv.Options{BinDir: *binDir, ExtraAPIServerFlags: extra})
+	env, err := ctrltest.New(ctrltest.Options{BinDir: *binDir, APIServerFlags: extra})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		fmt.Fprintln(os.Stderr, "runcontrolplane:", err)
 		os.Exit(1)
 	}
 	fmt.Println(env.KubeconfigPath())
@@ -74,13 +74,13 @@ func main() {
 	case <-eof:
 	}
 	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		fmt.Fprintln(os.Stderr, "runcontrolplane:", err)
 		os.Exit(1)
 	}
 }
 
 // run carries out one command read from standard input.
-func run(env *testenv.Env, cmd string) error {
+func run(env *ctrltest.Env, cmd string) error {
 	switch cmd {
 	case "stop-apiserver":
 		return env.StopAPIServer()

@@ -1,19 +1,4 @@
-// Package testenv runs a real kube-apiserver and etcd on loopback for tests.
-//
-// The binaries are built by hack/controlplane/build.sh (`make controlplane`)
-// into <repo>/bin. A test package usually starts one Env in TestMain with
-// [Run] and shares it between its tests; a missing binary is a test failure,
-// not a skip:
-//
-//	var env *testenv.Env
-//
-//	func TestMain(m *testing.M) {
-//		os.Exit(testenv.Run(m, testenv.Options{}, func(e *testenv.Env) error {
-//			env = e
-//			return nil
-//		}))
-//	}
-package testenv
+package ctrltest
 
 import (
 	"bufio"
@@ -30,67 +15,73 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
-// ModulePath is the module whose root holds the bin directory that Start uses
-// by default.
-const ModulePath = "github.com/typedctrl/ctrl"
-
-// BinDirEnv is the environment variable that overrides the default BinDir.
-const BinDirEnv = "CTRL_CONTROLPLANE_BIN"
-
 const (
-	apiserverBinary = "kube-apiserver"
-	etcdBinary      = "etcd"
-
 	defaultStartTimeout = 60 * time.Second
 	stopGracePeriod     = 5 * time.Second
 	logTailLines        = 40
 	startAttempts       = 3
 
-	tempDirPattern = "ctrl-testenv-*"
+	tempDirPattern = "ctrltest-*"
 	ownerFile      = "owner.pid"
 )
 
-// Options configures Start. The zero value is ready to use.
+// Options configures a control plane. The zero value starts one with no
+// CRDs, from the binaries in the default place.
 type Options struct {
-	// BinDir holds kube-apiserver and etcd; default: $CTRL_CONTROLPLANE_BIN
-	// or <repo root>/bin, where the repo root is found by walking up from the
-	// working directory to the directory whose go.mod declares module
-	// github.com/typedctrl/ctrl.
-	BinDir string
-
-	// ExtraAPIServerFlags are appended to kube-apiserver's command line (e.g.
-	// "--watch-cache-sizes=configmaps#0", "--etcd-compaction-interval=5s").
-	// They come after the flags Start sets: a single-valued flag given again
-	// overrides Start's value, a list-valued one adds to it.
-	ExtraAPIServerFlags []string
-
-	// CRDs are manifests (YAML or JSON, possibly multi-document, possibly
-	// kind List) of apiextensions.k8s.io/v1 CustomResourceDefinitions
-	// installed once the server is ready; Start waits until each is
-	// Established and its resources are served (discovery shows them).
+	// CRDs are manifests of apiextensions.k8s.io/v1
+	// CustomResourceDefinitions to install once the API server is ready:
+	// YAML or JSON, with several documents or of kind List.
+	// Default: none.
 	CRDs [][]byte
 
-	// Stdout and Stderr, when set, also receive the child processes' standard
-	// output and standard error. The logs always go to files in the
-	// environment's temporary directory as well, so that a failed start can
-	// report the last lines of the apiserver log in its error.
-	Stdout io.Writer
-	Stderr io.Writer
+	// GenerateCRDs installs a CRD for each resource registered with
+	// ctrl.Register that no manifest of CRDs defines: its registered group,
+	// version, resource (the plural), kind and scope, a status subresource
+	// when the registration has one, and a schema that keeps any field
+	// (x-kubernetes-preserve-unknown-fields), so the API server validates
+	// nothing in the object but its metadata. Types registered at more than
+	// one version of a resource make one CRD, stored at the highest version.
+	// Default: false, only the CRDs of manifests.
+	GenerateCRDs bool
 
-	// StartTimeout bounds each wait for etcd or the apiserver to become ready
-	// and for CRDs to be served; default: 60s.
+	// APIServerFlags are added to kube-apiserver's command line, such as
+	// "--watch-cache-sizes=configmaps#0". They come after ctrltest's own
+	// flags: a single-valued flag given again overrides ctrltest's value.
+	// Default: none.
+	APIServerFlags []string
+
+	// BinDir is the directory that holds kube-apiserver and etcd.
+	// Default: $CTRL_CONTROLPLANE_BIN if set; else the directory that
+	// `go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane` fills for
+	// the k8s.io/client-go the test binary is built with, if it holds both;
+	// else, inside a checkout of ctrl, its bin directory (`make
+	// controlplane`).
+	BinDir string
+
+	// Stdout and Stderr also receive the output of etcd and kube-apiserver,
+	// which always goes to log files in the control plane's temporary
+	// directory. Start's errors quote the last lines of the log.
+	// Default: nil, the log files only.
+	Stdout, Stderr io.Writer
+
+	// StartTimeout bounds each wait for etcd or kube-apiserver to be ready
+	// and for CRDs to be served.
+	// Default: 60s.
 	StartTimeout time.Duration
 }
 
 // Env is a running etcd and kube-apiserver on 127.0.0.1, with an admin
-// identity. Its methods are safe for concurrent use.
+// identity (group system:masters). Its methods are safe for concurrent use.
 type Env struct {
 	opts    Options
 	binDir  string
@@ -110,48 +101,66 @@ type Env struct {
 	stopped   bool
 }
 
-// Run starts a control plane with opts, hands it to setup (which keeps it
-// and makes clients), runs the package's tests and stops the control plane.
-// It returns the exit code for os.Exit: a control plane that fails to start
-// or to stop, or a setup that fails, fails the package. m is the package's
-// *testing.M; taking only its Run keeps package testing out of the programs
-// that use testenv.
-func Run(m interface{ Run() int }, opts Options, setup func(*Env) error) int {
-	env, err := Start(opts)
+// Start starts a control plane for the test tb and stops it once tb and its
+// subtests have finished (with tb.Cleanup). It blocks until the control
+// plane is ready, a few seconds. If the control plane cannot start, for
+// example because the binaries are missing, Start fails tb with tb.Fatal,
+// saying what to run. Call it from the test's goroutine.
+func Start(tb testing.TB, opts Options) *Env {
+	tb.Helper()
+	env, err := New(opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return env
+}
+
+// Run is for TestMain: it starts a control plane, hands it to setup, which
+// keeps it for the tests and may install more in it, runs the tests with
+// m.Run and stops the control plane. It blocks until then and returns the
+// exit code for os.Exit: a failure when the control plane does not start or
+// stop or setup fails, with the error on standard error.
+func Run(m *testing.M, opts Options, setup func(*Env) error) int {
+	env, err := New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	code := 1
 	if err := setup(env); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv: setup:", err)
+		fmt.Fprintln(os.Stderr, "ctrltest: setup:", err)
 	} else {
 		code = m.Run()
 	}
 	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
+		fmt.Fprintln(os.Stderr, err)
 		code = 1
 	}
 	return code
 }
 
-// Start launches etcd and kube-apiserver on free loopback ports in a fresh
-// temporary directory, waits until the apiserver's /readyz succeeds and the
-// default namespace exists, and installs opts.CRDs. If a port picked turns out
-// to be taken by the time a process binds it, Start tries again with new
-// ports. On error nothing is left running or on disk.
-func Start(opts Options) (*Env, error) {
+// New starts a control plane for a program that is not a test, such as a
+// demo; tests use Start or Run. It launches etcd and kube-apiserver on free
+// loopback ports in a fresh temporary directory, waits until the API server
+// is ready and installs the CRDs of opts. If a port picked turns out to be
+// taken by the time a process binds it, New tries again with new ports. On
+// error nothing is left running or on disk; on success the caller must call
+// Stop.
+func New(opts Options) (*Env, error) {
 	binDir := opts.BinDir
 	if binDir == "" {
 		var err error
 		if binDir, err = defaultBinDir(); err != nil {
 			return nil, err
 		}
-	}
-	for _, name := range []string{apiserverBinary, etcdBinary} {
-		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s: run `make controlplane`", name, binDir)
-		}
+	} else if missing := binaries.Missing(binDir); missing != "" {
+		return nil, fmt.Errorf("ctrltest: %s not found in %s (Options.BinDir): build it there with `%s -o %s`",
+			missing, binDir, binaries.Command, binDir)
 	}
 	var err error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
@@ -176,6 +185,17 @@ func start(opts Options, binDir string) (_ *Env, err error) {
 	}
 	if e.timeout <= 0 {
 		e.timeout = defaultStartTimeout
+	}
+	crds, err := parseCRDs(opts.CRDs)
+	if err != nil {
+		return nil, err
+	}
+	if opts.GenerateCRDs {
+		generated, err := generateCRDs(crds)
+		if err != nil {
+			return nil, err
+		}
+		crds = append(crds, generated...)
 	}
 	removeAbandonedDirs()
 	if e.dir, err = os.MkdirTemp("", tempDirPattern); err != nil {
@@ -209,18 +229,16 @@ func start(opts Options, binDir string) (_ *Env, err error) {
 	if err := e.waitForNamespace("default"); err != nil {
 		return nil, err
 	}
-	if len(opts.CRDs) > 0 {
-		if err := e.InstallCRDs(opts.CRDs...); err != nil {
-			return nil, err
-		}
+	if err := e.installCRDs(crds); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
 
-// Config returns a new rest.Config for the apiserver, authenticated as the
+// Config returns a new rest.Config for the API server, authenticated as the
 // admin user (group system:masters), verifying the serving certificate, with
-// QPS and Burst raised so tests are not throttled on the client side. Each
-// call returns a fresh copy that the caller may modify.
+// QPS and Burst raised so that tests are not throttled on the client side.
+// Each call returns a fresh copy that the caller may modify.
 func (e *Env) Config() *rest.Config {
 	return &rest.Config{
 		Host: e.host(),
@@ -235,20 +253,20 @@ func (e *Env) Config() *rest.Config {
 }
 
 // KubeconfigPath returns the path of a kubeconfig file for the admin user,
-// usable by kubectl, in the environment's temporary directory. The file is
-// removed by Stop.
+// for kubectl (`kubectl --kubeconfig <path> get widgets`) or a controller
+// under test in another process. Stop removes the file.
 func (e *Env) KubeconfigPath() string {
 	return e.kubeconfig
 }
 
-// StopAPIServer kills the apiserver with SIGKILL and waits for it to exit,
-// leaving etcd running, so tests can exercise clients losing the server.
-// StartAPIServer brings it back on the same address.
+// StopAPIServer kills the API server with SIGKILL and waits for it to exit,
+// leaving etcd running, so that a test can exercise clients losing the
+// server. StartAPIServer brings it back on the same address.
 func (e *Env) StopAPIServer() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.apiserver == nil {
-		return errors.New("testenv: apiserver is not running")
+		return errors.New("ctrltest: StopAPIServer: kube-apiserver is not running")
 	}
 	p := e.apiserver
 	e.apiserver = nil
@@ -256,23 +274,22 @@ func (e *Env) StopAPIServer() error {
 	return nil
 }
 
-// StartAPIServer starts the apiserver on the same port, with the same
-// certificates and etcd as before, and waits for /readyz to succeed, so that
-// clients made from earlier Configs reconnect. Start calls it for the first
-// start; afterwards it is only valid after StopAPIServer.
+// StartAPIServer starts the API server again after StopAPIServer, on the
+// same port, with the same certificates and etcd, and waits until it is
+// ready, so that clients made from earlier Configs reconnect.
 func (e *Env) StartAPIServer() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
-		return errors.New("testenv: environment is stopped")
+		return errors.New("ctrltest: StartAPIServer: the control plane is stopped")
 	}
 	if e.apiserver != nil {
-		return errors.New("testenv: apiserver is already running")
+		return errors.New("ctrltest: StartAPIServer: kube-apiserver is already running")
 	}
-	p, err := startProcess(filepath.Join(e.binDir, apiserverBinary), e.apiserverArgs(),
+	p, err := startProcess(filepath.Join(e.binDir, binaries.APIServer), e.apiserverArgs(),
 		filepath.Join(e.dir, "kube-apiserver.log"), e.out)
 	if err != nil {
-		return fmt.Errorf("testenv: starting kube-apiserver: %w", err)
+		return fmt.Errorf("ctrltest: starting kube-apiserver: %w", err)
 	}
 	if err := e.waitReady(p, "kube-apiserver", e.host()+"/readyz"); err != nil {
 		p.kill()
@@ -282,9 +299,9 @@ func (e *Env) StartAPIServer() error {
 	return nil
 }
 
-// Stop stops the apiserver and then etcd, each with SIGTERM and, after a few
-// seconds, SIGKILL to its process group, and removes the temporary directory.
-// Calling it again does nothing.
+// Stop stops the API server and then etcd, each with SIGTERM and, after 5
+// seconds, SIGKILL to its process group, and removes the temporary
+// directory. Start and Run call it; calling it again does nothing.
 func (e *Env) Stop() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -304,7 +321,7 @@ func (e *Env) Stop() error {
 		return nil
 	}
 	if err := os.RemoveAll(e.dir); err != nil {
-		return fmt.Errorf("testenv: removing %s: %w", e.dir, err)
+		return fmt.Errorf("ctrltest: removing %s: %w", e.dir, err)
 	}
 	return nil
 }
@@ -324,20 +341,20 @@ func (e *Env) path(name string) string {
 func (e *Env) startEtcd() error {
 	clientURL, peerURL := e.etcdURL(e.etcdPort), e.etcdURL(e.etcdPeerPort)
 	args := []string{
-		"--name=testenv",
+		"--name=ctrltest",
 		"--data-dir=" + e.path("etcd"),
 		"--listen-client-urls=" + clientURL,
 		"--advertise-client-urls=" + clientURL,
 		"--listen-peer-urls=" + peerURL,
 		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=testenv=" + peerURL,
+		"--initial-cluster=ctrltest=" + peerURL,
 		"--initial-cluster-state=new",
 		"--unsafe-no-fsync",
 		"--log-level=error",
 	}
-	p, err := startProcess(filepath.Join(e.binDir, etcdBinary), args, e.path("etcd.log"), e.out)
+	p, err := startProcess(filepath.Join(e.binDir, binaries.Etcd), args, e.path("etcd.log"), e.out)
 	if err != nil {
-		return fmt.Errorf("testenv: starting etcd: %w", err)
+		return fmt.Errorf("ctrltest: starting etcd: %w", err)
 	}
 	e.etcd = p
 	return e.waitReady(p, "etcd", clientURL+"/health")
@@ -364,7 +381,7 @@ func (e *Env) apiserverArgs() []string {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	return append(args, e.opts.ExtraAPIServerFlags...)
+	return append(args, e.opts.APIServerFlags...)
 }
 
 // waitReady polls url until it answers 200, failing early if p exits.
@@ -395,7 +412,7 @@ func (e *Env) waitReady(p *process, name, url string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: %s not ready after %s (last: %s); log tail:\n%s",
+			return fmt.Errorf("ctrltest: %s not ready after %s (last: %s); log tail:\n%s",
 				name, e.timeout, last, p.logTail(logTailLines))
 		}
 	}
@@ -420,7 +437,7 @@ var errAddressInUse = errors.New("address already in use")
 
 func (e *Env) exitError(p *process, name string) error {
 	tail := p.logTail(logTailLines)
-	err := fmt.Errorf("testenv: %s exited during start (%v); log tail:\n%s", name, p.err, tail)
+	err := fmt.Errorf("ctrltest: %s exited during start (%v); log tail:\n%s", name, p.err, tail)
 	if strings.Contains(tail, "address already in use") {
 		return fmt.Errorf("%w (%w)", err, errAddressInUse)
 	}
@@ -468,7 +485,7 @@ func (e *Env) waitForNamespace(name string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testenv: namespace %q not created within %s", name, e.timeout)
+			return fmt.Errorf("ctrltest: namespace %q not created within %s", name, e.timeout)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -476,7 +493,7 @@ func (e *Env) waitForNamespace(name string) error {
 
 func (e *Env) writeKubeconfig() error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{
+	cfg.Clusters["ctrltest"] = &clientcmdapi.Cluster{
 		Server:                   e.host(),
 		CertificateAuthorityData: e.caPEM,
 	}
@@ -484,8 +501,8 @@ func (e *Env) writeKubeconfig() error {
 		ClientCertificateData: e.adminCertPEM,
 		ClientKeyData:         e.adminKeyPEM,
 	}
-	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "admin", Namespace: "default"}
-	cfg.CurrentContext = "testenv"
+	cfg.Contexts["ctrltest"] = &clientcmdapi.Context{Cluster: "ctrltest", AuthInfo: "admin", Namespace: "default"}
+	cfg.CurrentContext = "ctrltest"
 	e.kubeconfig = e.path("kubeconfig")
 	return clientcmd.WriteToFile(*cfg, e.kubeconfig)
 }
@@ -505,44 +522,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// defaultBinDir returns $CTRL_CONTROLPLANE_BIN or <repo root>/bin.
-func defaultBinDir() (string, error) {
-	if dir := os.Getenv(BinDirEnv); dir != "" {
-		return dir, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; {
-		if modulePath(filepath.Join(dir, "go.mod")) == ModulePath {
-			return filepath.Join(dir, "bin"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("testenv: no go.mod for module %s above %s; set %s", ModulePath, wd, BinDirEnv)
-		}
-		dir = parent
-	}
-}
-
-// modulePath returns the module path declared in the go.mod file at path, or
-// "" if there is none.
-func modulePath(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	for line := range strings.Lines(string(data)) {
-		line, _, _ = strings.Cut(line, "//")
-		fields := strings.Fields(line)
-		if len(fields) == 2 && fields[0] == "module" {
-			return strings.Trim(fields[1], "\"`")
-		}
-	}
-	return ""
 }
 
 // removeAbandonedDirs removes the temporary directories of environments whose

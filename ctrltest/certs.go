@@ -1,4 +1,4 @@
-package testenv
+package ctrltest
 
 import (
 	"crypto"
@@ -31,7 +31,7 @@ func (e *Env) writeCerts() error {
 		return err
 	}
 	caTemplate := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "testenv-ca"},
+		Subject:               pkix.Name{CommonName: "ctrltest-ca"},
 		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,

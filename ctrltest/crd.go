@@ -1,4 +1,4 @@
-package testenv
+package ctrltest
 
 import (
 	"bytes"
@@ -26,17 +26,21 @@ var crdGVR = schema.GroupVersionResource{
 	Resource: "customresourcedefinitions",
 }
 
-// InstallCRDs creates (or updates, if they exist) the CustomResourceDefinitions
-// in manifests, which are YAML or JSON, possibly multi-document or of kind
-// List, and waits until each is Established and all its served versions show
-// its resource in discovery. It also waits out the 2 seconds after a CRD
-// becomes Established during which the apiserver holds back creates of its
-// resources, so that the caller's first create is not slowed down.
+// InstallCRDs creates the CustomResourceDefinitions of manifests, or
+// updates those that exist, and blocks until each is Established and its
+// served versions are in discovery. Manifests are YAML or JSON, with
+// several documents or of kind List. It also waits out the 2 seconds after a
+// CRD becomes Established during which the API server holds back creates of
+// its resources, so that a test's first create does not stall.
 func (e *Env) InstallCRDs(manifests ...[]byte) error {
 	crds, err := parseCRDs(manifests)
 	if err != nil {
 		return err
 	}
+	return e.installCRDs(crds)
+}
+
+func (e *Env) installCRDs(crds []*unstructured.Unstructured) error {
 	if len(crds) == 0 {
 		return nil
 	}
@@ -60,20 +64,20 @@ func (e *Env) InstallCRDs(manifests ...[]byte) error {
 
 	for _, crd := range crds {
 		if err := apply(ctx, client, crd); err != nil {
-			return fmt.Errorf("testenv: installing CRD %s: %w", crd.GetName(), err)
+			return fmt.Errorf("ctrltest: installing CRD %s: %w", crd.GetName(), err)
 		}
 	}
 	var established time.Time
 	for _, crd := range crds {
 		at, err := waitEstablished(ctx, client, crd.GetName())
 		if err != nil {
-			return fmt.Errorf("testenv: CRD %s: %w", crd.GetName(), err)
+			return fmt.Errorf("ctrltest: CRD %s: %w", crd.GetName(), err)
 		}
 		if at.After(established) {
 			established = at
 		}
 		if err := waitServed(ctx, disc, crd); err != nil {
-			return fmt.Errorf("testenv: CRD %s: %w", crd.GetName(), err)
+			return fmt.Errorf("ctrltest: CRD %s: %w", crd.GetName(), err)
 		}
 	}
 	// The apiserver delays a create of a custom resource by 2s when its CRD
@@ -83,7 +87,7 @@ func (e *Env) InstallCRDs(manifests ...[]byte) error {
 	if wait := time.Until(established.Add(justCreatedWindow)); wait > 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testenv: waiting for new CRDs to settle: %w", ctx.Err())
+			return fmt.Errorf("ctrltest: waiting for new CRDs to settle: %w", ctx.Err())
 		case <-time.After(wait):
 		}
 	}
@@ -200,22 +204,22 @@ func parseCRDs(manifests [][]byte) ([]*unstructured.Unstructured, error) {
 				break
 			}
 			if err != nil {
-				return nil, fmt.Errorf("testenv: CRD manifest %d, document %d: %w", i, doc, err)
+				return nil, fmt.Errorf("ctrltest: CRD manifest %d, document %d: %w", i, doc, err)
 			}
 			if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 				continue
 			}
 			objs, err := decodeObjects(raw)
 			if err != nil {
-				return nil, fmt.Errorf("testenv: CRD manifest %d, document %d: %w", i, doc, err)
+				return nil, fmt.Errorf("ctrltest: CRD manifest %d, document %d: %w", i, doc, err)
 			}
 			for _, obj := range objs {
 				if gvk := obj.GroupVersionKind(); gvk != crdGVR.GroupVersion().WithKind("CustomResourceDefinition") {
-					return nil, fmt.Errorf("testenv: CRD manifest %d, document %d: %s %q is not an apiextensions.k8s.io/v1 CustomResourceDefinition",
+					return nil, fmt.Errorf("ctrltest: CRD manifest %d, document %d: %s %q is not an apiextensions.k8s.io/v1 CustomResourceDefinition",
 						i, doc, gvk, obj.GetName())
 				}
 				if obj.GetName() == "" {
-					return nil, fmt.Errorf("testenv: CRD manifest %d, document %d: CustomResourceDefinition without a name", i, doc)
+					return nil, fmt.Errorf("ctrltest: CRD manifest %d, document %d: CustomResourceDefinition without a name", i, doc)
 				}
 				crds = append(crds, obj)
 			}

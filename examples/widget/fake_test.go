@@ -1,0 +1,84 @@
+package widget_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/examples/widget"
+)
+
+// TestWidgetGetsConfigMap runs the Widget controller against client-go's
+// fakes: a new Widget gets a ConfigMap with its message and a Ready
+// condition.
+func TestWidgetGetsConfigMap(t *testing.T) {
+	defer goleak.VerifyNone(t) // after the manager has stopped
+	widgetList := map[schema.GroupVersionResource]string{
+		{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}: "WidgetList",
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{
+		FakeClientset: fake.NewClientset(), // serves built-in types: ConfigMaps, Events
+		FakeDynamic:   dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), widgetList),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := widget.Setup(mgr); err != nil {
+		t.Fatal(err)
+	}
+	widgets, err := ctrl.NewClient[*widget.Widget](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+
+	w := &widget.Widget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "greeting"},
+		Spec:       widget.Spec{Message: "hello", Replicas: 2},
+	}
+	if _, err := widgets.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// WaitIdle returns once every write made through the manager's clients
+	// has come back through its caches and been reconciled.
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	cm, err := configMaps.Get(ctx, ctrl.Key{Namespace: "default", Name: "greeting-message"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["message"] != "hello" || cm.Data["replicas"] != "2" {
+		t.Errorf("got ConfigMap data %v, want message hello and replicas 2", cm.Data)
+	}
+	w, err = widgets.Get(ctx, ctrl.KeyOf(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(w.Status.Conditions, "Ready") {
+		t.Errorf("got conditions %+v, want Ready", w.Status.Conditions)
+	}
+}
