@@ -63,7 +63,7 @@ type Cache[T Object] struct {
 	synced chan struct{}
 
 	mu        sync.RWMutex
-	items     map[Key]T
+	items     objects[T]
 	indexes   map[string]*index[T]
 	expect    map[Key]expectation
 	transform func(T) T // set by run from userTF; read only by the store
@@ -140,7 +140,6 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 		opts:    opts,
 		scope:   sc,
 		kind:    b.Kind,
-		items:   map[Key]T{},
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
@@ -186,26 +185,23 @@ func (c *Cache[T]) String() string {
 // do not modify it.
 func (c *Cache[T]) Get(key Key) (T, bool) {
 	c.mu.RLock()
-	obj, ok := c.items[key]
+	obj, ok := c.items.get(key)
 	c.mu.RUnlock()
 	return obj, ok
 }
 
 // List returns the cached objects in namespace ("" for all) that match
 // selector (nil for all), in no particular order. The objects are shared:
-// do not modify them.
+// do not modify them. Its cost grows with the objects of the namespace, not
+// with those of the whole cache.
 func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []T
-	for k, obj := range c.items {
-		if namespace != "" && k.Namespace != namespace {
-			continue
+	for _, obj := range c.items.in("", namespace) {
+		if selector == nil || selector.Matches(labels.Set(obj.GetLabels())) {
+			out = append(out, obj)
 		}
-		if selector != nil && !selector.Matches(labels.Set(obj.GetLabels())) {
-			continue
-		}
-		out = append(out, obj)
 	}
 	return out
 }
@@ -214,8 +210,8 @@ func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 func (c *Cache[T]) keys() []Key {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	keys := make([]Key, 0, len(c.items))
-	for k := range c.items {
+	keys := make([]Key, 0, c.items.len())
+	for k := range c.items.all() {
 		keys = append(keys, k)
 	}
 	return keys
@@ -235,7 +231,7 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
 	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
-	for k, obj := range c.items {
+	for k, obj := range c.items.all() {
 		idx.add(k, obj)
 	}
 	c.indexes[name] = idx
@@ -255,7 +251,9 @@ func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
 	keys := idx.values[value]
 	out := make([]T, 0, len(keys))
 	for k := range keys {
-		out = append(out, c.items[k])
+		if obj, ok := c.items.get(k); ok {
+			out = append(out, obj)
+		}
 	}
 	return out, nil
 }

@@ -75,7 +75,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		cur, cached := c.items[key]
+		cur, cached := c.items.get(key)
 		switch {
 		case deleted && !cached:
 		case cached && seen(e, cur):

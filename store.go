@@ -176,8 +176,7 @@ func (f *feed[T]) Update(obj any) error {
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items[key]
-	c.items[key] = t
+	old, existed := c.items.set(key, t)
 	for _, idx := range c.indexes {
 		if existed {
 			idx.remove(key, old)
@@ -231,9 +230,8 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items[key]
+	old, existed := c.items.remove(key)
 	if existed {
-		delete(c.items, key)
 		for _, idx := range c.indexes {
 			idx.remove(key, old)
 		}
@@ -278,7 +276,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 	f.lastRV = rv
 	f.lastEvent.Store(time.Now().UnixNano())
 	for k, obj := range listed {
-		old, existed := c.items[k]
+		old, existed := c.items.get(k)
 		switch {
 		case !existed:
 			changes = append(changes, event[T]{kind: added, key: k, obj: obj})
@@ -287,7 +285,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		default:
 			continue // keep the instance readers may hold
 		}
-		c.items[k] = obj
+		c.items.set(k, obj)
 		for _, idx := range c.indexes {
 			if existed {
 				idx.remove(k, old)
@@ -296,14 +294,14 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		}
 		c.observe(k, obj, true)
 	}
-	for k, old := range c.items {
-		if f.namespace != "" && k.Namespace != f.namespace {
-			continue // another feed's
+	var missing []Key
+	for k := range c.items.in("", f.namespace) { // the feed's own objects
+		if _, ok := listed[k]; !ok {
+			missing = append(missing, k)
 		}
-		if _, ok := listed[k]; ok {
-			continue
-		}
-		delete(c.items, k)
+	}
+	for _, k := range missing {
+		old, _ := c.items.remove(k)
 		for _, idx := range c.indexes {
 			idx.remove(k, old)
 		}
