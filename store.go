@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
@@ -51,7 +50,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(res, f.namespace)
 	watcher.Run(ctx, watcher.Config{
 		Name:        name,
-		Type:        binding.New[T](),
+		Type:        c.b.Wire,
 		ListerWatch: f,
 		Store:       f,
 		Logger:      log,
@@ -127,26 +126,34 @@ func (f *feed[T]) markSynced() {
 	}
 }
 
-// Transformer lets the reflector transform objects of a streamed initial
-// list as they arrive, before Replace.
+// Transformer lets the reflector prepare the objects of a streamed initial
+// list as they arrive, before Replace, so that a projection's full objects
+// and stripped managedFields never accumulate.
 func (f *feed[T]) Transformer() cache.TransformFunc {
 	c := f.c
 	c.mu.RLock()
 	fn := c.transform
 	c.mu.RUnlock()
-	if fn == nil {
+	if fn == nil && c.b.Project == nil {
 		return nil
 	}
 	return func(obj any) (any, error) {
-		if t, ok := obj.(T); ok {
-			return fn(t), nil
+		if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return obj, nil
 		}
-		return obj, nil
+		return f.prepare(obj)
 	}
 }
 
+// prepare turns what the reflector hands over into the object to store:
+// projected, if the server sends another type, then transformed. An object
+// may be prepared twice (a streamed list's are), which projections and
+// transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
+	if !ok && f.c.b.Project != nil {
+		t, ok = f.c.b.Project(obj)
+	}
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
