@@ -51,7 +51,7 @@ func init() {
 func ExampleProject() {
 	pod := func(name, node string, phase corev1.PodPhase) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+			Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
 			Status: corev1.PodStatus{Phase: phase}}
 	}
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(
