@@ -87,14 +87,11 @@ func (cs Causes) String() string {
 	return b.String()
 }
 
-type causesKey struct{}
-
 // CausesFrom returns the causes of the reconcile whose context ctx is, or
 // the zero Causes outside a reconcile.
 func CausesFrom(ctx context.Context) Causes {
-	cs, _ := ctx.Value(causesKey{}).(*Causes)
-	if cs == nil {
-		return Causes{}
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		return *ri.causes
 	}
-	return *cs
+	return Causes{}
 }

@@ -2,6 +2,8 @@ package ctrl
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"errors"
 	"fmt"
 	"net"
@@ -78,6 +80,11 @@ type Options struct {
 	// defaults. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
+	// Clusters finds the member clusters of a fleet, which caches with
+	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
+	// directly with [Manager.Engage]. Default: none.
+	Clusters Provider
+
 	// LeaderElection makes replicas take turns. Default: off.
 	LeaderElection LeaderElection
 
@@ -128,7 +135,9 @@ type Manager struct {
 	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
 
 	mu          sync.Mutex
-	bindings    map[bindingID]any // *binding.Binding[T]
+	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
+	members     map[string]*member
+	fleetCaches []fleetCache
 	caches      map[cacheID]managedCache
 	cacheList   []managedCache
 	controllers map[string]managedController
@@ -163,8 +172,9 @@ type managedController interface {
 	start(reconcileCtx context.Context)   // activates it and starts its workers
 	shutdown(timeout time.Duration) error // stops them, waits bounded
 	busy(horizon time.Duration) string    // why the controller is not idle, or ""
-	waiting() int                         // keys waiting for the API server
-	releaseWaiting()                      // queues them: the server is back
+	waitingClusters() []string            // whose servers keys wait for
+	releaseWaiting(cluster string)        // queues them: the server is back
+	forget(cluster string)                // a member left: drop what is kept of it
 }
 
 // NewManager returns a manager for opts. It returns an error if no client
@@ -187,6 +197,7 @@ func NewManager(opts Options) (*Manager, error) {
 		opts:        opts,
 		log:         opts.Logger,
 		bindings:    map[bindingID]any{},
+		members:     map[string]*member{},
 		caches:      map[cacheID]managedCache{},
 		controllers: map[string]managedController{},
 		startedCh:   make(chan struct{}),
@@ -274,9 +285,15 @@ type bindingID struct {
 	gvr schema.GroupVersionResource
 }
 
-// bind resolves T against the manager's clients, once per type (and
-// resource, for *unstructured.Unstructured).
+// bind resolves T against the manager's own clients, once per type (and
+// resource, for *unstructured.Unstructured and metadata).
 func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
+	return bindWith[T](m, m.bindings, m.clients, res)
+}
+
+// bindWith resolves T against clients, once per type and resource in
+// bindings, which m.mu guards.
+func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
 	var info *binding.Info
 	if res != (APIResource{}) {
 		i := res.info(reflect.TypeFor[T]())
@@ -288,24 +305,24 @@ func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b, ok := m.bindings[id]; ok {
+	if b, ok := bindings[id]; ok {
 		return b.(*binding.Binding[T]), nil
 	}
-	b, err := binding.For[T](m.clients, info)
+	b, err := binding.For[T](clients, info)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
-	m.bindings[id] = b
+	bindings[id] = b
 	return b, nil
 }
 
-// cachesOf returns the manager's caches served by binding b.
+// cachesOf returns the manager's caches of the type and resource of b.
 func cachesOf[T Object](m *Manager, b *binding.Binding[T]) []*Cache[T] {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*Cache[T]
 	for _, c := range m.cacheList {
-		if cc, ok := c.(*Cache[T]); ok && cc.b == b {
+		if cc, ok := c.(*Cache[T]); ok && cc.b.GVR == b.GVR {
 			out = append(out, cc)
 		}
 	}
@@ -377,13 +394,20 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	defer func() {
 		m.mu.Lock()
 		m.running = nil // caches created from now on never start
+		members := slices.Collect(maps.Values(m.members))
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
 		if m.ownTransport {
 			m.clients.HTTP.CloseIdleConnections()
 		}
+		for _, mb := range members {
+			if mb.own {
+				mb.clients.HTTP.CloseIdleConnections()
+			}
+		}
 	}()
+	m.runProvider(cacheCtx)
 	servers.serve(m)
 	stopEvents := m.startEvents()
 	defer stopEvents()

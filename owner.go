@@ -26,7 +26,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 	if err := checkFilters(changed); err != nil {
 		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
-	opts := CacheOptions{}
+	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
 		opts.Namespaces = c.cache.scope.namespaces
 	}

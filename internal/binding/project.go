@@ -28,6 +28,7 @@ import (
 type projection struct {
 	source reflect.Type
 	bind   func(c Clients) (any, error) // *Binding[P]
+	info   func() (Info, error)
 }
 
 var projections sync.Map // reflect.Type of P -> projection
@@ -44,11 +45,42 @@ func RegisterProjection[S, P Object](fn func(S) P) error {
 	if _, err := Lookup[P](); err == nil {
 		return fmt.Errorf("project %s: it is an API type of its own", p)
 	}
-	pr := projection{source: s, bind: func(c Clients) (any, error) { return bindProjection[S, P](c, fn) }}
+	pr := projection{source: s, bind: func(c Clients) (any, error) { return bindProjection[S, P](c, fn) },
+		info: func() (Info, error) {
+			info, err := InfoFor[S](nil)
+			info.Type, info.Status, info.Projection = p, false, s
+			return info, err
+		}}
 	if prev, loaded := projections.LoadOrStore(p, pr); loaded && prev.(projection).source != s {
 		return fmt.Errorf("project %s: already a projection of %s", p, prev.(projection).source)
 	}
 	return nil
+}
+
+// InfoFor resolves T (and res, for the types that serve any resource)
+// without binding it to a client.
+func InfoFor[T Object](res *Info) (Info, error) {
+	t := reflect.TypeFor[T]()
+	switch t {
+	case unstructuredType, metadataType:
+		if res == nil || res.GVR.Version == "" || res.GVR.Resource == "" || res.Kind == "" {
+			return Info{}, fmt.Errorf("%s: set the Resource option's Version, Resource and Kind to say which resource it holds", t)
+		}
+		info := *res
+		info.Type, info.Watchable = t, true
+		_, info.Builtin = builtin.LookupGVR(info.GVR)
+		if t == metadataType {
+			info.Status = false
+		}
+		return info, nil
+	}
+	if res != nil {
+		return Info{}, fmt.Errorf("%s names its resource: a Resource option is for *unstructured.Unstructured and *v1.PartialObjectMetadata only", t)
+	}
+	if pr, ok := projections.Load(t); ok {
+		return pr.(projection).info()
+	}
+	return Lookup[T]()
 }
 
 func bindProjection[S, P Object](c Clients, fn func(S) P) (*Binding[P], error) {
@@ -139,6 +171,10 @@ func (b *projecting[S, P]) Delete(ctx context.Context, namespace, name string, o
 
 // metadataType is the type of metadata-only objects.
 var metadataType = reflect.TypeFor[*metav1.PartialObjectMetadata]()
+
+// MetadataType and UnstructuredType are the types that serve a resource
+// named at run time.
+var MetadataType, UnstructuredType = metadataType, unstructuredType
 
 // forMetadata binds *metav1.PartialObjectMetadata to the resource res: the
 // server sends metadata only (client-go's metadata client, as protobuf).
