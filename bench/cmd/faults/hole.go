@@ -132,7 +132,7 @@ func (r *runner) runBlackhole(ctx context.Context) (holeResult, error) {
 	if at, ok := caughtUp(states, hole, late); ok && rr.converged() {
 		rr.caughtUp = at.Sub(hole).Seconds()
 	}
-	if at, ok := firstMirroredAfter(states, hole); ok {
+	if at, ok := firstShownAfter(states, hole); ok {
 		rr.blind = at.Sub(hole).Seconds()
 	}
 	for _, at := range proxy.Accepted() {

@@ -32,8 +32,8 @@ type tracker struct {
 	mu      sync.Mutex
 	sources map[string]*history // by source name
 	mirrors map[string]bool     // by source name: whether its mirror exists
-	// newest is when the newest source state that a mirror has shown was
-	// seen.
+	// newest is when the newest source state that an event of a mirror
+	// has shown was seen.
 	newest time.Time
 	err    error // why the watch ended early
 }
@@ -51,6 +51,10 @@ type srcState struct {
 	value    string
 	deleted  bool
 	mirrored time.Time // when the mirror first showed this state or a later one; zero if not yet
+	// shown is when an event of the mirror showed exactly this state: zero
+	// if none did, because the controller skipped the state, or because
+	// the state is a deletion and the mirror was gone already.
+	shown time.Time
 }
 
 // dataValue is what identifies a source's state: the writers put a value
@@ -143,7 +147,7 @@ func (t *tracker) observe(typ watch.EventType, cm *corev1.ConfigMap, at time.Tim
 		if deleted && !t.mirrors[cm.Name] {
 			// The mirror is gone already: the controller's deletion of
 			// it will find nothing and make no event.
-			t.mirrored(h, len(h.states)-1, at)
+			t.mirrored(h, len(h.states)-1, at, false)
 		}
 	case !sources && isMirror:
 		t.mirrors[name] = !deleted
@@ -162,22 +166,31 @@ func (t *tracker) observe(typ watch.EventType, cm *corev1.ConfigMap, at time.Tim
 		} else if i, ok := h.byValue[dataValue(cm)]; ok {
 			match = i
 		}
-		t.mirrored(h, match, at)
+		t.mirrored(h, match, at, true)
 	}
 }
 
-// mirrored records that the mirror of h showed the state of index i at time
-// at: that state, and every earlier one, is mirrored.
-func (t *tracker) mirrored(h *history, i int, at time.Time) {
+// mirrored records that the mirror of h matched the state of index i at
+// time at, through an event of the mirror if shown: that state, and every
+// earlier one, is mirrored.
+func (t *tracker) mirrored(h *history, i int, at time.Time, shown bool) {
 	if i < h.mirrored {
 		return
 	}
 	for ; h.mirrored <= i; h.mirrored++ {
 		h.states[h.mirrored].mirrored = at
 	}
-	if seen := h.states[i].at; seen.After(t.newest) {
-		t.newest = seen
+	if shown {
+		h.states[i].shown = at
+		t.newest = later(t.newest, h.states[i].at)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // caughtUpSince reports whether, at now, a mirror has shown a source state
@@ -243,7 +256,7 @@ func allStates(sources map[string]*history) []srcState {
 // none seen after from was. A state is overdue from late after it was seen
 // until it is mirrored.
 func caughtUp(states []srcState, from time.Time, late time.Duration) (time.Time, bool) {
-	cur, ok := firstMirroredAfter(states, from)
+	cur, ok := firstShownAfter(states, from)
 	if !ok {
 		return time.Time{}, false
 	}
@@ -270,14 +283,14 @@ func caughtUp(states []srcState, from time.Time, late time.Duration) (time.Time,
 	return cur, true
 }
 
-// firstMirroredAfter returns when a mirror first showed a source state seen
-// after t: when the controller was seeing and writing again. False if none
-// did.
-func firstMirroredAfter(states []srcState, t time.Time) (time.Time, bool) {
+// firstShownAfter returns when an event of a mirror first showed a source
+// state seen after t: when the controller was seeing and writing again.
+// False if none did.
+func firstShownAfter(states []srcState, t time.Time) (time.Time, bool) {
 	var first time.Time
 	for _, s := range states {
-		if s.at.After(t) && !s.mirrored.IsZero() && (first.IsZero() || s.mirrored.Before(first)) {
-			first = s.mirrored
+		if s.at.After(t) && !s.shown.IsZero() && (first.IsZero() || s.shown.Before(first)) {
+			first = s.shown
 		}
 	}
 	return first, !first.IsZero()

@@ -51,18 +51,21 @@ func TestTracker(t *testing.T) {
 	tr.feed(watch.Added, srcCM("5"), at(90))
 
 	h := tr.sources[sourceName(1)]
-	want := []struct{ seen, mirrored int }{{0, 10}, {20, 40}, {30, 40}, {50, 60}, {70, 80}, {80, 80}, {90, -1}}
+	want := []struct{ seen, mirrored, shown int }{{0, 10, 10}, {20, 40, -1}, {30, 40, 40}, {50, 60, 60}, {70, 80, -1}, {80, 80, -1}, {90, -1, -1}}
 	if len(h.states) != len(want) {
 		t.Fatalf("got %d states, want %d", len(h.states), len(want))
 	}
 	for i, w := range want {
 		s := h.states[i]
-		wantMirrored := time.Time{}
-		if w.mirrored >= 0 {
-			wantMirrored = at(w.mirrored)
+		opt := func(ms int) time.Time {
+			if ms < 0 {
+				return time.Time{}
+			}
+			return at(ms)
 		}
-		if !s.at.Equal(at(w.seen)) || !s.mirrored.Equal(wantMirrored) {
-			t.Errorf("state %d: got seen %v, mirrored %v; want %dms, %dms", i, s.at.Sub(t0), s.mirrored.Sub(t0), w.seen, w.mirrored)
+		if !s.at.Equal(at(w.seen)) || !s.mirrored.Equal(opt(w.mirrored)) || !s.shown.Equal(opt(w.shown)) {
+			t.Errorf("state %d: got seen %v, mirrored %v, shown %v; want %dms, %dms, %dms (-1: never)",
+				i, s.at.Sub(t0), s.mirrored.Sub(t0), s.shown.Sub(t0), w.seen, w.mirrored, w.shown)
 		}
 	}
 	if got := tr.overdue(at(90+999), time.Second); got != 0 {
@@ -71,8 +74,8 @@ func TestTracker(t *testing.T) {
 	if got := tr.overdue(at(90+1000), time.Second); got != 1 {
 		t.Errorf("got %d overdue after a second, want 1", got)
 	}
-	if !tr.newest.Equal(at(80)) {
-		t.Errorf("got newest mirrored state seen at %v, want 80ms", tr.newest.Sub(t0))
+	if !tr.newest.Equal(at(50)) {
+		t.Errorf("got the newest state a mirror showed seen at %v, want 50ms", tr.newest.Sub(t0))
 	}
 }
 
@@ -85,7 +88,7 @@ func TestCaughtUp(t *testing.T) {
 		var states []srcState
 		for i := -10; i < 300; i++ {
 			s := float64(i) / 10
-			states = append(states, srcState{at: at(s), mirrored: at(s + 0.01)})
+			states = append(states, srcState{at: at(s), mirrored: at(s + 0.01), shown: at(s + 0.01)})
 		}
 		return states
 	}
@@ -94,7 +97,10 @@ func TestCaughtUp(t *testing.T) {
 	blind := func(states []srcState) []srcState {
 		for i := range states {
 			if s := &states[i]; s.at.After(at(-0.01)) && s.at.Before(at(5)) {
-				s.mirrored = at(5)
+				s.mirrored, s.shown = at(5), time.Time{}
+				if !s.at.Before(at(4.9)) {
+					s.shown = at(5) // the mirror skipped to the last
+				}
 			}
 		}
 		return states
@@ -109,12 +115,12 @@ func TestCaughtUp(t *testing.T) {
 		{name: "blind for 5 s", states: blind(steady()), want: 5},
 		{name: "a backlog after", states: func() []srcState {
 			st := blind(steady())
-			st = append(st, srcState{at: at(1), mirrored: at(8)})
+			st = append(st, srcState{at: at(1), mirrored: at(8), shown: at(8)})
 			return st
 		}(), want: 8},
 		{name: "a late change long after does not count", states: func() []srcState {
 			st := blind(steady())
-			st = append(st, srcState{at: at(20), mirrored: at(22)})
+			st = append(st, srcState{at: at(20), mirrored: at(22), shown: at(22)})
 			return st
 		}(), want: 5},
 		{name: "a change never mirrored", states: func() []srcState {
@@ -122,7 +128,7 @@ func TestCaughtUp(t *testing.T) {
 			st = append(st, srcState{at: at(2)})
 			return st
 		}(), want: -1},
-		{name: "nothing mirrored after", states: []srcState{{at: at(-1), mirrored: at(-0.9)}, {at: at(1)}}, want: -1},
+		{name: "nothing shown after", states: []srcState{{at: at(-1), mirrored: at(-0.9), shown: at(-0.9)}, {at: at(1), mirrored: at(1)}}, want: -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
