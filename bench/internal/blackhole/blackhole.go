@@ -6,6 +6,10 @@
 // can tell. New connections pass normally, so a client that redials gets
 // through.
 //
+// It can also mute the clients: what they send stops reaching the server
+// while what the server sends still reaches them, so a client keeps reading
+// a stream (a watch) while none of its requests lands.
+//
 // The proxy forwards bytes and does not look at them: TLS passes through, so
 // a client that points at the proxy still verifies the server's certificate,
 // as long as the certificate covers the proxy's address (127.0.0.1).
@@ -24,6 +28,7 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	muted  atomic.Bool
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -82,13 +87,14 @@ func (p *Proxy) accept() {
 }
 
 // toUpstream copies what the client sends to the upstream connection until
-// the client closes; once the connection is blackholed it reads and discards
-// instead, so the client's writes keep succeeding.
+// the client closes; while the proxy is muted, or once the connection is
+// blackholed, it reads and discards instead, so the client's writes keep
+// succeeding.
 func (p *Proxy) toUpstream(c *conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := c.client.Read(buf)
-		if n > 0 && !c.dead.Load() {
+		if n > 0 && !c.dead.Load() && !p.muted.Load() {
 			if _, werr := c.upstream.Write(buf[:n]); werr != nil && !c.dead.Load() {
 				break
 			}
@@ -157,6 +163,16 @@ func (p *Proxy) Blackhole() int {
 	}
 	return n
 }
+
+// Mute makes the proxy read and discard what clients send, on open and new
+// connections alike, until Unmute: nothing they send reaches the server,
+// while what the server sends still reaches them. What is discarded is
+// lost: a connection that was muted in the middle of a request is of no
+// use after Unmute, and should be cut by the server.
+func (p *Proxy) Mute() { p.muted.Store(true) }
+
+// Unmute makes the proxy pass what clients send again.
+func (p *Proxy) Unmute() { p.muted.Store(false) }
 
 // Accepted returns when each connection was accepted, in order.
 func (p *Proxy) Accepted() []time.Time {

@@ -173,3 +173,83 @@ func TestServerClose(t *testing.T) {
 		t.Fatalf("got %q, %v; want \"bye\" and end of file", got, err)
 	}
 }
+
+func TestMute(t *testing.T) {
+	echo := startEcho(t)
+	p, err := blackhole.Start(echo.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "before")
+
+	p.Mute()
+	if _, err := c.Write([]byte("muted")); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing reaches the server, so nothing comes back.
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read while muted: got %d bytes, %v; want a timeout", n, err)
+	}
+	if got, want := echo.got(), "before"; got != want {
+		t.Errorf("the server received %q while muted, want %q", got, want)
+	}
+
+	// Unmuted, writes pass again. (That the server's bytes pass while
+	// muted is TestMuteServerSpeaks: an echo server has nothing to say.)
+	p.Unmute()
+	roundTrip(t, c, "after")
+	if got, want := echo.got(), "beforeafter"; got != want {
+		t.Errorf("the server received %q, want %q", got, want)
+	}
+}
+
+// While muted, a server that speaks first still reaches the client.
+func TestMuteServerSpeaks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p, err := blackhole.Start(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Mute()
+	received := make(chan string, 1)
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		s.Write([]byte("event"))
+		_ = s.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		buf := make([]byte, 16)
+		n, _ := s.Read(buf)
+		received <- string(buf[:n])
+	}()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "event" {
+		t.Fatalf("got %q, %v; want \"event\" from the server", buf, err)
+	}
+	if got := <-received; got != "" {
+		t.Errorf("the server received %q while muted, want nothing", got)
+	}
+}
