@@ -44,8 +44,7 @@ const settle = time.Second
 type stopResult struct {
 	impl    string
 	rep     int
-	initial float64 // seconds from the controller's start to every source mirrored
-	events  []event
+	initial float64     // seconds from the controller's start to every source mirrored
 	writes  writeCounts // the random writes before the last fault
 	// touched is how many sources the last pass wrote, touchFailed how
 	// many of its writes failed.
@@ -117,11 +116,7 @@ func (r *runner) runStop(ctx context.Context) (stopResult, error) {
 	defer r.ctl.stop()
 
 	t0 := time.Now()
-	note := func(what string) {
-		at := time.Since(t0)
-		rr.events = append(rr.events, event{at, what})
-		logf("    %6.2fs %s", at.Seconds(), what)
-	}
+	note := func(what string) { logf("    %6.2fs %s", time.Since(t0).Seconds(), what) }
 	w := startWriters(r.cs, r.cfg)
 	if err := sleepUntil(ctx, t0.Add(r.cfg.stopWrites)); err != nil {
 		w.stop()
@@ -345,7 +340,10 @@ func (res *results) stopDocument() string {
 	b.WriteString("is mirrored only when the controller retries it. client-go's default controller limiter\n")
 	b.WriteString("(`DefaultTypedControllerRateLimiter`, which ctrl and raw use) books every retry in a token bucket of 10 per second, so\n")
 	b.WriteString("after an outage that failed N keys the last retry comes about N/10 s later. controller-runtime v0.25.2's default\n")
-	b.WriteString("priority queue has no bucket: its limiter is per key only, 5 ms doubling with every failure.\n\n")
+	b.WriteString("priority queue has no bucket: its limiter is per key only, 5 ms doubling with every failure. While the API server is\n")
+	b.WriteString("down the proxy accepts connections and closes those it cannot forward, so the controller sees end of file or a reset\n")
+	b.WriteString("where it would see connection refused: a reconcile fails and is retried alike, while client-go retries a list or\n")
+	b.WriteString("watch that ends in end of file after 1 s instead of its reflector's backoff.\n\n")
 	b.WriteString("Why not pause the controller (SIGSTOP) while the sources are written: the events of a paused controller's watch wait\n")
 	b.WriteString("in socket buffers, and the first thing the resumed controller sends on the connection of the killed API server draws a\n")
 	b.WriteString("TCP reset, which discards what was not delivered yet; in a trial run the controller got most of the changes only after\n")
