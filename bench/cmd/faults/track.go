@@ -73,11 +73,12 @@ func startTracker(ctx context.Context, cs kubernetes.Interface, ns string) (*tra
 	at := time.Now()
 	// Sources first: the list is sorted by name, and the mirrors (dst-...)
 	// come before the sources they match.
-	for i := range list.Items {
-		t.observe(watch.Added, &list.Items[i], at, true)
-	}
-	for i := range list.Items {
-		t.observe(watch.Added, &list.Items[i], at, false)
+	for _, mirrors := range []bool{false, true} {
+		for i := range list.Items {
+			if _, ok := mirrorOf(&list.Items[i]); ok == mirrors {
+				t.observe(watch.Added, &list.Items[i], at)
+			}
+		}
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		return cms.Watch(ctx, opts)
@@ -105,9 +106,7 @@ func startTracker(ctx context.Context, cs kubernetes.Interface, ns string) (*tra
 					return
 				}
 				if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
-					at := time.Now()
-					t.observe(ev.Type, cm, at, true)
-					t.observe(ev.Type, cm, at, false)
+					t.observe(ev.Type, cm, time.Now())
 				}
 			}
 		}
@@ -121,18 +120,23 @@ func (t *tracker) fail(err error) {
 	t.mu.Unlock()
 }
 
-// observe records a source's new state if sources is true and cm is a
-// source, or a mirror's if sources is false and cm is a mirror.
-func (t *tracker) observe(typ watch.EventType, cm *corev1.ConfigMap, at time.Time, sources bool) {
+// mirrorOf returns the name of the source that cm mirrors, if cm is a
+// mirror.
+func mirrorOf(cm *corev1.ConfigMap) (string, bool) {
+	return strings.CutPrefix(cm.Name, mirror.Name(""))
+}
+
+// observe records the new state of a source or a mirror, seen at time at.
+func (t *tracker) observe(typ watch.EventType, cm *corev1.ConfigMap, at time.Time) {
 	if typ != watch.Added && typ != watch.Modified && typ != watch.Deleted {
 		return // bookmarks
 	}
 	deleted := typ == watch.Deleted
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	name, isMirror := strings.CutPrefix(cm.Name, mirror.Name(""))
+	name, isMirror := mirrorOf(cm)
 	switch {
-	case sources && !isMirror && cm.Labels[mirror.SourceLabel] == mirror.SourceValue:
+	case !isMirror && cm.Labels[mirror.SourceLabel] == mirror.SourceValue:
 		h := t.sources[cm.Name]
 		if h == nil {
 			h = &history{byValue: map[string]int{}}
@@ -149,7 +153,7 @@ func (t *tracker) observe(typ watch.EventType, cm *corev1.ConfigMap, at time.Tim
 			// it will find nothing and make no event.
 			t.mirrored(h, len(h.states)-1, at, false)
 		}
-	case !sources && isMirror:
+	case isMirror:
 		t.mirrors[name] = !deleted
 		h := t.sources[name]
 		if h == nil {

@@ -15,12 +15,6 @@ func newTestTracker() *tracker {
 	return &tracker{sources: map[string]*history{}, mirrors: map[string]bool{}}
 }
 
-// feed gives the tracker one watch event, as its watch loop does.
-func (t *tracker) feed(typ watch.EventType, cm *corev1.ConfigMap, at time.Time) {
-	t.observe(typ, cm, at, true)
-	t.observe(typ, cm, at, false)
-}
-
 func srcCM(v string) *corev1.ConfigMap {
 	return source("ns", 1, v)
 }
@@ -33,22 +27,22 @@ func TestTracker(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tr := newTestTracker()
-	tr.feed(watch.Added, srcCM("1"), at(0))
-	tr.feed(watch.Added, dstCM("1"), at(10))
-	tr.feed(watch.Modified, srcCM("2"), at(20))
-	tr.feed(watch.Modified, srcCM("3"), at(30))
+	tr.observe(watch.Added, srcCM("1"), at(0))
+	tr.observe(watch.Added, dstCM("1"), at(10))
+	tr.observe(watch.Modified, srcCM("2"), at(20))
+	tr.observe(watch.Modified, srcCM("3"), at(30))
 	if got := tr.pending(); got != 1 {
 		t.Errorf("got %d sources pending, want 1", got)
 	}
-	tr.feed(watch.Modified, dstCM("3"), at(40)) // skips 2: it counts as mirrored too
-	tr.feed(watch.Modified, dstCM("old"), at(45))
-	tr.feed(watch.Deleted, srcCM("3"), at(50))
-	tr.feed(watch.Deleted, dstCM("3"), at(60))
+	tr.observe(watch.Modified, dstCM("3"), at(40)) // skips 2: it counts as mirrored too
+	tr.observe(watch.Modified, dstCM("old"), at(45))
+	tr.observe(watch.Deleted, srcCM("3"), at(50))
+	tr.observe(watch.Deleted, dstCM("3"), at(60))
 	// Created and deleted again before the controller saw it: the mirror
 	// is already gone, and nothing will tell.
-	tr.feed(watch.Added, srcCM("4"), at(70))
-	tr.feed(watch.Deleted, srcCM("4"), at(80))
-	tr.feed(watch.Added, srcCM("5"), at(90))
+	tr.observe(watch.Added, srcCM("4"), at(70))
+	tr.observe(watch.Deleted, srcCM("4"), at(80))
+	tr.observe(watch.Added, srcCM("5"), at(90))
 
 	h := tr.sources[sourceName(1)]
 	want := []struct{ seen, mirrored, shown int }{{0, 10, 10}, {20, 40, -1}, {30, 40, 40}, {50, 60, 60}, {70, 80, -1}, {80, 80, -1}, {90, -1, -1}}
