@@ -105,6 +105,10 @@ type handler[T Object] interface {
 	// listed receives the additions and updates of a complete list at once
 	// (deletions come one at a time through changed).
 	listed(evs []event[T])
+	// joined is called when a member cluster's first list is in, after
+	// listed: a controller that watches a fleet reconciles its own objects
+	// then, since a new member may need what each of them produces.
+	joined(cluster string)
 }
 
 // event is one change of a cached object.

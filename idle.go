@@ -113,7 +113,7 @@ func (c *Cache[T]) busy() string {
 		if e.deleting {
 			what = "its deletion"
 		}
-		if c.b.Fake() {
+		if e.writes > 0 {
 			what = fmt.Sprintf("%d writes", e.writes)
 		}
 		return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, k, len(c.expect))

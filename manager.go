@@ -2,13 +2,13 @@ package ctrl
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"

@@ -2,11 +2,11 @@ package ctrl
 
 import (
 	"context"
-	"slices"
 	"errors"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"

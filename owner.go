@@ -123,3 +123,7 @@ func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	obj.SetOwnerReferences(append(refs, ref))
 	return nil
 }
+
+func (h *ownerHandler[O]) joined(cluster string) {
+	h.to.queueAll(Cause{Reason: ReasonJoined, Object: Key{Cluster: cluster}})
+}

@@ -211,7 +211,7 @@ func (f *feed[T]) Update(obj any) error {
 		}
 		idx.add(key, t)
 	}
-	c.observe(key, t, true)
+	c.observe(key, t, true, f.b.Fake())
 	c.mu.Unlock()
 	ev := event[T]{kind: added, key: key, obj: t}
 	if existed {
@@ -264,7 +264,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 			idx.remove(key, old)
 		}
 	}
-	c.observe(key, t, kind != deleted)
+	c.observe(key, t, kind != deleted, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {
@@ -320,7 +320,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			}
 			idx.add(k, obj)
 		}
-		c.observe(k, obj, true)
+		c.observe(k, obj, true, f.b.Fake())
 	}
 	var missing []Key
 	for k := range c.items.in(f.cluster, f.namespace) { // the feed's own objects
@@ -334,7 +334,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			idx.remove(k, old)
 		}
 		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
-		c.observe(k, old, false)
+		c.observe(k, old, false, f.b.Fake())
 	}
 	c.mu.Unlock()
 	for _, h := range c.handlers {
@@ -343,6 +343,11 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		}
 		for _, ev := range removed {
 			h.changed(ev)
+		}
+	}
+	if !f.isSynced.Load() && f.cluster != "" {
+		for _, h := range c.handlers {
+			h.joined(f.cluster)
 		}
 	}
 	if f.isSynced.Load() {

@@ -246,6 +246,9 @@ func TestRelistLiveFirst(t *testing.T) {
 		}
 		return fmt.Errorf("list at resourceVersion %s: got %v, want 410 Gone once etcd compacted it", last, err)
 	})
+	// Changes the watch delivered before the cut are reconciled before
+	// the relist: the idle check needs no server.
+	waitIdle(t, mgr)
 	mu.Lock()
 	after = true
 	mu.Unlock()
