@@ -139,6 +139,13 @@ type index[T Object] struct {
 // created later starts at once. It returns an error if T is not a known
 // resource or cannot be watched, or if opts name a resource for a typed T.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
+	return newCache[T](m, opts, nil)
+}
+
+// newCache is NewCache with a first handler, registered before the cache
+// can start: for caches made while the manager runs. It returns an error
+// if the cache exists and has started.
+func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
 	var b *binding.Binding[T]
 	var err error
 	if opts.Fleet {
@@ -165,6 +172,11 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	m.mu.Lock()
 	if c, ok := m.caches[id]; ok {
 		m.mu.Unlock()
+		if h != nil {
+			if err := c.(*Cache[T]).addHandler(h); err != nil {
+				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
+			}
+		}
 		return c.(*Cache[T]), nil
 	}
 	c := &Cache[T]{
@@ -176,6 +188,9 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
+	}
+	if h != nil {
+		c.handlers = append(c.handlers, h)
 	}
 	var members []*member
 	if opts.Fleet {

@@ -2,9 +2,12 @@ package ctrl
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
@@ -196,6 +199,7 @@ func (m *Manager) runProvider(ctx context.Context) {
 	if p == nil {
 		return
 	}
+	ctx = logr.NewContext(ctx, m.log)
 	m.wg.Go(func() {
 		if err := p.Run(ctx, m); err != nil && ctx.Err() == nil {
 			m.fatal(fmt.Errorf("ctrl: cluster provider: %w", err))
