@@ -36,8 +36,14 @@ import (
 // value of every other field means its default.
 type Options struct {
 	// Config reaches a real API server. Built-in types travel as protobuf,
-	// custom resources as JSON. Zero QPS and Burst mean 20 and 30, shared by
-	// all of the manager's requests.
+	// custom resources as JSON. A positive QPS (with Burst) limits the
+	// requests per second that all of the manager's requests share; zero
+	// QPS means no limit on this side: API Priority and Fairness, on since
+	// Kubernetes 1.29, queues and sheds load on the server, fairly between
+	// clients, and answers 429 with Retry-After, which the client honours.
+	// A limit of 20 requests/s (controller-runtime's default) makes 200
+	// creates take 8.5 s against a local server that serves them in 0.4 s
+	// without it (BenchmarkCreate200).
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
@@ -242,14 +248,15 @@ func restClients(cfg *rest.Config, check time.Duration) (*rest.Config, *http.Cli
 		// reach every client of the program. A dialer opts out of sharing.
 		cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
-	if cfg.QPS == 0 {
-		cfg.QPS = 20
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = 30
-	}
-	if cfg.RateLimiter == nil && cfg.QPS > 0 {
+	switch {
+	case cfg.RateLimiter != nil:
+	case cfg.QPS > 0:
+		if cfg.Burst <= 0 {
+			cfg.Burst = int(cfg.QPS * 1.5)
+		}
 		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	default:
+		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
 	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
