@@ -93,7 +93,7 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	mb.clients = binding.Clients{Clientset: c.FakeClientset, Dynamic: c.FakeDynamic}
 	if cfg := c.Config; cfg != nil {
 		var err error
-		if mb.clients.Config, mb.clients.HTTP, err = restClients(cfg, m.opts.ConnectionCheck); err != nil {
+		if mb.clients.Config, mb.clients.HTTP, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
 			return fmt.Errorf("ctrl: Engage %q: %w", name, err)
 		}
 		mb.own = cfg.Dial == nil && mb.clients.Config.Dial != nil
