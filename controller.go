@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/validation"
 
+	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -115,6 +116,13 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	}
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
+	}
+	if s := m.sharding; s != nil {
+		info, err := binding.InfoFor[T](resourceInfo[T](opts.Cache.Resource))
+		if err != nil {
+			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+		}
+		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
 	}
 	cache, err := NewCache[T](m, opts.Cache)
 	if err != nil {

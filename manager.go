@@ -101,6 +101,11 @@ type Options struct {
 	// directly with [Manager.Engage]. Default: none.
 	Clusters Provider
 
+	// Sharding splits the objects of every controller among the replicas,
+	// instead of LeaderElection's taking turns; see [Sharding]. Default:
+	// off.
+	Sharding Sharding
+
 	// LeaderElection makes replicas take turns. Default: off.
 	LeaderElection LeaderElection
 
@@ -146,6 +151,7 @@ type Manager struct {
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
 	election     *leader.Config // nil without leader election
+	sharding     *sharding      // nil without sharding
 	probe        serverProbe
 	ownTransport bool     // the HTTP client's transport is the manager's alone
 	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
@@ -222,6 +228,12 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.LeaderElection.Name != "" {
 		var err error
 		if m.election, err = electionConfig(opts); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Sharding.Name != "" {
+		var err error
+		if m.sharding, err = shardingConfig(opts); err != nil {
 			return nil, err
 		}
 	}
@@ -434,10 +446,13 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	if err := m.waitForSync(run, caches); err != nil {
 		return err
 	}
-	if m.election == nil {
-		err = m.lead(run, ctx, ctrls)
-	} else {
+	switch {
+	case m.sharding != nil:
+		err = m.shard(run, ctx, ctrls)
+	case m.election != nil:
 		err = m.elect(run, ctx, ctrls)
+	default:
+		err = m.lead(run, ctx, ctrls)
 	}
 	if err == nil {
 		if cause := context.Cause(run); ctx.Err() == nil && cause != nil {

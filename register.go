@@ -39,6 +39,21 @@ func (r APIResource) info(t reflect.Type) binding.Info {
 	}
 }
 
+// resourceInfo is r as a binding's resource option: nil for the zero r.
+func resourceInfo[T Object](r APIResource) *binding.Info {
+	if r == (APIResource{}) {
+		return nil
+	}
+	i := r.info(reflect.TypeFor[T]())
+	return &i
+}
+
+// apiResource is the APIResource of a binding's Info.
+func apiResource(i binding.Info) APIResource {
+	return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource,
+		Kind: i.Kind, Namespaced: i.Namespaced, Status: i.Status}
+}
+
 // Register records that the API server serves the custom resource type T as
 // r. T is a pointer to a struct that embeds metav1.TypeMeta and
 // metav1.ObjectMeta with JSON tags like a generated type, and implements

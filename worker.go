@@ -151,6 +151,9 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !c.opts.UnsafeDisableDeepCopy {
 		obj = cached.DeepCopyObject().(T)
 	}
+	if released, err := c.release(ctx, obj); released || err != nil {
+		return Result{}, err // the object is another replica's now
+	}
 	if c.finalizer != "" {
 		done, err := c.finalizeStep(ctx, &obj)
 		if done || err != nil {

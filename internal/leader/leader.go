@@ -41,6 +41,8 @@ type Config struct {
 	// OnStatus is called with true when the candidate becomes the leader and
 	// with false when it stops leading.
 	OnStatus func(leading bool)
+	// Labels are set on the Lease when the candidate creates it.
+	Labels map[string]string
 }
 
 // ErrLost is returned by Run when the leader could not renew its Lease.
@@ -153,7 +155,7 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 	}
 	cur, err := e.cfg.Leases.Get(ctx, e.cfg.Name)
 	if apierrors.IsNotFound(err) {
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name}, Spec: desired}
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Labels: e.cfg.Labels}, Spec: desired}
 		created, err := e.cfg.Leases.Create(ctx, l)
 		if err != nil {
 			e.cfg.Log.V(1).Info("cannot create the lease", "lease", e.cfg.Name, "err", err)

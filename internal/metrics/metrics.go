@@ -36,6 +36,8 @@ type Set struct {
 	released        *prometheus.CounterVec
 	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
+	ShardHandovers  *prometheus.CounterVec
+	ShardUnowned    *prometheus.HistogramVec
 	WatchConnected  *prometheus.GaugeVec
 	Relists         *prometheus.CounterVec
 	Blind           *prometheus.HistogramVec
@@ -129,6 +131,15 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Help:    "How long a key released by the API server's return waited for its reconcile to begin.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
 		}, ctrlLabel),
+		ShardHandovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_shard_handovers_total",
+			Help: "Objects the sharder gave from one replica to another, after a drain or a replica's death.",
+		}, []string{"ring"}),
+		ShardUnowned: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ctrl_shard_unowned_seconds",
+			Help:    "How long an object went without a live owner before the sharder gave it one.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120},
+		}, []string{"ring"}),
 		WatchConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_cache_watch_connected",
 			Help: "Whether the cache's list or watch last succeeded (1) or failed (0).",
@@ -152,7 +163,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
-		&m.LeaderStatus, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.LeaderStatus, &m.ShardHandovers, &m.ShardUnowned, &m.WatchConnected, &m.Relists, &m.Blind,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(shardChildEnv) != "" {
+		os.Exit(runShardChild())
+	}
 	os.Exit(ctrltest.Run(m, ctrltest.Options{}, func(e *ctrltest.Env) error {
 		env = e
 		return nil
