@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -142,10 +143,13 @@ type Next[S ~string] struct {
 // The controller reconciles an object when it is created, when its phase,
 // generation or observedGeneration changes, and while it is being deleted;
 // status and metadata changes by others that touch none of these do not run
-// a step, and [Controller.FilterUpdates] adds to this list. Do not use the
+// a step, and [Controller.FilterUpdates] adds to this list. A reconcile
+// that finds a write this program made to the object not yet in the cache
+// waits for it instead of stepping from the older state. Do not use the
 // controller's OnFinalize: the machine owns its finalizer. An object that
 // leaves the cache's selector (ControllerOptions.Cache) carrying the
-// finalizer keeps it.
+// finalizer keeps it. ControllerOptions.UnsafeDisableDeepCopy is ignored:
+// each step gets its own copy.
 //
 // Moves are reported as Events from component name, and counted in
 // ctrl_machine_objects (objects per state, read from the controller's cache
@@ -181,12 +185,13 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
 	r := &machineRun[T, S]{machine: d, events: events}
+	opts.UnsafeDisableDeepCopy = true // reconcile reads the cache again, and copies
 	c, err := NewController(m, name, r.reconcile, opts)
 	if err != nil {
 		return nil, err
 	}
-	r.client = c.client
-	if err := c.FilterUpdates(d.changed); err != nil {
+	r.client, r.cache = c.client, c.cache
+	if err := c.FilterUpdates(r.changed); err != nil {
 		return nil, err
 	}
 	var states []string
@@ -313,13 +318,6 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	return d, nil
 }
 
-// changed is the machine's update filter: the updates that can make it
-// move. Finalizer changes are left out: the machine makes them itself,
-// right before a move whose own update follows.
-func (d *machine[T, S]) changed(old, obj T) bool {
-	return *d.Phase(old) != *d.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
-		*d.ObservedGeneration(old) != *d.ObservedGeneration(obj)
-}
 
 // machineWriter writes what the machine changed: the finalizers, and the
 // status. Each returns the object as written.
@@ -486,13 +484,46 @@ func (e *refusedError) Error() string {
 type machineRun[T Object, S ~string] struct {
 	*machine[T, S]
 	client  *Client[T]
+	cache   *Cache[T]
 	events  *Recorder[T]
 	metrics metrics.Machine
+	// waiting holds the keys whose reconcile found a write of this program
+	// not yet in the cache: the update that brings it must pass the
+	// filter, whatever it changed.
+	waiting sync.Map // Key -> struct{}
+}
+
+// changed is the machine's update filter: the updates that can make it
+// move, and those it waits for. Other finalizer changes are left out: the
+// machine makes them itself, right before a move whose own update follows.
+func (r *machineRun[T, S]) changed(old, obj T) bool {
+	if _, ok := r.waiting.Load(KeyOf(obj)); ok {
+		return true
+	}
+	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
+		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
 }
 
 // reconcile is the controller's reconcile function: one advance, and, once
-// a move is written, its Event, log line and metrics.
-func (r *machineRun[T, S]) reconcile(ctx context.Context, obj T) (Result, error) {
+// a move is written, its Event, log line and metrics. cached is the cache's
+// object itself (UnsafeDisableDeepCopy), read before the reconcile began.
+func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
+	// A step must not run on state older than this program's own last
+	// write, such as a move whose update a change of an owned object beat
+	// to the queue: on the API server the move would conflict, on a fake
+	// it would be made twice. Wait for the update, which passes the filter
+	// since the key is marked first.
+	key := KeyOf(cached)
+	r.waiting.Store(key, struct{}{})
+	if r.cache.pending(key) {
+		return Result{}, nil
+	}
+	r.waiting.Delete(key)
+	latest, ok := r.cache.Get(key)
+	if !ok {
+		return Result{}, nil
+	}
+	obj := latest.DeepCopyObject().(T)
 	out, mv, res, err := r.advance(ctx, obj, r)
 	var refused *refusedError
 	if errors.As(err, &refused) {
