@@ -318,7 +318,6 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	return d, nil
 }
 
-
 // machineWriter writes what the machine changed: the finalizers, and the
 // status. Each returns the object as written.
 type machineWriter[T Object] interface {
