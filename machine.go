@@ -83,10 +83,11 @@ type Machine[T Object, S ~string] struct {
 	// cleanup part of the machine: the machine adds the finalizer before
 	// an object's first move, and when the object is deleted, moves it to
 	// Deleting (reason "Deleting") from whatever state it is in. The states
-	// reachable from Deleting form the cleanup path; the finalizer is
-	// removed, letting the deletion complete, only once the path reaches a
-	// state without a Step. Default: none: a deleted object goes at once,
-	// wherever it stands.
+	// reachable from Deleting form the cleanup path, which shares no state
+	// with those reachable from Initial; the finalizer is removed, letting
+	// the deletion complete, only once the path reaches a state without a
+	// Step. Default: none: a deleted object goes at once, wherever it
+	// stands.
 	Finalizer string
 	// Deleting is the first state of the cleanup path. Required with
 	// Finalizer, and only with it.
@@ -297,16 +298,14 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	case !declared(m.Deleting):
 		fail("Deleting %q is not a declared state", m.Deleting)
 	default:
-		for next := []S{m.Deleting}; len(next) > 0; {
-			s := next[0]
-			next = next[1:]
-			if !d.cleanup[s] && declared(s) {
-				d.cleanup[s] = true
-				next = append(next, states[s].To...)
+		// A state on both paths would let a deleted object that is there
+		// count as cleaned up.
+		d.cleanup = reachable(states, m.Deleting, false)
+		live := reachable(states, m.Initial, true)
+		for _, s := range names {
+			if d.cleanup[s] && live[s] {
+				fail("state %s is on the cleanup path from %s and reachable from %s: the cleanup path must be a path of its own", s, m.Deleting, m.Initial)
 			}
-		}
-		if d.cleanup[m.Initial] {
-			fail("the cleanup path from %s reaches the Initial state %s", m.Deleting, m.Initial)
 		}
 		if !slices.ContainsFunc(names, func(s S) bool { return d.cleanup[s] && states[s].Step == nil }) {
 			fail("the cleanup path from %s never reaches a state without a Step, where the finalizer is removed", m.Deleting)
@@ -316,6 +315,25 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	return d, nil
+}
+
+// reachable returns the states reachable from start through To, and
+// through SpecChanged if specChanges is set.
+func reachable[T Object, S ~string](states map[S]State[T, S], start S, specChanges bool) map[S]bool {
+	seen := map[S]bool{}
+	for next := []S{start}; len(next) > 0; next = next[1:] {
+		s := next[0]
+		st, ok := states[s]
+		if seen[s] || !ok {
+			continue
+		}
+		seen[s] = true
+		next = append(next, st.To...)
+		if specChanges && st.SpecChanged != "" {
+			next = append(next, st.SpecChanged)
+		}
+	}
+	return seen
 }
 
 // machineWriter writes what the machine changed: the finalizers, and the

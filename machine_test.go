@@ -265,7 +265,10 @@ func TestMachineDeclaration(t *testing.T) {
 		{"unqualified finalizer", change(func(m *ctrl.Machine[*Bucket, BucketPhase]) { m.Finalizer = "cleanup" }), `Finalizer "cleanup": want a qualified name`},
 		{"cleanup path back to the start", change(func(m *ctrl.Machine[*Bucket, BucketPhase]) {
 			state(m, BucketDeleting, func(s *ctrl.State[*Bucket, BucketPhase]) { s.To = append(s.To, BucketPending) })
-		}), "the cleanup path from Deleting reaches the Initial state Pending"},
+		}), "state Pending is on the cleanup path from Deleting and reachable from Pending"},
+		{"cleanup path through a live state", change(func(m *ctrl.Machine[*Bucket, BucketPhase]) {
+			state(m, BucketDeleting, func(s *ctrl.State[*Bucket, BucketPhase]) { s.To = append(s.To, BucketReady) })
+		}), "state Ready is on the cleanup path from Deleting and reachable from Pending"},
 		{"cleanup path without an end", change(func(m *ctrl.Machine[*Bucket, BucketPhase]) {
 			state(m, BucketDeleting, func(s *ctrl.State[*Bucket, BucketPhase]) { s.To = nil })
 		}), "the cleanup path from Deleting never reaches a state without a Step"},
