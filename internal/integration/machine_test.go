@@ -60,11 +60,11 @@ func (b *Bucket) DeepCopyObject() runtime.Object {
 type BucketPhase string
 
 const (
-	Pending      BucketPhase = "Pending"
-	Provisioning BucketPhase = "Provisioning"
-	Ready        BucketPhase = "Ready"
-	Deleting     BucketPhase = "Deleting"
-	Deleted      BucketPhase = "Deleted"
+	BucketPending      BucketPhase = "Pending"
+	BucketProvisioning BucketPhase = "Provisioning"
+	BucketReady        BucketPhase = "Ready"
+	BucketDeleting     BucketPhase = "Deleting"
+	BucketDeleted      BucketPhase = "Deleted"
 )
 
 var bucketGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "buckets"}
@@ -133,32 +133,32 @@ type bucketNext = ctrl.Next[BucketPhase]
 // Deleted on deletion. Each move's message holds the size it saw.
 func bucketMachine(provision func(context.Context, *Bucket) (bucketNext, error)) ctrl.Machine[*Bucket, BucketPhase] {
 	return ctrl.Machine[*Bucket, BucketPhase]{
-		Initial: Pending,
+		Initial: BucketPending,
 		States: map[BucketPhase]ctrl.State[*Bucket, BucketPhase]{
-			Pending: {To: []BucketPhase{Provisioning}, Step: func(_ context.Context, b *Bucket) (bucketNext, error) {
-				return bucketNext{To: Provisioning, Reason: "Accepted", Message: fmt.Sprintf("size %d", b.Spec.Size)}, nil
+			BucketPending: {To: []BucketPhase{BucketProvisioning}, Step: func(_ context.Context, b *Bucket) (bucketNext, error) {
+				return bucketNext{To: BucketProvisioning, Reason: "Accepted", Message: fmt.Sprintf("size %d", b.Spec.Size)}, nil
 			}},
-			Provisioning: {To: []BucketPhase{Ready}, Step: provision},
-			Ready:        {Ready: true, SpecChanged: Provisioning},
-			Deleting: {To: []BucketPhase{Deleted}, Step: func(_ context.Context, b *Bucket) (bucketNext, error) {
-				return bucketNext{To: Deleted, Reason: "Deprovisioned", Message: fmt.Sprintf("size %d", b.Spec.Size)}, nil
+			BucketProvisioning: {To: []BucketPhase{BucketReady}, Step: provision},
+			BucketReady:        {Ready: true, SpecChanged: BucketProvisioning},
+			BucketDeleting: {To: []BucketPhase{BucketDeleted}, Step: func(_ context.Context, b *Bucket) (bucketNext, error) {
+				return bucketNext{To: BucketDeleted, Reason: "Deprovisioned", Message: fmt.Sprintf("size %d", b.Spec.Size)}, nil
 			}},
-			Deleted: {},
+			BucketDeleted: {},
 		},
 		Phase:              func(b *Bucket) *BucketPhase { return &b.Status.Phase },
 		Conditions:         func(b *Bucket) *[]metav1.Condition { return &b.Status.Conditions },
 		ObservedGeneration: func(b *Bucket) *int64 { return &b.Status.ObservedGeneration },
 		Finalizer:          "example.com/bucket",
-		Deleting:           Deleting,
+		Deleting:           BucketDeleting,
 	}
 }
 
-func provisioned(b *Bucket) bucketNext {
-	return bucketNext{To: Ready, Reason: "Provisioned", Message: fmt.Sprintf("size %d", b.Spec.Size)}
+func bucketProvisioned(b *Bucket) bucketNext {
+	return bucketNext{To: BucketReady, Reason: "Provisioned", Message: fmt.Sprintf("size %d", b.Spec.Size)}
 }
 
-// reasons are the reasons of the moves of bucketMachine.
-var reasons = map[string]string{
+// bucketReasons are the reasons of the moves of bucketMachine.
+var bucketReasons = map[string]string{
 	"->Pending":              "Created",
 	"Pending->Provisioning":  "Accepted",
 	"Provisioning->Ready":    "Provisioned",
@@ -179,17 +179,17 @@ func outsideBuckets(t *testing.T) *ctrl.Client[*Bucket] {
 	return newClient[*Bucket](t, mgr).Uncached()
 }
 
-// seen is one state of a Bucket as a watch reported it: each move the
+// bucketMove is one state of a Bucket as a watch reported it: each move the
 // server stored.
-type seen struct {
+type bucketMove struct {
 	from, to BucketPhase
 	cond     metav1.Condition
 }
 
-func (s seen) edge() string { return string(s.from) + "->" + string(s.to) }
+func (s bucketMove) edge() string { return string(s.from) + "->" + string(s.to) }
 
 // event is the message an Event about the move should carry.
-func (s seen) event() string {
+func (s bucketMove) event() string {
 	if s.from == "" {
 		return string(s.to) + ": " + s.cond.Message
 	}
@@ -201,7 +201,7 @@ func (s seen) event() string {
 // phase and condition.
 type bucketWatch struct {
 	mu      sync.Mutex
-	moves   map[string][]seen
+	moves   map[string][]bucketMove
 	changes map[string]chan BucketPhase // a phase change of the named Bucket, for the test to react to
 }
 
@@ -215,7 +215,7 @@ func watchBuckets(t *testing.T, ns string, names ...string) *bucketWatch {
 	must(t, err)
 	w, err := dyn.Resource(bucketGVR).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
 	must(t, err)
-	bw := &bucketWatch{moves: map[string][]seen{}, changes: map[string]chan BucketPhase{}}
+	bw := &bucketWatch{moves: map[string][]bucketMove{}, changes: map[string]chan BucketPhase{}}
 	for _, n := range names {
 		bw.changes[n] = make(chan BucketPhase, 100)
 	}
@@ -257,30 +257,30 @@ func (bw *bucketWatch) observe(b *Bucket) {
 	if c := meta.FindStatusCondition(b.Status.Conditions, "Ready"); c != nil {
 		cond = *c
 	}
-	bw.moves[b.Name] = append(moves, seen{from: last, to: b.Status.Phase, cond: cond})
+	bw.moves[b.Name] = append(moves, bucketMove{from: last, to: b.Status.Phase, cond: cond})
 	if ch := bw.changes[b.Name]; ch != nil {
 		ch <- b.Status.Phase
 	}
 }
 
-func (bw *bucketWatch) history(name string) []seen {
+func (bw *bucketWatch) history(name string) []bucketMove {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
 	return slices.Clone(bw.moves[name])
 }
 
-// checkHistory checks that each move the server stored for the Bucket
+// checkBucketHistory checks that each move the server stored for the Bucket
 // name is declared, with its reason and a condition True only in Ready,
 // and that its Events are exactly one per move, in order. It waits for the
 // Events, which are sent in the background.
-func checkHistory(t *testing.T, bw *bucketWatch, ns, name string) []seen {
+func checkBucketHistory(t *testing.T, bw *bucketWatch, ns, name string) []bucketMove {
 	t.Helper()
 	moves := bw.history(name)
 	var want []string
 	for i, m := range moves {
-		reason, declared := reasons[m.edge()]
+		reason, declared := bucketReasons[m.edge()]
 		wantStatus := metav1.ConditionFalse
-		if m.to == Ready {
+		if m.to == BucketReady {
 			wantStatus = metav1.ConditionTrue
 		}
 		if !declared || m.cond.Reason != reason || m.cond.Status != wantStatus {
@@ -349,7 +349,7 @@ func TestMachineConcurrentSpecUpdates(t *testing.T) {
 				}
 			}
 		}
-		return provisioned(b), nil
+		return bucketProvisioned(b), nil
 	}
 	_, err := ctrl.NewMachine(mgr, "bucket", bucketMachine(provision), ctrl.ControllerOptions{Workers: 4})
 	must(t, err)
@@ -403,14 +403,14 @@ func TestMachineConcurrentSpecUpdates(t *testing.T) {
 	waitStop(1)
 	setSize("stopped", 2) // while the step runs: its move conflicts
 	resume <- struct{}{}
-	eventually(t, 30*time.Second, func() error { return settled(ctx, buckets, ns, "stopped", 2) })
+	eventually(t, 30*time.Second, func() error { return bucketSettled(ctx, buckets, ns, "stopped", 2) })
 	setSize("stopped", 3) // in Ready: back to Provisioning
 	waitStop(3)
 	setSize("stopped", 4)
 	resume <- struct{}{}
 	churn.Wait()
 	for name, size := range final {
-		eventually(t, 30*time.Second, func() error { return settled(ctx, buckets, ns, name, size) })
+		eventually(t, 30*time.Second, func() error { return bucketSettled(ctx, buckets, ns, name, size) })
 	}
 	waitIdle(t, mgr)
 
@@ -427,8 +427,8 @@ func TestMachineConcurrentSpecUpdates(t *testing.T) {
 	}
 	waitIdle(t, mgr)
 	for name := range final {
-		moves := checkHistory(t, bw, ns, name)
-		if n := len(moves); n < 2 || moves[n-2].to != Deleting || moves[n-1].to != Deleted {
+		moves := checkBucketHistory(t, bw, ns, name)
+		if n := len(moves); n < 2 || moves[n-2].to != BucketDeleting || moves[n-1].to != BucketDeleted {
 			t.Errorf("%s: got moves %v, want the cleanup path last", name, moves)
 		}
 	}
@@ -448,15 +448,15 @@ func TestMachineConcurrentSpecUpdates(t *testing.T) {
 	}
 }
 
-// settled says why the Bucket name has not settled in Ready for size, or
+// bucketSettled says why the Bucket name has not settled in Ready for size, or
 // returns nil.
-func settled(ctx context.Context, buckets *ctrl.Client[*Bucket], ns, name string, size int) error {
+func bucketSettled(ctx context.Context, buckets *ctrl.Client[*Bucket], ns, name string, size int) error {
 	b, err := buckets.Get(ctx, ctrl.Key{Namespace: ns, Name: name})
 	if err != nil {
 		return err
 	}
 	c := meta.FindStatusCondition(b.Status.Conditions, "Ready")
-	if b.Status.Phase != Ready || b.Spec.Size != size || b.Status.ObservedGeneration != b.Generation ||
+	if b.Status.Phase != BucketReady || b.Spec.Size != size || b.Status.ObservedGeneration != b.Generation ||
 		c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != b.Generation || c.Message != fmt.Sprintf("size %d", size) {
 		return fmt.Errorf("%s: got phase %s, size %d, generation %d, observed %d, condition %+v; want Ready for size %d at its generation",
 			name, b.Status.Phase, b.Spec.Size, b.Generation, b.Status.ObservedGeneration, c, size)
@@ -486,7 +486,7 @@ func TestMachineRefusesUndeclared(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
-		return bucketNext{To: Deleted, Reason: "Shortcut"}, nil
+		return bucketNext{To: BucketDeleted, Reason: "Shortcut"}, nil
 	}), ctrl.ControllerOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
@@ -507,7 +507,7 @@ func TestMachineRefusesUndeclared(t *testing.T) {
 	const refusal = "Provisioning -> Deleted is not a declared transition (Provisioning may go to Ready)"
 	b, err := buckets.Get(ctx, key)
 	must(t, err)
-	if b.Status.Phase != Provisioning {
+	if b.Status.Phase != BucketProvisioning {
 		t.Errorf("got phase %s on the server, want Provisioning", b.Status.Phase)
 	}
 	mu.Lock()
@@ -654,7 +654,7 @@ func TestMachineResumesAfterKill(t *testing.T) {
 	}
 	b, err := buckets.Get(context.Background(), key)
 	must(t, err)
-	if b.Status.Phase != Provisioning {
+	if b.Status.Phase != BucketProvisioning {
 		t.Fatalf("after the kill: got phase %s on the server, want Provisioning", b.Status.Phase)
 	}
 
@@ -664,22 +664,22 @@ func TestMachineResumesAfterKill(t *testing.T) {
 	var steps []BucketPhase
 	machine := bucketMachine(func(ctx context.Context, b *Bucket) (bucketNext, error) {
 		mu.Lock()
-		steps = append(steps, Provisioning)
+		steps = append(steps, BucketProvisioning)
 		mu.Unlock()
 		if err := provisionConfigMap(ctx, configMaps, b, "survivor"); err != nil {
 			return bucketNext{}, err
 		}
-		return provisioned(b), nil
+		return bucketProvisioned(b), nil
 	})
-	pending := machine.States[Pending]
+	pending := machine.States[BucketPending]
 	next := pending.Step
 	pending.Step = func(ctx context.Context, b *Bucket) (bucketNext, error) {
 		mu.Lock()
-		steps = append(steps, Pending)
+		steps = append(steps, BucketPending)
 		mu.Unlock()
 		return next(ctx, b)
 	}
-	machine.States[Pending] = pending
+	machine.States[BucketPending] = pending
 	_, err = ctrl.NewMachine(mgr, "bucket", machine, ctrl.ControllerOptions{})
 	must(t, err)
 	ctx := start(t, mgr)
@@ -687,11 +687,11 @@ func TestMachineResumesAfterKill(t *testing.T) {
 
 	b, err = buckets.Get(ctx, key)
 	must(t, err)
-	if b.Status.Phase != Ready {
+	if b.Status.Phase != BucketReady {
 		t.Errorf("after the restart: got phase %s, want Ready", b.Status.Phase)
 	}
 	mu.Lock()
-	if !slices.Equal(steps, []BucketPhase{Provisioning}) {
+	if !slices.Equal(steps, []BucketPhase{BucketProvisioning}) {
 		t.Errorf("the new controller ran the steps of %v, want Provisioning's alone", steps)
 	}
 	mu.Unlock()
@@ -700,7 +700,7 @@ func TestMachineResumesAfterKill(t *testing.T) {
 	if cm.Data["by"] != "child" {
 		t.Errorf("got the ConfigMap made by %q, want the child's, found again by the survivor", cm.Data["by"])
 	}
-	moves := checkHistory(t, bw, ns, "k")
+	moves := checkBucketHistory(t, bw, ns, "k")
 	var edges []string
 	for _, m := range moves {
 		edges = append(edges, m.edge())
