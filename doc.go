@@ -28,6 +28,8 @@
 //   - [Controller] queues keys on changes and reconciles them with workers.
 //   - [Validate], [Default] and [Convert] register admission and conversion
 //     webhooks over your types, served by the manager over TLS.
+//   - [Machine] declares the phases an object's status moves through;
+//     [NewMachine] runs it as a controller.
 //
 // # Guarantees
 //
@@ -68,6 +70,10 @@
 //     be read is refused with 400 and a message; a webhook function's
 //     error, panic, or overrun of the request's timeout denies that request
 //     with a status the API server shows the user; the server never crashes.
+//   - Once: a state machine's move is written once or not at all, from the
+//     state its step saw (the write carries that resourceVersion), and is
+//     followed by its Event; a deleted object's finalizer stays until the
+//     machine's cleanup path has ended.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
 //
