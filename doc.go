@@ -16,7 +16,7 @@
 // There is no Scheme to register built-in types in: the type parameter is
 // the registration. A custom resource type is registered once with
 // [Register]. Tests run the same code against client-go's fake clientset
-// (Options.Clientset) and wait with [Manager.WaitIdle] instead of sleeping.
+// (Options.FakeClientset) and wait with [Manager.WaitIdle] instead of sleeping.
 //
 // # Parts
 //
@@ -43,7 +43,7 @@
 //     return the error and be called again with newer state.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
-//   - Observable: deletions reach [Controller.Finalizer] hooks while the
+//   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, and [Controller.OnDelete] hooks after it is gone.
 //   - Resilient: when the API server goes away, caches retry at least every
 //     second and a half and say so in one log line, and in one more when
