@@ -8,6 +8,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -669,7 +670,8 @@ func widgetResource(t *testing.T, mgr *ctrl.Manager) ctrl.APIResource {
 // over the Widget resource, found at run time from its
 // CustomResourceDefinition: it copies spec.size into status.observedSize
 // through the status subresource, and the typed view of the same objects
-// agrees.
+// agrees. Each Widget controls a ConfigMap, which Owns maps back to it: a
+// deleted ConfigMap comes back.
 func TestToolkitUnstructured(t *testing.T) {
 	ns := newNamespace(t)
 	mgr := newManager(t, ns)
@@ -679,9 +681,16 @@ func TestToolkitUnstructured(t *testing.T) {
 	}
 	objects, err := ctrl.NewClient[*unstructured.Unstructured](mgr, ctrl.ClientOptions{Resource: res})
 	must(t, err)
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	var reconciles atomic.Int32
 	c, err := ctrl.NewController(mgr, "observe-size", func(ctx context.Context, u *unstructured.Unstructured) (ctrl.Result, error) {
 		reconciles.Add(1)
+		_, _, err := configMaps.CreateOrPatch(ctx, ctrl.Key{Namespace: u.GetNamespace(), Name: u.GetName() + "-child"}, func(cm *corev1.ConfigMap) error {
+			return ctrl.SetControllerReference(u, cm)
+		})
+		if err != nil {
+			return ctrl.Result{}, err
+		}
 		size, _, _ := unstructured.NestedInt64(u.Object, "spec", "size")
 		if observed, found, _ := unstructured.NestedInt64(u.Object, "status", "observedSize"); found && observed == size {
 			return ctrl.Result{}, nil
@@ -689,10 +698,11 @@ func TestToolkitUnstructured(t *testing.T) {
 		if err := unstructured.SetNestedField(u.Object, size, "status", "observedSize"); err != nil {
 			return ctrl.Result{}, ctrl.Terminal(err)
 		}
-		_, err := objects.UpdateStatus(ctx, u)
+		_, err = objects.UpdateStatus(ctx, u)
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Resource: res}})
 	must(t, err)
+	must(t, ctrl.Owns[*corev1.ConfigMap](c))
 	ctx := start(t, mgr)
 	typed := outsideWidgets(t)
 
@@ -710,6 +720,22 @@ func TestToolkitUnstructured(t *testing.T) {
 	if w.Spec.Size != 3 || w.Status.ObservedSize != 3 || w.UID != created.GetUID() {
 		t.Errorf("got Widget size %d, observed %d; want 3, 3", w.Spec.Size, w.Status.ObservedSize)
 	}
+	child := func() (*corev1.ConfigMap, error) {
+		return clientset.CoreV1().ConfigMaps(ns).Get(ctx, "w-child", metav1.GetOptions{})
+	}
+	cm, err := child()
+	must(t, err)
+	if ref := metav1.GetControllerOf(cm); ref == nil || ref.APIVersion != "example.com/v1" || ref.Kind != "Widget" || ref.UID != created.GetUID() {
+		t.Errorf("controller of the child: got %+v, want Widget w with uid %s", ref, created.GetUID())
+	}
+	must(t, clientset.CoreV1().ConfigMaps(ns).Delete(ctx, "w-child", metav1.DeleteOptions{}))
+	eventually(t, 30*time.Second, func() error { // someone else's deletion: WaitIdle does not know of it
+		got, err := child()
+		if err == nil && got.UID == cm.UID {
+			return errors.New("the child is still the deleted one")
+		}
+		return err
+	})
 
 	_, err = objects.Patch(ctx, ctrl.KeyOf(created), types.MergePatchType, []byte(`{"spec":{"size":4}}`))
 	must(t, err)
