@@ -7,6 +7,7 @@ package integration_test
 // subresource.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1023,5 +1024,114 @@ func TestToolkitNoStatusSubresource(t *testing.T) {
 	must(t, err)
 	if updated.Status.State != "ok" || got.Status.State != "ok" || got.Spec.Teeth != 12 {
 		t.Errorf("after Update: got status %+v, teeth %d; want state ok, 12 teeth", got.Status, got.Spec.Teeth)
+	}
+}
+
+// heldList holds back a cache's first streamed list (a watch with
+// sendInitialEvents) at path: the server has answered, but the manager reads
+// nothing until release is closed, and then nothing past the bookmark that
+// ends the initial events for another 2 seconds, as a slow network would.
+// Watch events are JSON lines here: Widgets travel as JSON.
+type heldList struct {
+	path    string
+	release chan struct{}
+	held    atomic.Bool
+}
+
+func (h *heldList) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		if err != nil || r.URL.Path != h.path || r.URL.Query().Get("sendInitialEvents") != "true" || !h.held.CompareAndSwap(false, true) {
+			return resp, err
+		}
+		resp.Body = &heldBody{ReadCloser: resp.Body, release: h.release, closed: make(chan struct{})}
+		return resp, nil
+	})
+}
+
+type heldBody struct {
+	io.ReadCloser
+	release   <-chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+	pending   []byte // read from the server, not yet passed on
+	ended     bool   // the initial events' bookmark was passed on
+	waited    bool
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	select {
+	case <-b.release:
+	case <-b.closed:
+		return 0, io.EOF
+	}
+	if b.ended && !b.waited {
+		b.waited = true
+		t := time.NewTimer(2 * time.Second) // the slow network being simulated
+		select {
+		case <-t.C:
+		case <-b.closed:
+			t.Stop()
+			return 0, io.EOF
+		}
+	}
+	if len(b.pending) == 0 {
+		buf := make([]byte, 32*1024)
+		n, err := b.ReadCloser.Read(buf)
+		if n == 0 {
+			return 0, err
+		}
+		b.pending = buf[:n]
+	}
+	end := len(b.pending)
+	if !b.ended {
+		if i := bytes.Index(b.pending, []byte(metav1.InitialEventsAnnotationKey)); i >= 0 {
+			if j := bytes.IndexByte(b.pending[i:], '\n'); j >= 0 {
+				end, b.ended = i+j+1, true
+			}
+		}
+	}
+	n := copy(p, b.pending[:end])
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+func (b *heldBody) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
+	return b.ReadCloser.Close()
+}
+
+// TestToolkitWaitIdleBeforeFirstList writes through a client while the
+// cache of its type is still receiving its first list, and that list was
+// taken before the write: WaitIdle must wait for the write's own event,
+// which comes after the list, and not take the cache's empty position for
+// one past the write.
+func TestToolkitWaitIdleBeforeFirstList(t *testing.T) {
+	ns := newNamespace(t)
+	h := &heldList{path: "/apis/example.com/v1/namespaces/" + ns + "/widgets", release: make(chan struct{})}
+	cfg := env.Config()
+	cfg.Wrap(h.wrap)
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns})
+	must(t, err)
+	widgets := newClient[*Widget](t, mgr)
+	var reconciled atomic.Int32
+	_, err = ctrl.NewController(mgr, "counter", func(context.Context, *Widget) (ctrl.Result, error) {
+		reconciled.Add(1)
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	eventually(t, 30*time.Second, func() error {
+		if !h.held.Load() {
+			return errors.New("the cache has not asked for its list yet")
+		}
+		return nil
+	})
+	_, err = widgets.Create(ctx, newWidget(ns, "w", 1))
+	must(t, err)
+	close(h.release)
+	waitIdle(t, mgr)
+	if got := reconciled.Load(); got != 1 {
+		t.Errorf("got %d reconciles when WaitIdle returned, want 1: the Widget created before the cache's first list arrived", got)
 	}
 }
