@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 )
@@ -38,10 +40,17 @@ type CacheOptions struct {
 	// Default: they are removed as objects arrive; they are large and
 	// controllers rarely read them.
 	KeepManagedFields bool
-	// Resource names the resource a cache of *unstructured.Unstructured
-	// holds, a kind chosen at run time. It must be zero for other types,
-	// whose Go type names their resource. Default: none.
+	// Resource names the resource a cache of *unstructured.Unstructured or
+	// *metav1.PartialObjectMetadata holds, a kind chosen at run time. It
+	// must be zero for other types, whose Go type names their resource.
+	// Default: none.
 	Resource APIResource
+	// Fleet makes the cache hold the objects of every engaged member
+	// cluster (see [Provider]), under keys that carry the member's name,
+	// instead of the manager's own cluster's. Members join and leave while
+	// the manager runs; each is listed and watched on its own, and one that
+	// cannot be reached holds up no other, nor Start. Default: off.
+	Fleet bool
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
@@ -55,15 +64,23 @@ type CacheOptions struct {
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
 	mgr    *Manager
-	b      *binding.Binding[T]
+	b      *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
 	opts   CacheOptions
 	scope  scope
-	feeds  []*feed[T]
-	kind   string // for causes: "ConfigMap"
+	feeds  []*feed[T] // of the own cluster
+	kind   string     // for causes: "ConfigMap"
 	synced chan struct{}
 
+	// A fleet cache's feeds, per member, started as members join while it
+	// runs.
+	fleetMu  sync.Mutex
+	running  context.Context // set by run; nil before and after
+	runLog   logr.Logger
+	members  map[string]*memberFeeds[T]
+	fleetRun sync.WaitGroup
+
 	mu        sync.RWMutex
-	items     map[Key]T
+	items     objects[T]
 	indexes   map[string]*index[T]
 	expect    map[Key]expectation
 	transform func(T) T // set by run from userTF; read only by the store
@@ -88,6 +105,10 @@ type handler[T Object] interface {
 	// listed receives the additions and updates of a complete list at once
 	// (deletions come one at a time through changed).
 	listed(evs []event[T])
+	// joined is called when a member cluster's first list is in, after
+	// listed: a controller that watches a fleet reconciles its own objects
+	// then, since a new member may need what each of them produces.
+	joined(cluster string)
 }
 
 // event is one change of a cached object.
@@ -118,8 +139,27 @@ type index[T Object] struct {
 // created later starts at once. It returns an error if T is not a known
 // resource or cannot be watched, or if opts name a resource for a typed T.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
-	b, err := bind[T](m, opts.Resource)
-	if err != nil {
+	return newCache[T](m, opts, nil)
+}
+
+// newCache is NewCache with a first handler, registered before the cache
+// can start: for caches made while the manager runs. It returns an error
+// if the cache exists and has started.
+func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
+	var b *binding.Binding[T]
+	var err error
+	if opts.Fleet {
+		var res *binding.Info
+		if opts.Resource != (APIResource{}) {
+			i := opts.Resource.info(reflect.TypeFor[T]())
+			res = &i
+		}
+		var info binding.Info
+		if info, err = binding.InfoFor[T](res); err != nil {
+			return nil, fmt.Errorf("ctrl: %w", err)
+		}
+		b = &binding.Binding[T]{Info: info}
+	} else if b, err = bind[T](m, opts.Resource); err != nil {
 		return nil, err
 	}
 	if !b.Watchable {
@@ -128,10 +168,15 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	opts.Resource = APIResource{} // in the binding now
 	sc := newScope(b.Info, m.opts.Namespace, opts)
 	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields}
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if c, ok := m.caches[id]; ok {
+		m.mu.Unlock()
+		if h != nil {
+			if err := c.(*Cache[T]).addHandler(h); err != nil {
+				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
+			}
+		}
 		return c.(*Cache[T]), nil
 	}
 	c := &Cache[T]{
@@ -140,28 +185,46 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 		opts:    opts,
 		scope:   sc,
 		kind:    b.Kind,
-		items:   map[Key]T{},
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
 	}
-	for _, ns := range feedNamespaces(sc) {
-		c.feeds = append(c.feeds, &feed[T]{c: c, namespace: ns})
+	if h != nil {
+		c.handlers = append(c.handlers, h)
+	}
+	var members []*member
+	if opts.Fleet {
+		c.members = map[string]*memberFeeds[T]{}
+		m.fleetCaches = append(m.fleetCaches, c)
+		for _, mb := range m.members {
+			members = append(members, mb)
+		}
+	} else {
+		for _, ns := range feedNamespaces(sc) {
+			c.feeds = append(c.feeds, &feed[T]{c: c, b: b, namespace: ns})
+		}
 	}
 	m.caches[id] = c
 	m.cacheList = append(m.cacheList, c)
 	if m.running != nil {
 		m.startCache(c)
 	}
+	m.mu.Unlock()
+	for _, mb := range members {
+		if err := c.engage(mb); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
 // cacheID identifies a cache: equal options give the same cache.
 type cacheID struct {
-	typ         any // reflect.Type
-	gvr         any // schema.GroupVersionResource
+	typ         reflect.Type
+	gvr         schema.GroupVersionResource
 	scope       string
 	keepManaged bool
+	fleet       bool
 }
 
 // feedNamespaces returns the namespace of each watch: one per namespace, or
@@ -186,26 +249,37 @@ func (c *Cache[T]) String() string {
 // do not modify it.
 func (c *Cache[T]) Get(key Key) (T, bool) {
 	c.mu.RLock()
-	obj, ok := c.items[key]
+	obj, ok := c.items.get(key)
 	c.mu.RUnlock()
 	return obj, ok
 }
 
 // List returns the cached objects in namespace ("" for all) that match
-// selector (nil for all), in no particular order. The objects are shared:
-// do not modify them.
+// selector (nil for all), in no particular order; in a fleet cache, those
+// of every member. The objects are shared: do not modify them. Its cost
+// grows with the objects of the namespace, not with those of the whole
+// cache.
 func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
+	if !c.opts.Fleet {
+		return c.ListIn("", namespace, selector)
+	}
+	var out []T
+	for _, cluster := range c.mgr.Clusters() {
+		out = append(out, c.ListIn(cluster, namespace, selector)...)
+	}
+	return out
+}
+
+// ListIn is [Cache.List] for one cluster: a member's name in a fleet
+// cache, "" in an ordinary one.
+func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) []T {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []T
-	for k, obj := range c.items {
-		if namespace != "" && k.Namespace != namespace {
-			continue
+	for _, obj := range c.items.in(cluster, namespace) {
+		if selector == nil || selector.Matches(labels.Set(obj.GetLabels())) {
+			out = append(out, obj)
 		}
-		if selector != nil && !selector.Matches(labels.Set(obj.GetLabels())) {
-			continue
-		}
-		out = append(out, obj)
 	}
 	return out
 }
@@ -214,8 +288,8 @@ func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 func (c *Cache[T]) keys() []Key {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	keys := make([]Key, 0, len(c.items))
-	for k := range c.items {
+	keys := make([]Key, 0, c.items.len())
+	for k := range c.items.all() {
 		keys = append(keys, k)
 	}
 	return keys
@@ -235,7 +309,7 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
 	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
-	for k, obj := range c.items {
+	for k, obj := range c.items.all() {
 		idx.add(k, obj)
 	}
 	c.indexes[name] = idx
@@ -255,7 +329,9 @@ func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
 	keys := idx.values[value]
 	out := make([]T, 0, len(keys))
 	for k := range keys {
-		out = append(out, c.items[k])
+		if obj, ok := c.items.get(k); ok {
+			out = append(out, obj)
+		}
 	}
 	return out, nil
 }
@@ -362,6 +438,10 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	}
 	c.log = log
 	c.mu.Unlock()
+	if c.opts.Fleet {
+		c.runFleet(ctx, log)
+		return
+	}
 	var wg sync.WaitGroup
 	for _, f := range c.feeds[1:] {
 		wg.Go(func() { f.run(ctx, log) })
@@ -377,16 +457,23 @@ func (c *Cache[T]) feedSynced() {
 	}
 }
 
-// feedOf returns the feed that watches key's namespace, or nil.
+// feedOf returns the feed that watches key's cluster and namespace, or
+// nil.
 func (c *Cache[T]) feedOf(key Key) *feed[T] {
-	if len(c.feeds) == 1 {
-		if f := c.feeds[0]; f.namespace == "" || f.namespace == key.Namespace {
-			return f
+	feeds := c.feeds
+	if c.opts.Fleet {
+		c.fleetMu.Lock()
+		mf := c.members[key.Cluster]
+		c.fleetMu.Unlock()
+		if mf == nil {
+			return nil
 		}
+		feeds = mf.feeds
+	} else if key.Cluster != "" {
 		return nil
 	}
-	for _, f := range c.feeds {
-		if f.namespace == key.Namespace {
+	for _, f := range feeds {
+		if f.namespace == "" || f.namespace == key.Namespace {
 			return f
 		}
 	}
@@ -427,22 +514,33 @@ func (c *Cache[T]) notFound(key Key) error {
 }
 
 // covers reports whether the cache holds every object that could have key:
-// no selector, and key's namespace watched.
+// no selector, key's namespace watched, and key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
-	return c.scope.labels == nil && c.scope.fields == nil &&
+	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
 		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace))
 }
 
 // coversNamespace reports whether the cache holds every object in ns (""
-// for all namespaces).
-func (c *Cache[T]) coversNamespace(ns string) bool {
-	if c.scope.labels != nil || c.scope.fields != nil {
+// for all namespaces) of cluster.
+func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
+	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
 		return false
 	}
 	if len(c.scope.namespaces) == 0 {
 		return true
 	}
 	return ns != "" && slices.Contains(c.scope.namespaces, ns)
+}
+
+// coversCluster reports whether the cache holds objects of cluster: its own
+// for an ordinary cache, an engaged member for a fleet cache.
+func (c *Cache[T]) coversCluster(cluster string) bool {
+	if !c.opts.Fleet {
+		return cluster == ""
+	}
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	return c.members[cluster] != nil
 }
 
 // describeScope lists the caches of a type for an error message.

@@ -22,11 +22,12 @@ const (
 	ReasonRequeue   Reason = "requeue"   // Result.RequeueAfter passed
 	ReasonRetry     Reason = "retry"     // an earlier reconcile failed
 	ReasonTriggered Reason = "triggered" // [Controller.Enqueue]
+	ReasonJoined    Reason = "joined"    // a member cluster of a watched fleet cache joined and was listed
 )
 
 // reasons lists every Reason, for metrics that are present at zero.
 var reasons = []Reason{ReasonCreated, ReasonUpdated, ReasonDeleted, ReasonOwned, ReasonMapped,
-	ReasonListed, ReasonResync, ReasonRequeue, ReasonRetry, ReasonTriggered}
+	ReasonListed, ReasonResync, ReasonRequeue, ReasonRetry, ReasonTriggered, ReasonJoined}
 
 // Cause is one reason a key was queued, and the object whose change it was.
 type Cause struct {
@@ -45,8 +46,11 @@ func (c Cause) String() string {
 	if c.Kind != "" {
 		s += " " + c.Kind
 	}
-	if c.Object.Name != "" {
+	switch {
+	case c.Object.Name != "":
 		s += " " + c.Object.String()
+	case c.Object.Cluster != "":
+		s += " cluster " + c.Object.Cluster
 	}
 	return s
 }
@@ -87,14 +91,11 @@ func (cs Causes) String() string {
 	return b.String()
 }
 
-type causesKey struct{}
-
 // CausesFrom returns the causes of the reconcile whose context ctx is, or
 // the zero Causes outside a reconcile.
 func CausesFrom(ctx context.Context) Causes {
-	cs, _ := ctx.Value(causesKey{}).(*Causes)
-	if cs == nil {
-		return Causes{}
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		return *ri.causes
 	}
-	return *cs
+	return Causes{}
 }

@@ -43,19 +43,80 @@ type ClientOptions struct {
 // after their consequences have been reconciled.
 type Client[T Object] struct {
 	m        *Manager
-	b        *binding.Binding[T]
+	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
+	ownErr   error               // why the own cluster cannot serve T
+	cluster  string              // of objects and of keys without one
 	uncached bool
 }
 
 // NewClient returns a client of T for the manager. It returns an error if T
 // is not a known resource, or no configured client serves it, or opts name
 // a resource for a typed T.
+//
+// A client reaches the manager's own cluster, and the members of its fleet
+// through [Client.In] or keys that name their cluster. A type that only
+// members serve gets a client too; its use in the own cluster returns the
+// error that binding it there gave.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	b, err := bind[T](m, opts.Resource)
+	if err == nil {
+		return &Client[T]{m: m, b: b}, nil
+	}
+	var res *binding.Info
+	if opts.Resource != (APIResource{}) {
+		i := opts.Resource.info(reflect.TypeFor[T]())
+		res = &i
+	}
+	info, ierr := binding.InfoFor[T](res)
+	if ierr != nil || m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+		return nil, err // not a fleet: the error belongs to wiring
+	}
+	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
+}
+
+// In returns a client of T bound to cluster: a member of the fleet, or ""
+// for the manager's own. Its writes of objects (Create, Update, Apply, ...)
+// go to that cluster, and so do its reads and writes of keys that name no
+// cluster; a key that names one is always served by that one. In a
+// reconcile, [ClusterFrom] names the reconciled object's cluster.
+func (c *Client[T]) In(cluster string) *Client[T] {
+	in := *c
+	in.cluster = cluster
+	return &in
+}
+
+// at fills in the client's cluster for a key that names none.
+func (c *Client[T]) at(key Key) Key {
+	if key.Cluster == "" {
+		key.Cluster = c.cluster
+	}
+	return key
+}
+
+// backend returns the backend of T in cluster.
+func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
+	if cluster == "" {
+		if c.ownErr != nil {
+			return nil, c.ownErr
+		}
+		return c.b.Backend, nil
+	}
+	b, err := bindIn[T](c.m, cluster, c.resource())
 	if err != nil {
 		return nil, err
 	}
-	return &Client[T]{m: m, b: b}, nil
+	return b.Backend, nil
+}
+
+// resource is the Resource option of T, for binding it in members.
+func (c *Client[T]) resource() APIResource {
+	switch c.b.Type {
+	case unstructuredT, metadataT:
+		i := c.b.Info
+		return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource,
+			Kind: i.Kind, Namespaced: i.Namespaced, Status: i.Status}
+	}
+	return APIResource{}
 }
 
 // Uncached returns a client of T whose Get and List go to the API server
@@ -106,8 +167,13 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 // apierrors.IsNotFound is true.
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
+	key = c.at(key)
 	if c.uncached {
-		obj, err := c.b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+		b, err := c.backend(key.Cluster)
+		if err != nil {
+			return zero, c.wrap("get", key, err)
+		}
+		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 		return obj, c.wrap("get", key, err)
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
@@ -137,13 +203,19 @@ type ListOptions struct {
 	// page at a time with continue tokens, so the server never builds a
 	// huge response at once. Ignored for cached lists. Default: one page.
 	Limit int64
+	// Cluster lists a member cluster of the fleet. Default: the client's
+	// cluster ([Client.In]), or the manager's own.
+	Cluster string
 }
 
 // List returns the matching objects: copies the caller owns, in no
 // particular order.
 func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
-	if opts.Namespace == "" && c.b.Namespaced {
+	if opts.Namespace == "" && c.b.Namespaced && opts.Cluster == "" && c.cluster == "" {
 		opts.Namespace = c.m.opts.Namespace
+	}
+	if opts.Cluster == "" {
+		opts.Cluster = c.cluster
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
@@ -159,11 +231,14 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Namespace != "" {
 		what = fmt.Sprintf("namespace %q", opts.Namespace)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Namespace) })
+	if opts.Cluster != "" {
+		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
+	}
+	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.List(opts.Namespace, opts.LabelSelector)
+	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -183,9 +258,13 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 	if opts.FieldSelector != nil {
 		lo.FieldSelector = opts.FieldSelector.String()
 	}
+	b, err := c.backend(opts.Cluster)
+	if err != nil {
+		return nil, err
+	}
 	var items []T
 	for {
-		l, err := c.b.List(ctx, opts.Namespace, lo)
+		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
 			return nil, err
 		}
@@ -197,13 +276,18 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 	}
 }
 
-// write performs a write to key, tracked by every cache of T.
-func (c *Client[T]) write(key Key, deleting bool, do func() (T, error)) (T, error) {
+// write performs a write to key in its cluster, tracked by every cache of
+// T that holds that cluster's objects.
+func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	b, err := c.backend(key.Cluster)
+	if err != nil {
+		return binding.New[T](), err
+	}
 	var done []func(T, bool, error)
 	for _, cc := range cachesOf(c.m, c.b) {
 		done = append(done, cc.expectWrite(key))
 	}
-	obj, err := do()
+	obj, err := do(b)
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
@@ -241,10 +325,10 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
-	key := KeyOf(obj)
+	key := c.at(KeyOf(obj))
 	began := time.Now()
-	out, err := c.write(key, false, func() (T, error) {
-		return c.b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
+	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	lost := uncertainKey{c.b, key}
 	switch {
@@ -274,7 +358,11 @@ type uncertainKey struct {
 // sets no fields has no managedFields at all, and passes on its creation
 // time alone.
 func (c *Client[T]) createdSince(ctx context.Context, key Key, at time.Time) (T, bool) {
-	obj, err := c.b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+	b, err := c.backend(key.Cluster)
+	if err != nil {
+		return binding.New[T](), false
+	}
+	obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 	if err != nil || obj.GetCreationTimestamp().Time.Before(at.Truncate(time.Second)) {
 		return obj, false
 	}
@@ -294,9 +382,9 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update", obj); err != nil {
 		return obj, err
 	}
-	key := KeyOf(obj)
-	out, err := c.write(key, false, func() (T, error) {
-		return c.b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
+	key := c.at(KeyOf(obj))
+	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update", key, err)
 }
@@ -309,12 +397,12 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update status of", obj); err != nil {
 		return obj, err
 	}
-	key := KeyOf(obj)
+	key := c.at(KeyOf(obj))
 	if !c.b.Status {
 		return obj, c.wrap("update status of", key, c.noStatus())
 	}
-	out, err := c.write(key, false, func() (T, error) {
-		return c.b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
+	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update status of", key, err)
 }
@@ -340,6 +428,7 @@ func (c *Client[T]) PatchStatus(ctx context.Context, key Key, pt types.PatchType
 }
 
 func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data []byte, sub string) (T, error) {
+	key = c.at(key)
 	verb := "patch"
 	if sub != "" {
 		verb = "patch " + sub + " of"
@@ -356,8 +445,8 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	if sub != "" {
 		subs = []string{sub}
 	}
-	out, err := c.write(key, false, func() (T, error) {
-		return c.b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
+	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
 	})
 	return out, c.wrap(verb, key, err)
 }
@@ -373,8 +462,8 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
 		return obj, err
 	}
-	key := KeyOf(old)
-	if KeyOf(obj) != key {
+	key := c.at(KeyOf(old))
+	if KeyOf(obj) != KeyOf(old) {
 		return obj, fmt.Errorf("ctrl: patch %s %s: the changed object is %s", c.b.Type, key, KeyOf(obj))
 	}
 	patch, err := mergePatch(old, obj)
@@ -406,6 +495,7 @@ const (
 // controllerutil.CreateOrPatch). mutate must not change the name or
 // namespace. Without a cache of T that covers key, it reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
+	key = c.at(key)
 	if mutate == nil {
 		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
@@ -421,7 +511,7 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		if err := c.mutate(key, obj, mutate); err != nil {
 			return obj, OperationUnchanged, err
 		}
-		out, err := c.Create(ctx, obj)
+		out, err := c.In(key.Cluster).Create(ctx, obj)
 		if err != nil {
 			return obj, OperationUnchanged, err
 		}
@@ -485,7 +575,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
 	}
-	key := KeyOf(obj)
+	key := c.at(KeyOf(obj))
 	obj = obj.DeepCopyObject().(T)
 	obj.GetObjectKind().SetGroupVersionKind(c.b.GVK())
 	obj.SetManagedFields(nil)
@@ -504,8 +594,8 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 		}
 		subs = []string{"status"}
 	}
-	out, err := c.write(key, false, func() (T, error) {
-		return c.b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
+	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
 	})
 	return out, c.wrap("apply", key, err)
 }
@@ -515,8 +605,9 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 // server's default. An object with finalizers is only marked for deletion
 // until they are removed.
 func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
-	_, err := c.write(key, true, func() (T, error) {
-		return binding.New[T](), c.b.Delete(ctx, key.Namespace, key.Name, opts)
+	key = c.at(key)
+	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
+		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
 	})
 	return c.wrap("delete", key, err)
 }

@@ -260,7 +260,22 @@ func (c *Controller[T]) wire(what string, fn func() error) error {
 
 func (c *Controller[T]) name() string { return c.ctrlName }
 
-func (c *Controller[T]) waiting() int { return c.q.waitingLen() }
+func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters() }
+
+// forget drops the tombstones and waiting keys of a member that left: its
+// objects were not deleted, and its server is not coming back for them.
+func (c *Controller[T]) forget(cluster string) {
+	c.mu.Lock()
+	for k := range c.tombstones {
+		if k.Cluster == cluster {
+			delete(c.tombstones, k)
+		}
+	}
+	c.mu.Unlock()
+	if c.q != nil {
+		c.metrics.Waiting.Sub(float64(c.q.dropWaiting(cluster)))
+	}
+}
 
 // prepare freezes the wiring and creates the queue, before the caches start.
 func (c *Controller[T]) prepare() {

@@ -34,22 +34,36 @@
 //   - Typed: a wiring mistake, such as an unknown type or a custom resource
 //     that was not registered, is an error when wiring, naming the Go type.
 //   - Stingy: a key is never reconciled by two workers at once, and a key
-//     queued many times while waiting is reconciled once.
-//   - Live first: the keys of a list (the initial one, or a relist) enter
-//     the work queue a window at a time as workers take them, so a change
-//     that arrives meanwhile is reconciled before the rest of the list.
+//     queued many times while waiting is reconciled once, with every cause
+//     ([CausesFrom]).
+//   - Live first: the keys of a list (the initial one, a relist, a takeover
+//     or a resync) enter the work queue a window at a time as workers take
+//     them, so a change that arrives meanwhile is reconciled before the
+//     rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
 //     return the error and be called again with newer state.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
+//   - One leader: with leader election, a replica that does not lead keeps
+//     its caches warm and queues nothing; when it takes over it reconciles
+//     every cached object once.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
-//     object still exists, and [Controller.OnDelete] hooks after it is gone.
+//     object still exists, across restarts and failovers, and
+//     [Controller.OnDelete] hooks once after it is gone, for deletions seen
+//     while leading. An object that only stops matching a cache's selector
+//     is not deleted: OnDelete does not see it, and the controller's
+//     finalizer on it is still run.
 //   - Resilient: when the API server goes away, caches retry at least every
-//     second and a half and say so in one log line, and in one more when
-//     they are back; a watch whose position was compacted away (410 Gone)
-//     relists at once, turning missed changes and deletions into events.
-//     Reconciles failing meanwhile are summarized in the log, not dumped.
+//     second and a half (or after the server's Retry-After) and say so in
+//     one log line, and in one more when they are back; after an outage
+//     they spread their relists over two seconds, so a fleet does not list
+//     at once. A connection that dies silently is noticed within twice
+//     Options.ConnectionCheck (6 s). A watch whose position was compacted
+//     away (410 Gone) relists, turning missed changes and deletions into
+//     events. Reconciles that fail because the server is unreachable wait
+//     for it instead of the retry budget, and are retried within two
+//     seconds of its return; they are summarized in the log, not dumped.
 //   - Answered: every webhook request gets an answer. A review that cannot
 //     be read is refused with 400 and a message; a webhook function's
 //     error, panic, or overrun of the request's timeout denies that request

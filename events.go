@@ -21,9 +21,10 @@ import (
 // Start or after it returns are dropped. A Recorder is safe for concurrent
 // use.
 type Recorder[T Object] struct {
-	m      *Manager
-	info   binding.Info
-	source string
+	m       *Manager
+	info    binding.Info
+	source  string
+	cluster string
 }
 
 // NewRecorder returns a recorder of events about objects of type T, reported
@@ -31,21 +32,26 @@ type Recorder[T Object] struct {
 // not a known resource or Events cannot be written with the manager's
 // clients.
 func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
-	info, err := binding.Lookup[T]()
+	info, err := binding.InfoFor[T](nil)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewRecorder: %w", err)
 	}
 	if component == "" {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: empty component", info)
 	}
-	events, err := bind[*corev1.Event](m, APIResource{})
-	if err != nil {
+	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.Clusters == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
-	m.mu.Lock()
-	m.events.b = events
-	m.mu.Unlock()
 	return &Recorder[T]{m: m, info: info, source: component}, nil
+}
+
+// In returns a recorder of the same events in cluster, a member of the
+// fleet ("" for the manager's own): events about an object belong in its
+// cluster ([ClusterFrom]).
+func (r *Recorder[T]) In(cluster string) *Recorder[T] {
+	in := *r
+	in.cluster = cluster
+	return &in
 }
 
 // Event records an event about obj. eventType is corev1.EventTypeNormal or
@@ -56,7 +62,7 @@ func (r *Recorder[T]) Event(obj T, eventType, reason, message string) {
 
 // Eventf is [Recorder.Event] with a formatted message.
 func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...any) {
-	rec := r.m.recorder(r.source)
+	rec := r.m.recorder(r.cluster, r.source)
 	if rec == nil {
 		return
 	}
@@ -74,48 +80,81 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	rec.Eventf(ref, eventType, reason, format, args...)
 }
 
-// eventSink is the manager's side of events: while Start runs, one
-// broadcaster, started by the first event, and a recorder per component.
+// eventSink is the manager's side of events: while Start runs, per
+// cluster one broadcaster, started by the first event, and a recorder per
+// component.
 type eventSink struct {
-	b           *binding.Binding[*corev1.Event]
-	running     bool
+	running  bool
+	clusters map[string]*clusterEvents
+}
+
+type clusterEvents struct {
 	broadcaster record.EventBroadcaster
 	recorders   map[string]record.EventRecorder
 }
 
 // startEvents lets recorders send events, and returns the function that
-// stops the broadcaster, flushing what it holds.
+// stops the broadcasters, flushing what they hold.
 func (m *Manager) startEvents() func() {
 	m.mu.Lock()
 	m.events.running = true
+	m.events.clusters = map[string]*clusterEvents{}
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
-		bc := m.events.broadcaster
-		m.events.running, m.events.broadcaster, m.events.recorders = false, nil, nil
+		clusters := m.events.clusters
+		m.events.running, m.events.clusters = false, nil
 		m.mu.Unlock()
-		if bc != nil {
-			bc.Shutdown()
+		for _, ce := range clusters {
+			ce.broadcaster.Shutdown()
 		}
 	}
 }
 
-func (m *Manager) recorder(component string) record.EventRecorder {
+// stopEventsIn stops the broadcaster of a member that left.
+func (m *Manager) stopEventsIn(cluster string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.events.running || m.events.b == nil {
+	ce := m.events.clusters[cluster]
+	delete(m.events.clusters, cluster)
+	m.mu.Unlock()
+	if ce != nil {
+		ce.broadcaster.Shutdown()
+	}
+}
+
+// recorder returns the recorder of component in cluster, or nil if events
+// cannot be sent now (the manager does not run, or the cluster does not
+// serve Events).
+func (m *Manager) recorder(cluster, component string) record.EventRecorder {
+	m.mu.Lock()
+	running, ce := m.events.running, m.events.clusters[cluster]
+	m.mu.Unlock()
+	if !running {
 		return nil
 	}
-	if m.events.broadcaster == nil {
+	if ce == nil {
+		b, err := bindIn[*corev1.Event](m, cluster, APIResource{})
+		if err != nil {
+			return nil
+		}
 		bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
-		bc.StartRecordingToSink(sink{m.events.b})
-		m.events.broadcaster = bc
-		m.events.recorders = map[string]record.EventRecorder{}
+		bc.StartRecordingToSink(sink{b})
+		m.mu.Lock()
+		if cur := m.events.clusters[cluster]; cur != nil || !m.events.running {
+			m.mu.Unlock()
+			bc.Shutdown() // raced with another event, or with the stop
+			return m.recorder(cluster, component)
+		}
+		ce = &clusterEvents{broadcaster: bc, recorders: map[string]record.EventRecorder{}}
+		m.events.clusters[cluster] = ce
+		m.mu.Unlock()
 	}
-	rec, ok := m.events.recorders[component]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := ce.recorders[component]
 	if !ok {
-		rec = m.events.broadcaster.NewRecorder(nil, corev1.EventSource{Component: component})
-		m.events.recorders[component] = rec
+		rec = ce.broadcaster.NewRecorder(nil, corev1.EventSource{Component: component})
+		ce.recorders[component] = rec
 	}
 	return rec
 }

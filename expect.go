@@ -20,13 +20,14 @@ type expectation struct {
 }
 
 // observe settles the expectation for key given the object's new state
-// (present false: it is gone). Called with c.mu held.
-func (c *Cache[T]) observe(key Key, obj T, present bool) {
+// (present false: it is gone), seen by a feed of a fake backend or not.
+// Called with c.mu held.
+func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	e, ok := c.expect[key]
 	if !ok {
 		return
 	}
-	if c.b.Fake() {
+	if fake {
 		if e.writes--; e.writes > 0 {
 			c.expect[key] = e
 			return
@@ -57,7 +58,11 @@ func newer(a, b string) bool {
 // the server returned (for a delete: deleted true, and no object).
 func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	c.mgr.activity.Add(1) // a write in flight: an idle check running now is void
-	if c.b.Fake() {
+	f := c.feedOf(key)
+	switch {
+	case f == nil:
+		return func(T, bool, error) {} // outside the cache's clusters and namespaces
+	case f.b.Fake():
 		return c.expectFakeWrite(key)
 	}
 	return func(obj T, deleted bool, err error) {
@@ -66,16 +71,12 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		}
 		e := expectation{deleting: deleted}
 		if !deleted {
-			key = KeyOf(obj) // a create with generateName has its name now
+			key = KeyOf(obj).In(key.Cluster) // a create with generateName has its name now
 			e.rv = obj.GetResourceVersion()
-		}
-		f := c.feedOf(key)
-		if f == nil {
-			return // outside the cache's namespaces
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		cur, cached := c.items[key]
+		cur, cached := c.items.get(key)
 		switch {
 		case deleted && !cached:
 		case cached && seen(e, cur):
@@ -97,9 +98,6 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 // the write returns: count first, take it back if the write failed. A fake
 // does not generate names, so the request's key is the object's.
 func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
-	if c.feedOf(key) == nil {
-		return func(T, bool, error) {}
-	}
 	c.mu.Lock()
 	e := c.expect[key]
 	e.writes++

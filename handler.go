@@ -83,6 +83,9 @@ type target interface {
 	// queueListed queues keys through the backlog, if the controller is
 	// active.
 	queueListed(keys []Key, cause Cause)
+	// queueAll queues every object of the controller through the backlog,
+	// if it is active.
+	queueAll(cause Cause)
 }
 
 func (c *Controller[T]) queue(key Key, cause Cause) {
@@ -98,5 +101,18 @@ func (c *Controller[T]) queueListed(keys []Key, cause Cause) {
 		return
 	}
 	c.q.addBacklog(batch{keys: keys, cause: cause})
+	c.mgr.activity.Add(1)
+}
+
+// joined does nothing for the controller's own cache: the member's objects
+// came through listed.
+func (c *Controller[T]) joined(string) {}
+
+// queueAll queues every object of the controller through the backlog.
+func (c *Controller[T]) queueAll(cause Cause) {
+	if !c.active.Load() {
+		return
+	}
+	c.q.addBacklog(batch{keys: c.cache.keys(), cause: cause})
 	c.mgr.activity.Add(1)
 }

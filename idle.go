@@ -93,6 +93,18 @@ func (c *Cache[T]) busy() string {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
 		}
 	}
+	// A member that has not listed yet is busy, unless it cannot be
+	// reached: one member down keeps no one waiting.
+	for cluster, feeds := range c.memberFeedsOf() {
+		for _, f := range feeds {
+			if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
+				return fmt.Sprintf("%s in cluster %q: %d watch events not yet received", c, cluster, len(*ch))
+			}
+			if !f.isSynced.Load() && f.lastErr.Load() == nil {
+				return fmt.Sprintf("%s in cluster %q: not synced", c, cluster)
+			}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.settlePassed()
@@ -101,7 +113,7 @@ func (c *Cache[T]) busy() string {
 		if e.deleting {
 			what = "its deletion"
 		}
-		if c.b.Fake() {
+		if e.writes > 0 {
 			what = fmt.Sprintf("%d writes", e.writes)
 		}
 		return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, k, len(c.expect))

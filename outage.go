@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,10 +48,11 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until the API server answers again: an outage is
-// not the object's failure, so neither the key's backoff nor the shared
-// retry budget is touched. The manager releases every waiting key when a
-// cache's watch comes back or its probe gets an answer.
+// waitForServer parks key until the API server of its cluster answers
+// again: an outage is not the object's failure, so neither the key's
+// backoff nor the shared retry budget is touched. The manager releases the
+// waiting keys of a cluster when a cache's watch of it comes back or its
+// probe gets an answer.
 func (c *Controller[T]) waitForServer(key Key, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++
@@ -69,23 +71,24 @@ func (c *Controller[T]) waitForServer(key Key, err error) {
 	c.mgr.awaitServer()
 }
 
-// releaseWaiting queues the keys waiting for the server, spread over a
-// window that grows with their number: up to a second for a thousand keys,
-// two at most.
-func (c *Controller[T]) releaseWaiting() {
-	n := c.q.waitingLen()
+// releaseWaiting queues the keys of cluster waiting for its server, spread
+// over a window that grows with their number: up to a second for a
+// thousand keys, two at most.
+func (c *Controller[T]) releaseWaiting(cluster string) {
+	n := c.q.waitingIn(cluster)
 	if n == 0 {
 		return
 	}
 	window := min(max(time.Duration(n)*time.Millisecond, 100*time.Millisecond), 2*time.Second)
-	released := c.q.release(window)
+	released := c.q.release(cluster, window)
 	c.metrics.Waiting.Sub(float64(released))
 	c.metrics.Released.Add(float64(released))
-	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "keys", released, "window", window)
+	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// serverProbe runs while keys wait for the API server and no cache has
-// reported it back: it asks the server's /readyz every half second or so.
+// serverProbe runs while keys wait for an API server and no cache has
+// reported it back: it asks each such server's /readyz every half second
+// or so.
 type serverProbe struct {
 	mu      sync.Mutex
 	running bool
@@ -107,13 +110,14 @@ func (m *Manager) awaitServer() {
 	m.wg.Go(func() { m.probeServer(ctx) })
 }
 
-// serverAnswered releases every controller's waiting keys.
-func (m *Manager) serverAnswered() {
+// serverAnswered releases every controller's keys waiting for cluster's
+// API server.
+func (m *Manager) serverAnswered(cluster string) {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
 	m.mu.Unlock()
 	for _, c := range ctrls {
-		c.releaseWaiting()
+		c.releaseWaiting(cluster)
 	}
 }
 
@@ -132,30 +136,45 @@ func (m *Manager) probeServer(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !m.keysWaiting() {
+		clusters := m.clustersWaited()
+		if len(clusters) == 0 {
 			return
 		}
-		if m.serverReady(ctx) {
-			m.serverAnswered()
+		for _, cluster := range clusters {
+			if m.serverReady(ctx, cluster) {
+				m.serverAnswered(cluster)
+			}
 		}
 	}
 }
 
-func (m *Manager) keysWaiting() bool {
+// clustersWaited returns the clusters whose servers keys wait for.
+func (m *Manager) clustersWaited() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var out []string
 	for _, c := range m.ctrlList {
-		if c.waiting() > 0 {
-			return true
+		for _, cl := range c.waitingClusters() {
+			if !slices.Contains(out, cl) {
+				out = append(out, cl)
+			}
 		}
 	}
-	return false
+	return out
 }
 
-// serverReady asks the API server's /readyz, which every authenticated
-// client may read. Fakes are always ready.
-func (m *Manager) serverReady(ctx context.Context) bool {
+// serverReady asks the /readyz of cluster's API server, which every
+// authenticated client may read. Fakes are always ready; a member that
+// left never is.
+func (m *Manager) serverReady(ctx context.Context, cluster string) bool {
 	cfg, hc := m.clients.Config, m.clients.HTTP
+	if cluster != "" {
+		mb := m.memberOf(cluster)
+		if mb == nil {
+			return false
+		}
+		cfg, hc = mb.clients.Config, mb.clients.HTTP
+	}
 	if cfg == nil || hc == nil {
 		return true
 	}

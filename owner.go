@@ -27,7 +27,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 	if err := checkFilters(changed); err != nil {
 		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
-	opts := CacheOptions{}
+	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
 		opts.Namespaces = c.cache.scope.namespaces
 	}
@@ -139,4 +139,8 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 	}
 	info, err := binding.Lookup[O]()
 	return info.GVK(), info.Namespaced, err
+}
+
+func (h *ownerHandler[O]) joined(cluster string) {
+	h.to.queueAll(Cause{Reason: ReasonJoined, Object: Key{Cluster: cluster}})
 }

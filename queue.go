@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,8 +136,10 @@ func (q *queue) addBacklog(b batch) {
 }
 
 // feed moves keys from the backlog into the queue while it holds fewer than
-// backlogWindow. Workers call it before they wait for a key, so a backlog
-// never waits on an empty queue.
+// backlogWindow, taking from every batch in turn: the lists of several
+// clusters, or a relist and a resync, share the room fairly. Workers call
+// it before they wait for a key, so a backlog never waits on an empty
+// queue.
 func (q *queue) feed() {
 	if q.backlogLen.Load() == 0 {
 		return
@@ -146,28 +149,32 @@ func (q *queue) feed() {
 	room := backlogWindow - q.Len()
 	moved := 0
 	for room > 0 && len(q.backlog) > 0 {
-		b := &q.backlog[0]
-		n := min(len(b.keys), room)
-		q.mu.Lock()
-		for _, k := range b.keys[:n] {
-			c := b.cause
-			if b.self {
-				c.Object = k
+		share := max(1, room/len(q.backlog))
+		for i := 0; i < len(q.backlog) && room > 0; {
+			b := &q.backlog[i]
+			n := min(len(b.keys), share, room)
+			q.mu.Lock()
+			for _, k := range b.keys[:n] {
+				c := b.cause
+				if b.self {
+					c.Object = k
+				}
+				q.noteLocked(k, c)
 			}
-			q.noteLocked(k, c)
+			q.mu.Unlock()
+			for _, k := range b.keys[:n] {
+				q.Add(k)
+			}
+			clear(b.keys[:n])
+			b.keys = b.keys[n:]
+			room -= n
+			moved += n
+			if len(b.keys) == 0 {
+				q.backlog = slices.Delete(q.backlog, i, i+1) // lets the list's array go
+			} else {
+				i++
+			}
 		}
-		q.mu.Unlock()
-		for _, k := range b.keys[:n] {
-			q.Add(k)
-		}
-		clear(b.keys[:n])
-		b.keys = b.keys[n:]
-		if len(b.keys) == 0 {
-			q.backlog[0] = batch{} // let the list's array go
-			q.backlog = q.backlog[1:]
-		}
-		room -= n
-		moved += n
 	}
 	if len(q.backlog) == 0 {
 		q.backlog = nil
@@ -258,10 +265,11 @@ func (q *queue) waitForServer(key Key) bool {
 	return !was
 }
 
-// release queues every key waiting for the server, each after a random
-// delay within window, so that a fleet of controllers does not retry in
-// lockstep the moment the server is back. It returns how many it released.
-func (q *queue) release(window time.Duration) int {
+// release queues every key of cluster waiting for its server, each after a
+// random delay within window, so that a fleet of controllers does not
+// retry in lockstep the moment the server is back. It returns how many it
+// released.
+func (q *queue) release(cluster string, window time.Duration) int {
 	type retry struct {
 		key Key
 		d   time.Duration
@@ -272,14 +280,17 @@ func (q *queue) release(window time.Duration) int {
 	retries := make([]retry, 0, len(q.waiting))
 	now := time.Now()
 	for k := range q.waiting {
+		if k.Cluster != cluster {
+			continue
+		}
 		d := rand.N(window + 1)
 		retries = append(retries, retry{k, d})
 		q.released[k] = now
 		if cur, ok := q.due[k]; !ok || now.Add(d).Before(cur.at) {
 			q.due[k] = delayed{now.Add(d), ReasonRetry}
 		}
+		delete(q.waiting, k)
 	}
-	clear(q.waiting)
 	q.mu.Unlock()
 	for _, r := range retries {
 		q.AddAfter(r.key, r.d)
@@ -287,11 +298,52 @@ func (q *queue) release(window time.Duration) int {
 	return len(retries)
 }
 
-// waitingLen returns how many keys wait for the server.
+// dropWaiting forgets the keys of cluster waiting for its server, and
+// returns how many.
+func (q *queue) dropWaiting(cluster string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for k := range q.waiting {
+		if k.Cluster == cluster {
+			delete(q.waiting, k)
+			n++
+		}
+	}
+	return n
+}
+
+// waitingLen returns how many keys wait for a server.
 func (q *queue) waitingLen() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiting)
+}
+
+// waitingIn returns how many keys of cluster wait for its server.
+func (q *queue) waitingIn(cluster string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for k := range q.waiting {
+		if k.Cluster == cluster {
+			n++
+		}
+	}
+	return n
+}
+
+// waitingClusters returns the clusters whose servers keys wait for.
+func (q *queue) waitingClusters() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for k := range q.waiting {
+		if !slices.Contains(out, k.Cluster) {
+			out = append(out, k.Cluster)
+		}
+	}
+	return out
 }
 
 // queued is what the queue knows of a key it hands out.

@@ -52,3 +52,31 @@ func Register[T Object](r APIResource) error {
 	}
 	return nil
 }
+
+// Project makes P a projection of the API type T, for caches that hold many
+// large objects: a [Cache], [Controller] or [Client] of P reads the objects
+// of T from the server and keeps only what fn returns for each, so its
+// memory is that of the small P, and the type checker stops a reconcile from
+// reading a field the cache does not hold. P is a pointer to a struct with
+// TypeMeta and ObjectMeta (fn sets the metadata the controller reads: at
+// least the name and namespace; ownerReferences for [Owns]; the
+// resourceVersion) and a DeepCopyObject method. fn must copy what it keeps
+// rather than point into the object it is given, so that nothing of that
+// object stays alive, and must accept its own output's source again (an
+// object may be projected twice). Clients of P read only; write through a
+// client of T.
+//
+// For metadata alone, no projection is needed: use
+// *metav1.PartialObjectMetadata with CacheOptions.Resource, and the server
+// sends metadata only. Call Project once per P, before creating managers
+// that use it, for example in an init function; again with the same T it
+// does nothing.
+func Project[T, P Object](fn func(T) P) error {
+	if fn == nil {
+		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())
+	}
+	if err := binding.RegisterProjection(fn); err != nil {
+		return fmt.Errorf("ctrl: %w", err)
+	}
+	return nil
+}

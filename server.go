@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -173,6 +174,16 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	// Members of a fleet come and go; one that is down is reported, not a
+	// reason to restart the process.
+	m.mu.Lock()
+	fleet := slices.Clone(m.fleetCaches)
+	m.mu.Unlock()
+	for _, fc := range fleet {
+		for _, line := range fc.memberStates() {
+			fmt.Fprintln(w, line)
+		}
+	}
 }
 
 // Endpoints are the addresses the manager's HTTP endpoints listen on, with

@@ -24,14 +24,18 @@ import (
 // queue: the handlers only compute keys and add them to work queues.
 type feed[T Object] struct {
 	c         *Cache[T]
-	namespace string // "" for all
+	b         *binding.Binding[T] // of the feed's cluster
+	cluster   string              // "" for the manager's own
+	namespace string              // "" for all
 
 	lastRV     string       // resourceVersion of the latest event, list or bookmark; under c.mu
 	lastEvent  atomic.Int64 // when, in Unix nanoseconds
 	isSynced   atomic.Bool
+	connected  atomic.Bool // the last list or watch worked
 	lastErr    atomic.Pointer[error]
 	fakeEvents atomic.Pointer[<-chan watch.Event]
 	relists    prometheus.Counter // set by run
+	labels     []string           // of the feed's series: resource, namespace, cluster
 }
 
 // run lists and watches the feed's namespace until ctx is done.
@@ -42,27 +46,32 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		res += "." + c.b.GVR.Group
 	}
 	name := c.String()
-	if len(c.feeds) > 1 {
+	if len(c.feeds) > 1 || len(c.scope.namespaces) > 1 {
 		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.namespace)
 		log = log.WithValues("namespace", f.namespace)
 	}
-	connected := c.mgr.metrics.WatchConnected.WithLabelValues(res, f.namespace)
-	blind := c.mgr.metrics.Blind.WithLabelValues(res, f.namespace)
-	f.relists = c.mgr.metrics.Relists.WithLabelValues(res, f.namespace)
+	if f.cluster != "" {
+		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
+	}
+	f.labels = []string{res, f.namespace, f.cluster}
+	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
+	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
+	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
 	watcher.Run(ctx, watcher.Config{
 		Name:        name,
-		Type:        binding.New[T](),
+		Type:        f.b.Wire,
 		ListerWatch: f,
 		Store:       f,
 		Logger:      log,
 		LastEvent:   func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		OnConnected: func(ok bool, d time.Duration) {
+			f.connected.Store(ok)
 			if ok {
 				connected.Set(1)
 				if d > 0 {
 					blind.Observe(d.Seconds())
 				}
-				c.mgr.serverAnswered()
+				c.mgr.serverAnswered(f.cluster)
 			} else {
 				connected.Set(0)
 			}
@@ -101,12 +110,12 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return f.c.b.List(ctx, f.namespace, f.options(opts))
+	return f.b.List(ctx, f.namespace, f.options(opts))
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := f.c.b.Watch(ctx, f.namespace, f.options(opts))
-	if err == nil && f.c.b.Fake() {
+	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
+	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
 		// A fake replays changes made between its list and its watch, but
@@ -119,34 +128,53 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 
 // IsWatchListSemanticsUnSupported tells the reflector that fakes cannot
 // stream the initial list.
-func (f *feed[T]) IsWatchListSemanticsUnSupported() bool { return f.c.b.Fake() }
+func (f *feed[T]) IsWatchListSemanticsUnSupported() bool { return f.b.Fake() }
 
 func (f *feed[T]) markSynced() {
-	if f.isSynced.CompareAndSwap(false, true) {
+	if f.isSynced.CompareAndSwap(false, true) && f.cluster == "" {
 		f.c.feedSynced()
 	}
 }
 
-// Transformer lets the reflector transform objects of a streamed initial
-// list as they arrive, before Replace.
+// forgetMetrics deletes the feed's series: its member left the fleet.
+func (f *feed[T]) forgetMetrics() {
+	if f.labels == nil {
+		return
+	}
+	ms := f.c.mgr.metrics
+	ms.WatchConnected.DeleteLabelValues(f.labels...)
+	ms.Blind.DeleteLabelValues(f.labels...)
+	ms.Relists.DeleteLabelValues(f.labels...)
+}
+
+// Transformer lets the reflector prepare the objects of a streamed initial
+// list as they arrive, before Replace, so that a projection's full objects
+// and stripped managedFields never accumulate.
 func (f *feed[T]) Transformer() cache.TransformFunc {
 	c := f.c
 	c.mu.RLock()
 	fn := c.transform
 	c.mu.RUnlock()
-	if fn == nil {
+	if fn == nil && f.b.Project == nil {
 		return nil
 	}
 	return func(obj any) (any, error) {
-		if t, ok := obj.(T); ok {
-			return fn(t), nil
+		if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return obj, nil
 		}
-		return obj, nil
+		return f.prepare(obj)
 	}
 }
 
+// prepare turns what the reflector hands over into the object to store:
+// projected, if the server sends another type, then transformed. An object
+// may be prepared twice (a streamed list's are), which projections and
+// transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
+	if !ok && f.b.Project != nil {
+		t, ok = f.b.Project(obj)
+	}
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
@@ -172,19 +200,18 @@ func (f *feed[T]) Update(obj any) error {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t)
+	key := KeyOf(t).In(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items[key]
-	c.items[key] = t
+	old, existed := c.items.set(key, t)
 	for _, idx := range c.indexes {
 		if existed {
 			idx.remove(key, old)
 		}
 		idx.add(key, t)
 	}
-	c.observe(key, t, true)
+	c.observe(key, t, true, f.b.Fake())
 	c.mu.Unlock()
 	ev := event[T]{kind: added, key: key, obj: t}
 	if existed {
@@ -227,18 +254,17 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t)
+	key := KeyOf(t).In(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items[key]
+	old, existed := c.items.remove(key)
 	if existed {
-		delete(c.items, key)
 		for _, idx := range c.indexes {
 			idx.remove(key, old)
 		}
 	}
-	c.observe(key, t, kind != deleted)
+	c.observe(key, t, kind != deleted, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {
@@ -264,7 +290,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			return err
 		}
 		if c.scope.selects(t) != notSelected {
-			listed[KeyOf(t)] = t
+			listed[KeyOf(t).In(f.cluster)] = t
 		}
 	}
 	var changes, removed []event[T]
@@ -278,7 +304,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 	f.lastRV = rv
 	f.lastEvent.Store(time.Now().UnixNano())
 	for k, obj := range listed {
-		old, existed := c.items[k]
+		old, existed := c.items.get(k)
 		switch {
 		case !existed:
 			changes = append(changes, event[T]{kind: added, key: k, obj: obj})
@@ -287,28 +313,28 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		default:
 			continue // keep the instance readers may hold
 		}
-		c.items[k] = obj
+		c.items.set(k, obj)
 		for _, idx := range c.indexes {
 			if existed {
 				idx.remove(k, old)
 			}
 			idx.add(k, obj)
 		}
-		c.observe(k, obj, true)
+		c.observe(k, obj, true, f.b.Fake())
 	}
-	for k, old := range c.items {
-		if f.namespace != "" && k.Namespace != f.namespace {
-			continue // another feed's
+	var missing []Key
+	for k := range c.items.in(f.cluster, f.namespace) { // the feed's own objects
+		if _, ok := listed[k]; !ok {
+			missing = append(missing, k)
 		}
-		if _, ok := listed[k]; ok {
-			continue
-		}
-		delete(c.items, k)
+	}
+	for _, k := range missing {
+		old, _ := c.items.remove(k)
 		for _, idx := range c.indexes {
 			idx.remove(k, old)
 		}
 		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
-		c.observe(k, old, false)
+		c.observe(k, old, false, f.b.Fake())
 	}
 	c.mu.Unlock()
 	for _, h := range c.handlers {
@@ -319,10 +345,15 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			h.changed(ev)
 		}
 	}
+	if !f.isSynced.Load() && f.cluster != "" {
+		for _, h := range c.handlers {
+			h.joined(f.cluster)
+		}
+	}
 	if f.isSynced.Load() {
 		f.relists.Inc()
-		c.log.V(1).Info("relisted", "namespace", f.namespace, "changed", len(changes), "removed", len(removed))
-	} else if !c.b.Fake() {
+		c.log.V(1).Info("relisted", "cluster", f.cluster, "namespace", f.namespace, "changed", len(changes), "removed", len(removed))
+	} else if !f.b.Fake() {
 		f.markSynced()
 	}
 	return nil

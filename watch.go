@@ -90,3 +90,7 @@ func (h *mapHandler[O]) listed(evs []event[O]) {
 	}
 	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
+
+func (h *mapHandler[O]) joined(cluster string) {
+	h.to.queueAll(Cause{Reason: ReasonJoined, Object: Key{Cluster: cluster}})
+}

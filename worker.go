@@ -53,8 +53,20 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 			log = log.WithValues("cluster", key.Cluster)
 		}
 	}
+	if key.Cluster != "" {
+		// A member's reconciles end when it leaves the fleet.
+		mb := c.mgr.memberOf(key.Cluster)
+		if mb == nil {
+			c.q.forget(key)
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(mb.ctx, cancel)()
+	}
 	ctx = logr.NewContext(ctx, log)
-	ctx = context.WithValue(ctx, causesKey{}, item.causes)
+	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
 	res, err := c.safely(ctx, log, key)
 	switch {
 	case err != nil:

@@ -15,8 +15,10 @@
 //     controller of package internal/mirror written three ways, and
 //     cmd/faults is the driver of the fault benchmark: it kills and restarts
 //     the API server and pauses the controller while writers change the
-//     sources, and reports how long each controller takes to converge after
-//     the last fault (run-faults.sh).
+//     sources, stops the writes at an outage that fails every reconcile, and
+//     makes the controller's connections go silently dead through the proxy
+//     of package internal/blackhole, and reports how long each controller
+//     takes to catch up (run-faults.sh).
 //   - Each driver's -write replaces its own section of ../BENCHMARKS.md
 //     (package internal/benchdoc) and leaves the others as they are.
 //   - micro_test.go measures the per-event cost of the queue, dispatch,

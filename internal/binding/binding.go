@@ -44,7 +44,10 @@ type Info struct {
 	Namespaced bool
 	Builtin    bool // a k8s.io/api type: protobuf and strategic merge patch
 	Watchable  bool // can be listed and watched
-	Status     bool // has a status subresource (always assumed for custom resources)
+	Status     bool // has a status subresource
+	// Projection is the type whose objects the server sends, when the type
+	// is a projection of it; nil otherwise.
+	Projection reflect.Type
 }
 
 // GVK returns the group, version and kind of the type.
@@ -59,6 +62,9 @@ func (i Info) String() string {
 	}
 	if !i.Builtin {
 		r += "/" + i.GVR.Version
+	}
+	if i.Projection != nil {
+		return fmt.Sprintf("%s (%s, projected from %s)", i.Type, r, i.Projection)
 	}
 	return fmt.Sprintf("%s (%s)", i.Type, r)
 }
@@ -152,6 +158,12 @@ type Backend[T Object] interface {
 type Binding[T Object] struct {
 	Info
 	Backend[T]
+	// Wire is an empty object of the type the server's watch sends, for
+	// the reflector to check events against; nil: no check (a fake that
+	// sends objects of a Go type not known here).
+	Wire runtime.Object
+	// Project turns an object the watch sends into T; nil when it sends T.
+	Project func(any) (T, bool)
 }
 
 // unstructuredType is the one type that serves any resource, named at run
@@ -162,17 +174,30 @@ var unstructuredType = reflect.TypeFor[*unstructured.Unstructured]()
 // of an *unstructured.Unstructured, and must be nil for other types.
 func For[T Object](c Clients, res *Info) (*Binding[T], error) {
 	t := reflect.TypeFor[T]()
-	if t == unstructuredType {
+	switch t {
+	case unstructuredType:
 		return forUnstructured[T](c, res)
+	case metadataType:
+		return forMetadata[T](c, res)
+	}
+	if pr, ok := projections.Load(t); ok {
+		if res != nil {
+			return nil, fmt.Errorf("%s is a projection of %s, which names its resource: a Resource option is for *unstructured.Unstructured and *v1.PartialObjectMetadata only", t, pr.(projection).source)
+		}
+		b, err := pr.(projection).bind(c)
+		if err != nil {
+			return nil, err
+		}
+		return b.(*Binding[T]), nil
 	}
 	if res != nil {
-		return nil, fmt.Errorf("%s names its resource: a Resource option is for *unstructured.Unstructured only", t)
+		return nil, fmt.Errorf("%s names its resource: a Resource option is for *unstructured.Unstructured and *v1.PartialObjectMetadata only", t)
 	}
 	info, err := Lookup[T]()
 	if err != nil {
 		return nil, err
 	}
-	b := &Binding[T]{Info: info}
+	b := &Binding[T]{Info: info, Wire: New[T]()}
 	switch {
 	case info.Builtin && c.Clientset != nil:
 		b.Backend = &fakeBackend[T]{info: info, fake: c.Clientset}
@@ -204,7 +229,7 @@ func forUnstructured[T Object](c Clients, res *Info) (*Binding[T], error) {
 	if _, ok := builtin.LookupGVR(info.GVR); ok {
 		info.Builtin = true
 	}
-	b := &Binding[T]{Info: info}
+	b := &Binding[T]{Info: info, Wire: New[T]()}
 	switch {
 	case c.Dynamic != nil:
 		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR), fake: true}

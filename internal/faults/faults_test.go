@@ -300,7 +300,7 @@ func TestOutagesAndCompaction(t *testing.T) {
 
 	// The watch was lost and came back, and the pause made it relist.
 	body := scrape(t, "http://"+addr+"/metrics")
-	relists := regexp.MustCompile(`(?m)^ctrl_cache_relists_total\{namespace="` + regexp.QuoteMeta(ns) + `",resource="configmaps"\} (\d+)`).FindStringSubmatch(body)
+	relists := regexp.MustCompile(`(?m)^ctrl_cache_relists_total\{cluster="",namespace="` + regexp.QuoteMeta(ns) + `",resource="configmaps"\} (\d+)`).FindStringSubmatch(body)
 	if relists == nil || relists[1] == "0" {
 		t.Errorf("ctrl_cache_relists_total: got %v, want at least one relist after the compaction", relists)
 	}

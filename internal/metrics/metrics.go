@@ -49,7 +49,7 @@ type Set struct {
 func New(reg prometheus.Registerer) (*Set, error) {
 	ctrlLabel := []string{"controller"}
 	queueLabels := []string{"name", "controller"}
-	cacheLabels := []string{"resource", "namespace"}
+	cacheLabels := []string{"resource", "namespace", "cluster"}
 	m := &Set{
 		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "controller_runtime_reconcile_total",

@@ -1,16 +1,31 @@
 // Command faults measures how long controllers take to recover from
-// control-plane faults: it starts a real kube-apiserver and etcd that compact
-// every few seconds and serve ConfigMap watches from etcd, and runs the
-// mirror controllers of package mirror (ctrl, controller-runtime, client-go)
-// in turn, each as its own process, through the same scenario: writers
-// change the sources at a steady rate while the API server is killed and
-// restarted and the controller is paused, once across an API server restart
-// so that its watch comes back to 410 Gone. After the writes stop it polls
-// the server until every source is mirrored and reports the seconds from the
-// end of the last fault to convergence.
+// control-plane faults: it starts a real kube-apiserver and etcd and runs
+// the mirror controllers of package mirror (ctrl, controller-runtime,
+// client-go) in turn, each as its own process, through up to three
+// scenarios (-scenarios), each on a control plane of its own:
 //
-//	cd bench && go run ./cmd/faults                                 # 1000 objects, 90 s at 200 writes/s, R=2
+//   - faults: writers change the sources at a steady rate while the API
+//     server is killed and restarted and the controller is paused, once
+//     across an API server restart, on an API server that compacts every
+//     few seconds and serves ConfigMap watches from etcd, so that the
+//     paused watch comes back to 410 Gone. After the writes stop the driver
+//     polls the server until every source is mirrored and reports the
+//     seconds from the end of the last fault to convergence.
+//   - stop: the writes stop at the last fault, an API server kill while
+//     every source has a change the controller has not mirrored, so every
+//     reconcile fails during the outage and nothing written later rescues
+//     a source waiting in a retry backoff. Reported: the seconds from the
+//     API server ready again to each source's mirror matching it.
+//   - blackhole: the controller reaches the API server through a TCP proxy
+//     that, at a fixed time, makes every open connection go silently dead
+//     while new ones pass; the writes go on. Reported: the seconds until
+//     the controller has caught up again.
+//
+// For example:
+//
+//	cd bench && go run ./cmd/faults                                 # all three scenarios, 1000 objects, R=2
 //	go run ./cmd/faults -objects 200 -duration 30s -kills 1 -pauses 1 -r 1   # a quick smoke run
+//	go run ./cmd/faults -scenarios stop,blackhole -r 1              # only the newer scenarios
 //	go run ./cmd/faults -write                                      # also write its section of ../BENCHMARKS.md
 package main
 
@@ -48,6 +63,10 @@ var impls = []impl{
 	{"raw", "client-go shared informer factory for the namespace with a `role=src` tweak, typed rate-limited work queue (`DefaultTypedControllerRateLimiter`), lister, 4 workers, typed clientset `Apply` or `Delete`"},
 }
 
+// scenarioNames are the scenarios -scenarios chooses from, in the order
+// they run.
+var scenarioNames = []string{"faults", "stop", "blackhole"}
+
 func implNames() []string {
 	var names []string
 	for _, i := range impls {
@@ -57,6 +76,7 @@ func implNames() []string {
 }
 
 type config struct {
+	scenarios  []string
 	objects    int
 	duration   time.Duration
 	rate       int // writes per second
@@ -66,6 +86,9 @@ type config struct {
 	down       time.Duration // how long each kill keeps the API server down
 	pauseFor   time.Duration
 	compaction time.Duration
+	stopWrites time.Duration // scenario stop: how long the random writes go on before the last fault
+	holeAt     time.Duration // scenario blackhole: when the connections go dead, after the start of the writes
+	holeWrites time.Duration // scenario blackhole: the longest the writes go on after it
 	reps       int
 	impls      []string
 	timeout    time.Duration // give up waiting for convergence
@@ -77,7 +100,8 @@ type config struct {
 
 func main() {
 	var c config
-	var names string
+	var names, scens string
+	flag.StringVar(&scens, "scenarios", strings.Join(scenarioNames, ","), "scenarios to run, comma-separated, from "+strings.Join(scenarioNames, ",")+"; -write replaces the whole section with those run")
 	flag.IntVar(&c.objects, "objects", 1000, "number of source ConfigMaps")
 	flag.DurationVar(&c.duration, "duration", 90*time.Second, "how long the writers run, faults included")
 	flag.IntVar(&c.rate, "writes", 200, "writes per second to the sources")
@@ -86,10 +110,13 @@ func main() {
 	flag.IntVar(&c.pauses, "pauses", 2, "times the controller is paused with SIGSTOP; the last pause spans one of the kills")
 	flag.DurationVar(&c.down, "down", 5*time.Second, "how long each kill keeps the API server down before it is restarted")
 	flag.DurationVar(&c.pauseFor, "pause", 15*time.Second, "how long each pause lasts")
-	flag.DurationVar(&c.compaction, "compaction", 5*time.Second, "kube-apiserver --etcd-compaction-interval")
+	flag.DurationVar(&c.compaction, "compaction", 5*time.Second, "kube-apiserver --etcd-compaction-interval in the scenario faults")
+	flag.DurationVar(&c.stopWrites, "stop-writes", 10*time.Second, "scenario stop: how long the random writes go on before the last fault")
+	flag.DurationVar(&c.holeAt, "blackhole-at", 10*time.Second, "scenario blackhole: when the connections go dead, after the start of the writes")
+	flag.DurationVar(&c.holeWrites, "blackhole-writes", 90*time.Second, "scenario blackhole: the writes go on after the blackhole until the controller has caught up and kept up for "+keepUp.String()+", at most this long")
 	flag.IntVar(&c.reps, "r", 2, "repetitions of the whole sequence of implementations")
 	flag.StringVar(&names, "impls", strings.Join(implNames(), ","), "implementations to run, comma-separated, from "+strings.Join(implNames(), ","))
-	flag.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up waiting for convergence this long after the writes stop")
+	flag.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up waiting for convergence this long after the writes stop (stop: after the API server is ready)")
 	flag.StringVar(&c.namespace, "namespace", "faults", "namespace of the ConfigMaps")
 	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
 	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-faults"), "directory for binaries and logs")
@@ -105,11 +132,32 @@ func main() {
 			fatal(fmt.Errorf("unknown implementation %q (want some of %s)", name, strings.Join(implNames(), ",")))
 		}
 	}
-	if c.objects <= 0 || c.rate <= 0 || c.writers <= 0 || c.reps <= 0 || c.kills < 0 || c.pauses < 0 || c.duration <= 0 {
-		fatal(errors.New("-objects, -writes, -writers, -r and -duration must be positive, -kills and -pauses not negative"))
+	var chosen []string
+	for _, name := range strings.Split(scens, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.Contains(scenarioNames, name) {
+			fatal(fmt.Errorf("unknown scenario %q (want some of %s)", name, strings.Join(scenarioNames, ",")))
+		}
+		chosen = append(chosen, name)
 	}
-	if _, err := plan(c); err != nil {
-		fatal(err)
+	for _, name := range scenarioNames { // in their order, whatever the flag's
+		if slices.Contains(chosen, name) {
+			c.scenarios = append(c.scenarios, name)
+		}
+	}
+	if len(c.scenarios) == 0 || len(c.impls) == 0 {
+		fatal(errors.New("no scenario or no implementation to run"))
+	}
+	if c.objects <= 0 || c.rate <= 0 || c.writers <= 0 || c.reps <= 0 || c.kills < 0 || c.pauses < 0 || c.duration <= 0 ||
+		c.stopWrites <= 0 || c.holeAt <= 0 || c.holeWrites <= 0 {
+		fatal(errors.New("-objects, -writes, -writers, -r, -duration, -stop-writes, -blackhole-at and -blackhole-writes must be positive, -kills and -pauses not negative"))
+	}
+	if slices.Contains(c.scenarios, "faults") {
+		if _, err := plan(c); err != nil {
+			fatal(err)
+		}
 	}
 	// client-go logs the driver's writes that an outage cuts off: expected
 	// here, and counted as failed writes.
@@ -141,6 +189,26 @@ func (c config) apiserverFlags() []string {
 		"--etcd-compaction-interval=" + c.compaction.String(),
 		"--watch-cache-sizes=configmaps#0",
 	}
+}
+
+// stopAPIServerFlags serve ConfigMap watches from etcd, which is compacted
+// every 5 minutes (the default), so that a watch resumes where it stopped
+// after the API server is restarted. A restarted API server's watch cache
+// starts at the current revision: a watch resuming from before the kill
+// would get 410 Gone, and the relist would hand the controller every source
+// again, hiding the retry backoff the scenario measures.
+var stopAPIServerFlags = []string{"--watch-cache-sizes=configmaps#0"}
+
+// flagsFor returns the kube-apiserver flags, added to testenv's, of a
+// scenario's control plane; the scenario blackhole runs on the defaults.
+func (c config) flagsFor(scenario string) []string {
+	switch scenario {
+	case "faults":
+		return c.apiserverFlags()
+	case "stop":
+		return stopAPIServerFlags
+	}
+	return nil
 }
 
 func run(ctx context.Context, c config) error {
@@ -176,8 +244,31 @@ func run(ctx context.Context, c config) error {
 		return fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
 	}
 
-	logf("starting the control plane with %s", strings.Join(c.apiserverFlags(), " "))
-	cp, err := controlplane.Start(cpBin, filepath.Join(c.work, "logs", "controlplane.log"), c.apiserverFlags())
+	for _, sc := range c.scenarios {
+		if err := runScenario(ctx, c, sc, cpBin, res); err != nil {
+			return err
+		}
+	}
+	res.run.Finish()
+	logf("load average after: %s", res.run.LoadAfter)
+
+	fmt.Println(res.tables())
+	if c.write {
+		path := filepath.Join(c.repo, "BENCHMARKS.md")
+		if err := benchdoc.WriteSection(path, "faults", res.document()); err != nil {
+			return err
+		}
+		logf("wrote %s", path)
+	}
+	return nil
+}
+
+// runScenario starts a control plane for the scenario and runs every
+// implementation through it, R times, interleaved.
+func runScenario(ctx context.Context, c config, scenario, cpBin string, res *results) error {
+	flags := c.flagsFor(scenario)
+	logf("scenario %s: starting the control plane with %s", scenario, strings.Join(append([]string{"testenv's flags"}, flags...), " "))
+	cp, err := controlplane.Start(cpBin, filepath.Join(c.work, "logs", "controlplane-"+scenario+".log"), flags)
 	if err != nil {
 		return err
 	}
@@ -187,8 +278,13 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	// The driver is not measured: no client-side throttling, and a bound on
-	// each request so that none hangs across an outage.
+	// each request so that none hangs across an outage. The tracker's watch
+	// has no bound: a client timeout would cut it.
 	cfg.QPS, cfg.Burst = 10000, 20000
+	watchCS, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	cfg.Timeout = 10 * time.Second
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -196,29 +292,35 @@ func run(ctx context.Context, c config) error {
 	}
 	for rep := 1; rep <= c.reps; rep++ {
 		for _, name := range c.impls {
-			logf("rep %d/%d: %s", rep, c.reps, name)
-			r := &runner{cfg: c, cs: cs, cp: cp, impl: name, rep: rep,
+			logf("%s, rep %d/%d: %s", scenario, rep, c.reps, name)
+			r := &runner{cfg: c, cs: cs, watchCS: watchCS, cp: cp, impl: name, rep: rep,
 				bin: filepath.Join(c.work, "bin", "mirror-"+name), kubeconfig: cp.Kubeconfig()}
-			rr, err := r.run(ctx)
-			if err != nil {
-				return fmt.Errorf("rep %d, %s: %w", rep, name, err)
+			var summary string
+			switch scenario {
+			case "faults":
+				rr, err := r.run(ctx)
+				if err != nil {
+					return fmt.Errorf("%s, rep %d, %s: %w", scenario, rep, name, err)
+				}
+				res.runs = append(res.runs, rr)
+				summary = rr.summary()
+			case "stop":
+				rr, err := r.runStop(ctx)
+				if err != nil {
+					return fmt.Errorf("%s, rep %d, %s: %w", scenario, rep, name, err)
+				}
+				res.stops = append(res.stops, rr)
+				summary = rr.summary()
+			case "blackhole":
+				rr, err := r.runBlackhole(ctx)
+				if err != nil {
+					return fmt.Errorf("%s, rep %d, %s: %w", scenario, rep, name, err)
+				}
+				res.holes = append(res.holes, rr)
+				summary = rr.summary()
 			}
-			res.runs = append(res.runs, rr)
-			logf("  %s", rr.summary())
+			logf("  %s", summary)
 		}
-	}
-	res.run.Finish()
-	logf("load average after: %s", res.run.LoadAfter)
-
-	fmt.Println(res.table())
-	fmt.Println(res.target())
-	fmt.Println(res.runTable())
-	if c.write {
-		path := filepath.Join(c.repo, "BENCHMARKS.md")
-		if err := benchdoc.WriteSection(path, "faults", res.document()); err != nil {
-			return err
-		}
-		logf("wrote %s", path)
 	}
 	return nil
 }

@@ -18,10 +18,30 @@ const target = 15 * time.Second
 
 // results are everything one invocation measured.
 type results struct {
-	cfg  config
-	plan []fault
-	run  *benchdoc.Run
-	runs []runResult
+	cfg   config
+	plan  []fault
+	run   *benchdoc.Run
+	runs  []runResult  // scenario faults
+	stops []stopResult // scenario stop
+	holes []holeResult // scenario blackhole
+}
+
+// ran reports whether the invocation ran the scenario.
+func (res *results) ran(scenario string) bool { return slices.Contains(res.cfg.scenarios, scenario) }
+
+// tables are the results of every scenario run, for the terminal.
+func (res *results) tables() string {
+	var b strings.Builder
+	if res.ran("faults") {
+		b.WriteString("faults:\n\n" + res.table() + "\n" + res.target() + "\n" + res.runTable() + "\n")
+	}
+	if res.ran("stop") {
+		b.WriteString("stop:\n\n" + res.stopTable() + "\n" + res.stopTarget() + "\n" + res.stopRunTable() + "\n")
+	}
+	if res.ran("blackhole") {
+		b.WriteString("blackhole:\n\n" + res.holeTable() + "\n" + res.holeTarget() + "\n" + res.holeRunTable() + "\n")
+	}
+	return b.String()
 }
 
 func (res *results) runsOf(impl string) []runResult {
@@ -141,16 +161,35 @@ func (res *results) document() string {
 	b.WriteString("## Recovery after control-plane faults\n\n")
 	b.WriteString("How long a controller takes to catch up once the control plane stops failing under it: ctrl, controller-runtime\n")
 	b.WriteString("v0.25.2 and hand-written client-go, each as its own process running the same mirror controller, against a real\n")
-	b.WriteString("kube-apiserver and etcd on loopback whose API server is killed and whose compaction makes paused watches\n")
-	b.WriteString("come back to 410 Gone. Written by `bench/cmd/faults -write`; `bench/run-faults.sh` runs it.\n\n")
+	b.WriteString("kube-apiserver and etcd on loopback. Scenarios, each on a control plane of its own:\n\n")
+	if res.ran("faults") {
+		b.WriteString("- [faults during writes](#faults-during-writes): the API server is killed and the controller paused while writers change\n")
+		b.WriteString("  the sources, and compaction makes a paused watch come back to 410 Gone;\n")
+	}
+	if res.ran("stop") {
+		b.WriteString("- [writes stop at the last fault](#writes-stop-at-the-last-fault): every reconcile fails during an outage, and no\n")
+		b.WriteString("  later write rescues a key waiting in the controller's retry backoff;\n")
+	}
+	if res.ran("blackhole") {
+		b.WriteString("- [silent blackhole](#silent-blackhole): every connection the controller has open goes silently dead, while new\n")
+		b.WriteString("  connections work and the writes go on.\n")
+	}
+	b.WriteString("\nWritten by `bench/cmd/faults -write`; `bench/run-faults.sh` runs it.\n\n")
 
 	b.WriteString("### Setup\n\n")
 	b.WriteString(res.run.Setup("the control plane, the controller and the writers share the machine, and their own load counts in the figures after",
 		"go run ./cmd/faults "+strings.Join(os.Args[1:], " ")))
-	fmt.Fprintf(&b, "- kube-apiserver flags added: `%s`: etcd is compacted every %s and ConfigMap watches are served from etcd, not from the watch cache, so a watch that resumes from a compacted revision gets 410 Gone\n",
-		strings.Join(c.apiserverFlags(), " "), secs(c.compaction))
-	fmt.Fprintf(&b, "- implementations ran interleaved (%s, then again), R = %d runs each; every run starts from the same state: the namespace emptied, %d sources created afresh, the controller started and waited for until every source is mirrored\n\n",
+	for _, sc := range c.scenarios {
+		flags := "none"
+		if f := c.flagsFor(sc); len(f) > 0 {
+			flags = "`" + strings.Join(f, " ") + "`"
+		}
+		fmt.Fprintf(&b, "- kube-apiserver flags added for the scenario %s: %s\n", sc, flags)
+	}
+	fmt.Fprintf(&b, "- in each scenario the implementations ran interleaved (%s, then again), R = %d runs each; every run starts from the same state: the namespace emptied, %d sources created afresh, the controller started and waited for until every source is mirrored\n",
 		strings.Join(c.impls, ", "), c.reps, c.objects)
+	fmt.Fprintf(&b, "- the writers: %d of them share %d writes per second to random sources, 90%% merge patches of the data, 5%% deletions and\n", c.writers, c.rate)
+	b.WriteString("  5% creations, each with a new value; they talk to the API server directly\n\n")
 
 	b.WriteString("The controller: for every ConfigMap labeled `role=src` in the namespace, keep a ConfigMap `dst-<name>` with the same `data`\n")
 	b.WriteString("(server-side apply, forced), and delete `dst-<name>` once the source is gone. Same logic, 4 workers and the same client\n")
@@ -162,16 +201,33 @@ func (res *results) document() string {
 		}
 	}
 	b.WriteString("\n")
+	if res.ran("faults") {
+		b.WriteString(res.faultsDocument())
+	}
+	if res.ran("stop") {
+		b.WriteString(res.stopDocument())
+	}
+	if res.ran("blackhole") {
+		b.WriteString(res.holeDocument())
+	}
+	fmt.Fprintf(&b, "The controllers' logs of the last invocation are in `%s`.\n", filepath.Join(c.work, "logs"))
+	return b.String()
+}
 
-	b.WriteString("### Scenario\n\n")
-	fmt.Fprintf(&b, "%d source ConfigMaps. For %s, %d writers share %d writes per second to random sources: 90%% merge patches of\n",
-		c.objects, secs(c.duration), c.writers, c.rate)
-	b.WriteString("the data, 5% deletions and 5% creations, each with a new value. Meanwhile these faults, at fixed times after the start\n")
-	b.WriteString("of the writes (each restarted API server is waited for until `/readyz` answers, which takes a few seconds):\n\n")
+// faultsDocument is the subsection of the scenario faults.
+func (res *results) faultsDocument() string {
+	c := res.cfg
+	var b strings.Builder
+	b.WriteString("### Faults during writes\n\n")
+	fmt.Fprintf(&b, "%d source ConfigMaps. For %s, the writers change them at %d writes per second. Meanwhile these faults, at fixed times\n",
+		c.objects, secs(c.duration), c.rate)
+	b.WriteString("after the start of the writes (each restarted API server is waited for until `/readyz` answers, which takes a few seconds):\n\n")
 	for _, line := range describePlan(c, res.plan) {
 		b.WriteString(line + "\n")
 	}
 	b.WriteString("\n")
+	fmt.Fprintf(&b, "etcd is compacted every %s and ConfigMap watches are served from etcd, not from the watch cache, so a watch that resumes\n", secs(c.compaction))
+	b.WriteString("from a compacted revision gets 410 Gone.\n\n")
 	b.WriteString("Why the pause across the restart waits for the compaction: a paused controller's socket and HTTP/2 window keep taking\n")
 	b.WriteString("watch events until the connection is cut, so its watch position is the revision of the kill, and a restarted API server\n")
 	b.WriteString("compacts first on its second compaction tick, to the revision of its first. Once a list at exactly the revision of the\n")
@@ -185,7 +241,6 @@ func (res *results) document() string {
 	b.WriteString("as not converged.\n\n")
 	fmt.Fprintf(&b, "Target: ctrl converges within %.0f s after the last fault, in every run.\n\n", target.Seconds())
 
-	b.WriteString("### Results\n\n")
 	b.WriteString(res.table())
 	b.WriteString("\n")
 	b.WriteString(res.target())
@@ -195,11 +250,9 @@ func (res *results) document() string {
 	b.WriteString("- from the controller's log (client-go's reflector lines at -v=4, ctrl's at its logger's verbosity 5): watch 410s are watches\n")
 	b.WriteString("  that ended with 410 Gone (\"too old\"), relists the reflector's \"Listing and watching\" lines after the first, and last 410\n")
 	b.WriteString("  Gone to relist the seconds from the last 410 to the next relist: how long the cache stayed blind after the last fault.\n\n")
-
-	b.WriteString("### Every run\n\n")
+	b.WriteString("Every run (times in seconds after the start of the writes, except where a column says otherwise):\n\n")
 	b.WriteString(res.runTable())
-	b.WriteString("\nTimes in seconds after the start of the writes, except where a column says otherwise. The controllers' logs of the\n")
-	fmt.Fprintf(&b, "last invocation are in `%s`.\n", filepath.Join(c.work, "logs"))
+	b.WriteString("\n")
 	return b.String()
 }
 

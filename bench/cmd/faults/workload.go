@@ -39,10 +39,11 @@ const (
 	initialTimeout = 2 * time.Minute
 )
 
-// runner runs one implementation through the scenario once.
+// runner runs one implementation through a scenario once.
 type runner struct {
 	cfg        config
-	cs         kubernetes.Interface
+	cs         kubernetes.Interface // bounds every request: for the writers and the checks
+	watchCS    kubernetes.Interface // no bound on requests: for the tracker's watch
 	cp         *controlplane.ControlPlane
 	kubeconfig string
 	impl, bin  string
@@ -86,24 +87,45 @@ func (r runResult) summary() string {
 	return fmt.Sprintf("converged %.1fs after the last fault, %.1fs after the writes stopped; %s", r.after, r.afterEnd, s)
 }
 
-func (r *runner) run(ctx context.Context) (runResult, error) {
-	rr := runResult{impl: r.impl, rep: r.rep, log: filepath.Join(r.cfg.work, "logs", fmt.Sprintf("%s-r%d.log", r.impl, r.rep))}
-	if err := r.reset(ctx); err != nil {
-		return rr, fmt.Errorf("resetting the namespace: %w", err)
+// logPath returns the path of the controller's log for this run.
+func (r *runner) logPath(scenario string) string {
+	name := fmt.Sprintf("%s-r%d.log", r.impl, r.rep)
+	if scenario != "faults" {
+		name = scenario + "-" + name
 	}
+	return filepath.Join(r.cfg.work, "logs", name)
+}
+
+// begin resets the namespace, starts the controller with the kubeconfig at
+// kubeconfig, logging to logPath, and waits until it has mirrored every
+// source. It returns how long that took, in seconds from the start of the
+// controller. The caller stops r.ctl.
+func (r *runner) begin(ctx context.Context, kubeconfig, logPath string) (float64, error) {
+	if err := r.reset(ctx); err != nil {
+		return 0, fmt.Errorf("resetting the namespace: %w", err)
+	}
+	started := time.Now()
+	var err error
+	if r.ctl, err = startController(r.bin, logPath, "-kubeconfig", kubeconfig, "-namespace", r.cfg.namespace); err != nil {
+		return 0, err
+	}
+	if _, last, err := r.waitConverged(ctx, time.Now().Add(initialTimeout)); err != nil {
+		r.ctl.stop()
+		return 0, fmt.Errorf("initial mirroring: %w (%s); log: %s", err, last, logPath)
+	}
+	return time.Since(started).Seconds(), nil
+}
+
+func (r *runner) run(ctx context.Context) (runResult, error) {
+	rr := runResult{impl: r.impl, rep: r.rep, log: r.logPath("faults")}
 	faults, err := plan(r.cfg)
 	if err != nil {
 		return rr, err
 	}
-	started := time.Now()
-	if r.ctl, err = startController(r.bin, rr.log, "-kubeconfig", r.kubeconfig, "-namespace", r.cfg.namespace); err != nil {
+	if rr.initial, err = r.begin(ctx, r.kubeconfig, rr.log); err != nil {
 		return rr, err
 	}
 	defer r.ctl.stop()
-	if _, last, err := r.waitConverged(ctx, time.Now().Add(initialTimeout)); err != nil {
-		return rr, fmt.Errorf("initial mirroring: %w (%s); log: %s", err, last, rr.log)
-	}
-	rr.initial = time.Since(started).Seconds()
 
 	t0 := time.Now()
 	w := startWriters(r.cs, r.cfg)

@@ -1,0 +1,228 @@
+package ctrl
+
+import (
+	"context"
+
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// A manager can reconcile a fleet: besides its own cluster (Options.Config,
+// the hub), member clusters that join and leave while it runs. A cache
+// with CacheOptions.Fleet holds the objects of every member, under keys
+// that carry the member's name (Key.Cluster); a controller over such a
+// cache reconciles them all, with clients bound to each object's cluster
+// ([Client.In], [ClusterFrom]). Each member has its own connection, watches
+// and recovery: one that is slow or gone does not hold up the others.
+
+// Cluster says how to reach a member cluster: Config for a real one, or
+// client-go's fakes in tests, as in [Options].
+type Cluster struct {
+	Config        *rest.Config
+	FakeClientset FakeClientset
+	FakeDynamic   dynamic.Interface
+}
+
+// Fleet is what a [Provider] tells about member clusters. *Manager
+// implements it.
+type Fleet interface {
+	// Engage adds the member cluster name, or replaces its configuration.
+	Engage(name string, c Cluster) error
+	// Disengage removes the member cluster name, if it is a member.
+	Disengage(name string)
+}
+
+// A Provider finds the member clusters of a fleet: its Run calls Engage
+// for each cluster that appears or changes and Disengage for each that
+// goes, until ctx is done. [Manager.Start] runs the provider of
+// Options.Clusters; an error from Run other than ctx's stops the manager.
+type Provider interface {
+	Run(ctx context.Context, fleet Fleet) error
+}
+
+// member is an engaged member cluster.
+type member struct {
+	name     string
+	cluster  Cluster
+	clients  binding.Clients
+	own      bool // clients.HTTP's transport is the member's alone
+	ctx      context.Context
+	cancel   context.CancelFunc
+	bindings map[bindingID]any
+}
+
+// fleetCache is a fleet cache as the manager sees it.
+type fleetCache interface {
+	engage(m *member) error
+	disengage(name string)
+	memberStates() []string // a line per member that is not synced or not connected
+}
+
+// Engage makes name a member cluster of the fleet, reached as c says, or
+// gives the member a new configuration: its caches are started (if the
+// manager runs) and, once they have listed, its objects are reconciled
+// once. Engaging a member again with an equal Cluster does nothing. It
+// returns an error for a name that is not a DNS label, or a Cluster
+// without a client. It is safe for concurrent use.
+func (m *Manager) Engage(name string, c Cluster) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("ctrl: Engage %q: the name must be a DNS label: %s", name, errs[0])
+	}
+	if c.Config == nil && c.FakeClientset == nil && c.FakeDynamic == nil {
+		return fmt.Errorf("ctrl: Engage %q: set Cluster.Config, or the fakes", name)
+	}
+	m.mu.Lock()
+	prev, ok := m.members[name]
+	m.mu.Unlock()
+	if ok && sameCluster(prev.cluster, c) {
+		return nil
+	}
+	if ok {
+		m.Disengage(name)
+	}
+	mb := &member{name: name, cluster: c, bindings: map[bindingID]any{}}
+	mb.clients = binding.Clients{Clientset: c.FakeClientset, Dynamic: c.FakeDynamic}
+	if cfg := c.Config; cfg != nil {
+		var err error
+		if mb.clients.Config, mb.clients.HTTP, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
+			return fmt.Errorf("ctrl: Engage %q: %w", name, err)
+		}
+		mb.own = cfg.Dial == nil && mb.clients.Config.Dial != nil
+	}
+	mb.ctx, mb.cancel = context.WithCancel(context.Background())
+	m.mu.Lock()
+	if _, raced := m.members[name]; raced {
+		m.mu.Unlock()
+		mb.cancel()
+		return fmt.Errorf("ctrl: Engage %q: engaged concurrently", name)
+	}
+	m.members[name] = mb
+	caches := slices.Clone(m.fleetCaches)
+	m.mu.Unlock()
+	var errs []error
+	for _, fc := range caches {
+		errs = append(errs, fc.engage(mb))
+	}
+	m.log.Info("member cluster engaged", "cluster", name)
+	m.activity.Add(1)
+	return errors.Join(errs...)
+}
+
+// sameCluster reports whether a and b reach a cluster the same way.
+func sameCluster(a, b Cluster) bool {
+	if a.FakeClientset != b.FakeClientset || a.FakeDynamic != b.FakeDynamic || (a.Config == nil) != (b.Config == nil) {
+		return false
+	}
+	if a.Config == nil {
+		return true
+	}
+	x, y := rest.CopyConfig(a.Config), rest.CopyConfig(b.Config)
+	return x.Host == y.Host && x.BearerToken == y.BearerToken && x.BearerTokenFile == y.BearerTokenFile &&
+		string(x.CAData) == string(y.CAData) && x.CAFile == y.CAFile && string(x.CertData) == string(y.CertData) &&
+		x.CertFile == y.CertFile && string(x.KeyData) == string(y.KeyData) && x.KeyFile == y.KeyFile &&
+		x.Username == y.Username && x.Password == y.Password && x.Insecure == y.Insecure && x.ServerName == y.ServerName
+}
+
+// Disengage removes the member cluster name: its caches stop and forget
+// its objects, its running reconciles are canceled, its queued keys are
+// dropped as they come up, and its connections are closed. It does nothing
+// for a name that is not a member. It is safe for concurrent use.
+func (m *Manager) Disengage(name string) {
+	m.mu.Lock()
+	mb, ok := m.members[name]
+	delete(m.members, name)
+	caches := slices.Clone(m.fleetCaches)
+	ctrls := slices.Clone(m.ctrlList)
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	mb.cancel()
+	for _, fc := range caches {
+		fc.disengage(name)
+	}
+	for _, c := range ctrls {
+		c.forget(name)
+	}
+	m.stopEventsIn(name)
+	if mb.own {
+		mb.clients.HTTP.CloseIdleConnections()
+	}
+	m.log.Info("member cluster disengaged", "cluster", name)
+	m.activity.Add(1)
+}
+
+// Clusters returns the names of the engaged member clusters, sorted: for
+// a [Watches] mapping that fans a hub object out to every member.
+func (m *Manager) Clusters() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.members))
+	for name := range m.members {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// memberOf returns the engaged member name, or nil.
+func (m *Manager) memberOf(name string) *member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.members[name]
+}
+
+// bindIn resolves T in cluster: the manager's own ("") or a member's.
+func bindIn[T Object](m *Manager, cluster string, res APIResource) (*binding.Binding[T], error) {
+	if cluster == "" {
+		return bind[T](m, res)
+	}
+	mb := m.memberOf(cluster)
+	if mb == nil {
+		return nil, fmt.Errorf("ctrl: cluster %q is not an engaged member", cluster)
+	}
+	return bindWith[T](m, mb.bindings, mb.clients, res)
+}
+
+// runProvider runs Options.Clusters until ctx is done.
+func (m *Manager) runProvider(ctx context.Context) {
+	p := m.opts.Clusters
+	if p == nil {
+		return
+	}
+	ctx = logr.NewContext(ctx, m.log)
+	m.wg.Go(func() {
+		if err := p.Run(ctx, m); err != nil && ctx.Err() == nil {
+			m.fatal(fmt.Errorf("ctrl: cluster provider: %w", err))
+		}
+	})
+}
+
+// reconcileInfo is what a reconcile's context carries about it.
+type reconcileInfo struct {
+	key    Key
+	causes *Causes
+}
+
+type reconcileKey struct{}
+
+// ClusterFrom returns the cluster of the object being reconciled in ctx: a
+// member's name, or "" for the manager's own cluster and outside a
+// reconcile. Bind clients to it with [Client.In].
+func ClusterFrom(ctx context.Context) string {
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		return ri.key.Cluster
+	}
+	return ""
+}
+
+var _ Fleet = (*Manager)(nil)

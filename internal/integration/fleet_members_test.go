@@ -1,0 +1,165 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
+)
+
+// TestFleetMembers runs a manager on the hub (the suite's control plane)
+// over two member control planes, found as kubeconfig files in a
+// directory. A controller mirrors a hub ConfigMap into every member. A
+// member joins when its file appears and gets its copy; a member whose API
+// server dies does not hold up the other, which keeps converging; it
+// catches up once its server is back; a member whose file is removed
+// leaves, and its watches and goroutines are gone.
+func TestFleetMembers(t *testing.T) {
+	var members [2]*ctrltest.Env
+	var memberCS [2]kubernetes.Interface
+	for i := range members {
+		e, err := ctrltest.New(ctrltest.Options{})
+		must(t, err)
+		t.Cleanup(func() { must(t, e.Stop()) })
+		members[i] = e
+		memberCS[i], err = kubernetes.NewForConfig(e.Config())
+		must(t, err)
+	}
+	dir := t.TempDir()
+	join := func(name string, e *ctrltest.Env) {
+		t.Helper()
+		data, err := os.ReadFile(e.KubeconfigPath())
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(dir, name+".yaml.tmp"), data, 0o600))
+		must(t, os.Rename(filepath.Join(dir, name+".yaml.tmp"), filepath.Join(dir, name+".yaml")))
+	}
+	join("east", members[0])
+
+	ns := newNamespace(t)
+	ctx := context.Background()
+	_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings", Labels: map[string]string{"mirror": "yes"}},
+		Data:       map[string]string{"v": "1"}}, metav1.CreateOptions{})
+	must(t, err)
+
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, Clusters: ctrl.KubeconfigDir(dir)})
+	must(t, err)
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	mirror := labels.SelectorFromSet(labels.Set{"mirror": "yes"})
+	var mu sync.Mutex
+	failures := map[string]int{} // by member: reconciles that could not write there
+	c, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
+		var firstErr error
+		for _, member := range mgr.Clusters() {
+			// Each member on its own: one that is down does not stop the
+			// others from getting the change.
+			_, _, err := configMaps.In(member).CreateOrPatch(ctx, ctrl.Key{Namespace: "default", Name: src.Name}, func(cm *corev1.ConfigMap) error {
+				cm.Labels = map[string]string{"mirror": "yes"}
+				cm.Data = maps.Clone(src.Data)
+				return nil
+			})
+			if err != nil {
+				mu.Lock()
+				failures[member]++
+				mu.Unlock()
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+		return ctrl.Result{}, firstErr
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{LabelSelector: mirror}})
+	must(t, err)
+	copies, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Fleet: true, Namespaces: []string{"default"}, LabelSelector: mirror})
+	must(t, err)
+	must(t, ctrl.Watches(c, copies, func(cm *corev1.ConfigMap) []ctrl.Key {
+		return []ctrl.Key{{Namespace: ns, Name: cm.Name}}
+	}))
+	start(t, mgr)
+
+	copyIs := func(i int, v string) func() error {
+		return func() error {
+			cm, err := memberCS[i].CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cm.Data["v"] != v {
+				return fmt.Errorf("member %d: copy at v=%s, want %s", i, cm.Data["v"], v)
+			}
+			return nil
+		}
+	}
+	eventually(t, 30*time.Second, copyIs(0, "1"))
+
+	// A member joins: its file appears, it is listed, and it gets its copy.
+	before := goleak.IgnoreCurrent()
+	join("west", members[1])
+	took := eventually(t, 30*time.Second, copyIs(1, "1"))
+	t.Logf("west had its copy %s after its kubeconfig appeared", took.Round(time.Millisecond))
+
+	// West's API server dies; east keeps converging meanwhile.
+	must(t, members[1].StopAPIServer())
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = members[1].StartAPIServer()
+		}
+	})
+	_, err = clientset.CoreV1().ConfigMaps(ns).Patch(ctx, "settings", types.MergePatchType, []byte(`{"data":{"v":"2"}}`), metav1.PatchOptions{})
+	must(t, err)
+	took = eventually(t, 30*time.Second, copyIs(0, "2"))
+	t.Logf("east converged %s after the change, with west down", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("east converged %s after the change while west was down, want within 10s", took.Round(time.Millisecond))
+	}
+	if _, err := memberCS[1].CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); err == nil {
+		t.Fatal("west answered while its API server was stopped")
+	}
+
+	// West is back and catches up.
+	must(t, members[1].StartAPIServer())
+	restarted = true
+	took = eventually(t, 30*time.Second, copyIs(1, "2"))
+	t.Logf("west converged %s after its API server was back", took.Round(time.Millisecond))
+	mu.Lock()
+	t.Logf("reconciles that could not write to a member: %v", failures)
+	mu.Unlock()
+
+	// West leaves: its file goes, and so do its watches and goroutines.
+	must(t, os.Remove(filepath.Join(dir, "west.yaml")))
+	eventually(t, 30*time.Second, func() error {
+		if got := mgr.Clusters(); !slices.Equal(got, []string{"east"}) {
+			return fmt.Errorf("members: got %v, want [east]", got)
+		}
+		return nil
+	})
+	if _, ok := copies.Get(ctrl.Key{Namespace: "default", Name: "settings", Cluster: "west"}); ok {
+		t.Error("west's objects are still cached after it left")
+	}
+	if err := goleak.Find(append(leakIgnores(), before)...); err != nil {
+		t.Errorf("goroutines of the member that left: %v", err)
+	}
+	// East still works.
+	_, err = clientset.CoreV1().ConfigMaps(ns).Patch(ctx, "settings", types.MergePatchType, []byte(`{"data":{"v":"3"}}`), metav1.PatchOptions{})
+	must(t, err)
+	eventually(t, 30*time.Second, copyIs(0, "3"))
+	if err := memberCS[1].CoreV1().ConfigMaps("default").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
+	}
+}
