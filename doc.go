@@ -16,7 +16,7 @@
 // There is no Scheme to register built-in types in: the type parameter is
 // the registration. A custom resource type is registered once with
 // [Register]. Tests run the same code against client-go's fake clientset
-// (Options.Clientset) and wait with [Manager.WaitIdle] instead of sleeping.
+// (Options.FakeClientset) and wait with [Manager.WaitIdle] instead of sleeping.
 //
 // # Parts
 //

@@ -80,10 +80,11 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		switch {
 		case deleted && !cached:
 		case cached && seen(e, cur):
-		case !deleted && newer(f.lastRV, e.rv):
+		case !deleted && f.lastRV != "" && newer(f.lastRV, e.rv):
 			// Events arrive in resourceVersion order: the feed is past
 			// this write. This happens when removing the last finalizer
 			// deletes the object and its DELETED event beats the reply.
+			// A feed that has not listed yet is past nothing.
 		case !deleted && !cached && c.scope.selects(obj) == notSelected:
 			// Outside the cache's selector: no event will come.
 		default:

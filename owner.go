@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -95,18 +96,19 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 // SetControllerReference makes owner the controller of obj: it adds an
 // ownerReference with controller=true and blockOwnerDeletion=true, so that
 // [Owns] maps changes of obj to owner and the garbage collector deletes obj
-// with owner. It returns an error if obj already has another controller, if
-// owner is namespaced and obj is in another namespace or cluster-scoped, or
-// if O is not a known resource.
+// with owner. An *unstructured.Unstructured owner names its kind itself, in
+// its apiVersion and kind, and is namespaced if it has a namespace. It
+// returns an error if obj already has another controller, if owner is
+// namespaced and obj is in another namespace or cluster-scoped, or if O is
+// not a known resource.
 func SetControllerReference[O Object](owner O, obj metav1.Object) error {
-	info, err := binding.Lookup[O]()
+	gvk, namespaced, err := ownerKind(owner)
 	if err != nil {
 		return fmt.Errorf("ctrl: SetControllerReference: %w", err)
 	}
-	if info.Namespaced && owner.GetNamespace() != obj.GetNamespace() {
-		return fmt.Errorf("ctrl: SetControllerReference: %s %s cannot own %s in namespace %q", info.Kind, KeyOf(owner), obj.GetName(), obj.GetNamespace())
+	if namespaced && owner.GetNamespace() != obj.GetNamespace() {
+		return fmt.Errorf("ctrl: SetControllerReference: %s %s cannot own %s in namespace %q", gvk.Kind, KeyOf(owner), obj.GetName(), obj.GetNamespace())
 	}
-	gvk := info.GVK()
 	ref := *metav1.NewControllerRef(owner, gvk)
 	refs := slices.Clone(obj.GetOwnerReferences())
 	for i, r := range refs {
@@ -122,6 +124,21 @@ func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	}
 	obj.SetOwnerReferences(append(refs, ref))
 	return nil
+}
+
+// ownerKind returns the kind of owner and whether it is namespaced: from
+// its type, or from an *unstructured.Unstructured itself, since that type
+// serves every kind.
+func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
+	if u, ok := any(owner).(*unstructured.Unstructured); ok {
+		gvk := u.GroupVersionKind()
+		if gvk.Version == "" || gvk.Kind == "" {
+			return gvk, false, fmt.Errorf("%T %s has no apiVersion and kind", u, KeyOf(u))
+		}
+		return gvk, u.GetNamespace() != "", nil
+	}
+	info, err := binding.Lookup[O]()
+	return info.GVK(), info.Namespaced, err
 }
 
 func (h *ownerHandler[O]) joined(cluster string) {

@@ -3,6 +3,7 @@ package ctrl
 import (
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/go-logr/logr"
 )
@@ -54,20 +55,32 @@ func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
 }
 
 func (h *mapHandler[O]) changed(ev event[O]) {
-	if ev.kind == updated {
-		if !passes(h.filters, ev.old, ev.obj, h.log) {
-			return
-		}
-		h.queue(ev.key, ev.old) // keys queued twice are reconciled once
+	if ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
+		return
 	}
-	h.queue(ev.key, ev.obj)
-}
-
-func (h *mapHandler[O]) queue(key Key, obj O) {
-	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: key}
-	for _, k := range h.mapped(key, obj) {
+	keys := h.mapped(ev.key, ev.obj)
+	if ev.kind == updated {
+		// The keys of the old object too: they may have lost a dependency.
+		// Each key once, so that one change is one cause.
+		keys = union(h.mapped(ev.key, ev.old), keys)
+	}
+	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: ev.key}
+	for _, k := range keys {
 		h.to.queue(k, cause)
 	}
+}
+
+// union returns the keys of a and then of b, each once.
+func union(a, b []Key) []Key {
+	out := make([]Key, 0, len(a)+len(b))
+	seen := make(map[Key]struct{}, len(a)+len(b))
+	for _, k := range slices.Concat(a, b) {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (h *mapHandler[O]) listed(evs []event[O]) {

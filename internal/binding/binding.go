@@ -210,9 +210,9 @@ func For[T Object](c Clients, res *Info) (*Binding[T], error) {
 		}
 		b.Backend = rb
 	case info.Builtin:
-		return nil, fmt.Errorf("%s: no client serves built-in types: set Options.Config or Options.Clientset", info)
+		return nil, fmt.Errorf("%s: no client serves built-in types: set Options.Config or Options.FakeClientset", info)
 	default:
-		return nil, fmt.Errorf("%s: no client serves custom resources: set Options.Config or Options.Dynamic", info)
+		return nil, fmt.Errorf("%s: no client serves custom resources: set Options.Config or Options.FakeDynamic", info)
 	}
 	return b, nil
 }

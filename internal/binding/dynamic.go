@@ -85,17 +85,44 @@ func (b *dynamicBackend[T]) Watch(ctx context.Context, namespace string, opts me
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-		if ev.Type == watch.Error {
-			return ev, true
+	return convertWatch[T](w), nil
+}
+
+// convertWatch passes the events of w on with their objects converted to T.
+// Unlike watch.Filter, whose goroutine blocks forever on an event nobody
+// reads once the watch is stopped, it ends when stopped.
+func convertWatch[T Object](w watch.Interface) watch.Interface {
+	ch := make(chan watch.Event)
+	out := watch.NewProxyWatcher(ch)
+	go func() {
+		defer close(ch)
+		defer w.Stop()
+		for {
+			var ev watch.Event
+			var ok bool
+			select {
+			case ev, ok = <-w.ResultChan():
+			case <-out.StopChan():
+				return
+			}
+			if !ok {
+				return
+			}
+			if ev.Type != watch.Error {
+				if t, err := convert[T](ev.Object); err != nil {
+					ev = watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}}
+				} else {
+					ev.Object = t
+				}
+			}
+			select {
+			case ch <- ev:
+			case <-out.StopChan():
+				return
+			}
 		}
-		t, err := convert[T](ev.Object)
-		if err != nil {
-			return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}}, true
-		}
-		ev.Object = t
-		return ev, true
-	}), nil
+	}()
+	return out
 }
 
 func (b *dynamicBackend[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {

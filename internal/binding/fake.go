@@ -75,7 +75,7 @@ func toList[T Object](obj runtime.Object, opts metav1.ListOptions) (*List[T], er
 	}
 	out := &List[T]{}
 	if lm, err := meta.ListAccessor(obj); err == nil {
-		out.ResourceVersion = lm.GetResourceVersion()
+		out.ResourceVersion, out.Continue = lm.GetResourceVersion(), lm.GetContinue()
 	}
 	for _, it := range items {
 		t, err := convert[T](it)

@@ -88,7 +88,7 @@ func newShardReplica(t *testing.T, cfg func() (*ctrl.Manager, error), replica st
 	must(t, err)
 	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
-	c, err := ctrl.NewController(mgr, "stamp", shardReconciler(replica, cms, report), ctrl.ControllerOptions{Workers: 4})
+	c, err := ctrl.NewController(mgr, "stamp", shardReconciler(replica, cms, report), ctrl.ControllerOptions{Workers: 8})
 	must(t, err)
 	return mgr, c
 }
@@ -120,7 +120,7 @@ func runShardChild() int {
 		fmt.Fprintf(out, "run %s %d %d\n", key, start, end)
 		out.Flush()
 	}
-	if _, err := ctrl.NewController(mgr, "stamp", shardReconciler("r3", cms, report), ctrl.ControllerOptions{Workers: 4}); err != nil {
+	if _, err := ctrl.NewController(mgr, "stamp", shardReconciler("r3", cms, report), ctrl.ControllerOptions{Workers: 8}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,0 +1,599 @@
+package ctrl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// Own Deployments but ignore their status: a Deployment's status changes
+// every time its pods do, and the owner only cares when the spec does.
+func ExampleOwns_filter() {
+	owner := &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "w-1"}}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Generation: 1}}
+	if err := ctrl.SetControllerReference(owner, deploy); err != nil {
+		panic(err)
+	}
+	widgetFake := newWidgetFake()
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(deploy), FakeDynamic: widgetFake})
+	if err != nil {
+		panic(err)
+	}
+	widgets, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "web-app", func(ctx context.Context, w *Widget) (ctrl.Result, error) {
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(w), ctrl.CausesFrom(ctx))
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	if err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
+		panic(err)
+	}
+	deployments, err := ctrl.NewClient[*appsv1.Deployment](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	if _, err := widgets.Create(ctx, owner); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	key := ctrl.KeyOf(deploy)
+	// A status write, as the Deployment controller makes: filtered out.
+	if _, err := deployments.PatchStatus(ctx, key, types.MergePatchType, []byte(`{"status":{"readyReplicas":1}}`)); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	// A spec change. (The fake does not bump generations; a real API
+	// server does on every spec change.)
+	if _, err := deployments.Patch(ctx, key, types.MergePatchType, []byte(`{"metadata":{"generation":2},"spec":{"paused":true}}`)); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// reconcile default/web: created Widget default/web
+	// reconcile default/web: owned Deployment default/web
+}
+
+// Map ConfigMaps to the Deployments that read them, and reconcile only when
+// the one key the Deployments care about changes: the filter compares the
+// old and the new ConfigMap.
+func ExampleWatches_filter() {
+	clientset := fake.NewClientset(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-config"}, Data: map[string]string{"version": "1"}},
+	)
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "config-rollout", func(ctx context.Context, d *appsv1.Deployment) (ctrl.Result, error) {
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(d), ctrl.CausesFrom(ctx))
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	configMaps, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
+	if err != nil {
+		panic(err)
+	}
+	versionChanged := func(old, cm *corev1.ConfigMap) bool { return old.Data["version"] != cm.Data["version"] }
+	err = ctrl.Watches(c, configMaps, func(cm *corev1.ConfigMap) []ctrl.Key {
+		name, ok := strings.CutSuffix(cm.Name, "-config")
+		if !ok {
+			return nil
+		}
+		return []ctrl.Key{{Namespace: cm.Namespace, Name: name}}
+	}, versionChanged)
+	if err != nil {
+		panic(err)
+	}
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	key := ctrl.Key{Namespace: "default", Name: "web-config"}
+	for _, patch := range []string{`{"data":{"comment":"no rollout"}}`, `{"data":{"version":"2"}}`} {
+		if _, err := client.Patch(ctx, key, types.MergePatchType, []byte(patch)); err != nil {
+			panic(err)
+		}
+		if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+			panic(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// reconcile default/web: listed Deployment default/web
+	// reconcile default/web: mapped ConfigMap default/web-config
+}
+
+// Reconcile on a signal from outside the cluster: here an HTTP endpoint that
+// a CI system or another service calls with the object to refresh. Enqueue
+// may be called from any goroutine, and WaitIdle counts what it queues.
+func ExampleController_Enqueue() {
+	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "refresher", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(cm), ctrl.CausesFrom(ctx))
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.Enqueue(ctrl.Key{Namespace: r.FormValue("namespace"), Name: r.FormValue("name")})
+	}))
+	defer receiver.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	resp, err := receiver.Client().PostForm(receiver.URL, map[string][]string{"namespace": {"default"}, "name": {"settings"}})
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// reconcile default/settings: listed ConfigMap default/settings
+	// reconcile default/settings: triggered
+}
+
+// Why is this reconcile running? The causes say which change queued the key;
+// the reconcile's log line carries them too, and the metric
+// ctrl_reconcile_causes_total counts them by reason.
+func ExampleCausesFrom() {
+	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	_, err = ctrl.NewController(mgr, "why", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		causes := ctrl.CausesFrom(ctx)
+		fmt.Printf("%s: %d cause(s), first %s\n", cm.Name, causes.Total, causes.First[0].Reason)
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	if _, err := client.Patch(ctx, ctrl.Key{Namespace: "default", Name: "a"}, types.MergePatchType, []byte(`{"data":{"x":"1"}}`)); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	if _, err := client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "b"}}); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	fmt.Println(ctrl.CausesFrom(context.Background()).Total, "outside a reconcile")
+	// Output:
+	// a: 1 cause(s), first listed
+	// a: 1 cause(s), first updated
+	// b: 1 cause(s), first created
+	// 0 outside a reconcile
+}
+
+// Make an object what it should be, whether or not it exists: the first call
+// creates it, the second patches only the field mutate changed (the field
+// someone else set stays), the third finds nothing to change and writes
+// nothing.
+func ExampleClient_CreateOrPatch() {
+	clientset := fake.NewClientset()
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	key := ctrl.Key{Namespace: "default", Name: "settings"}
+	level := "info"
+	mutate := func(cm *corev1.ConfigMap) error {
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data["level"] = level
+		return nil
+	}
+	for _, l := range []string{"info", "debug", "debug"} {
+		level = l
+		clientset.ClearActions()
+		cm, op, err := configMaps.CreateOrPatch(ctx, key, mutate)
+		if err != nil {
+			panic(err)
+		}
+		var verbs []string
+		for _, a := range clientset.Actions() {
+			verbs = append(verbs, a.GetVerb())
+		}
+		fmt.Printf("%s: data %v, requests %v\n", op, cm.Data, verbs)
+		if op == ctrl.OperationCreated { // someone else adds a key
+			_, err := clientset.CoreV1().ConfigMaps("default").Patch(ctx, "settings", types.MergePatchType, []byte(`{"data":{"owner":"ops"}}`), metav1.PatchOptions{})
+			if err != nil {
+				panic(err)
+			}
+		}
+	}
+	// Output:
+	// created: data map[level:info], requests [get create]
+	// patched: data map[level:debug owner:ops], requests [get patch]
+	// unchanged: data map[level:debug owner:ops], requests [get]
+}
+
+// Change a copy of an object and write only what changed: PatchFrom sends a
+// JSON merge patch of the difference, with the resourceVersion the copy was
+// read at, so a concurrent change is a conflict instead of a lost update.
+func ExampleClient_PatchFrom() {
+	clientset := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"},
+		Data:       map[string]string{"level": "info", "owner": "ops"},
+	})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	old, err := configMaps.Uncached().Get(ctx, ctrl.Key{Namespace: "default", Name: "settings"})
+	if err != nil {
+		panic(err)
+	}
+	old.ResourceVersion = "42" // the fake keeps none; the API server always does
+	cm := old.DeepCopy()
+	cm.Data["level"] = "debug"
+	delete(cm.Data, "owner")
+	clientset.ClearActions()
+	if _, err := configMaps.PatchFrom(ctx, old, cm); err != nil {
+		panic(err)
+	}
+	fmt.Println(string(clientset.Actions()[0].(clienttesting.PatchAction).GetPatch()))
+	// Nothing changed: no request.
+	clientset.ClearActions()
+	if _, err := configMaps.PatchFrom(ctx, cm, cm.DeepCopy()); err != nil {
+		panic(err)
+	}
+	fmt.Println(len(clientset.Actions()), "requests")
+	// Output:
+	// {"data":{"level":"debug","owner":null},"metadata":{"resourceVersion":"42"}}
+	// 0 requests
+}
+
+// One cache over two namespaces of many: one watch each, one view. Reads
+// of a namespace it does not hold are errors, not empty answers.
+func ExampleCacheOptions_namespaces() {
+	cm := func(ns string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}}
+	}
+	clientset := fake.NewClientset(cm("team-a"), cm("team-b"), cm("team-c"))
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	teams, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{Namespaces: []string{"team-a", "team-b"}})
+	if err != nil {
+		panic(err)
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := teams.WaitForSync(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(teams)
+	var keys []string
+	for _, cm := range teams.List("", nil) {
+		keys = append(keys, ctrl.KeyOf(cm).String())
+	}
+	slices.Sort(keys)
+	fmt.Println(keys)
+	inB, err := configMaps.List(ctx, ctrl.ListOptions{Namespace: "team-b"})
+	fmt.Println(len(inB), err)
+	_, err = configMaps.Get(ctx, ctrl.Key{Namespace: "team-c", Name: "settings"})
+	fmt.Println(err != nil && !apierrors.IsNotFound(err))
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// *v1.ConfigMap (configmaps) in namespaces "team-a", "team-b"
+	// [team-a/settings team-b/settings]
+	// 1 <nil>
+	// true
+}
+
+// A controller over a kind known only at run time, such as one named in a
+// configuration file: *unstructured.Unstructured with the resource in the
+// options, through the same Controller, Cache and Client as a Go type.
+func Example_unstructured() {
+	resource := ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Status: true}
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
+	if err != nil {
+		panic(err)
+	}
+	objects, err := ctrl.NewClient[*unstructured.Unstructured](mgr, ctrl.ClientOptions{Resource: resource})
+	if err != nil {
+		panic(err)
+	}
+	_, err = ctrl.NewController(mgr, "any-kind", func(ctx context.Context, u *unstructured.Unstructured) (ctrl.Result, error) {
+		size, _, _ := unstructured.NestedInt64(u.Object, "spec", "size")
+		if observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedSize"); observed == size {
+			return ctrl.Result{}, nil
+		}
+		fmt.Printf("%s %s: observed size %d\n", u.GetKind(), ctrl.KeyOf(u), size)
+		patch := fmt.Sprintf(`{"status":{"observedSize":%d}}`, size)
+		_, err := objects.PatchStatus(ctx, ctrl.KeyOf(u), types.MergePatchType, []byte(patch))
+		return ctrl.Result{}, err
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Resource: resource}})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1",
+		"kind":       "Widget",
+		"metadata":   map[string]any{"namespace": "default", "name": "w1"},
+		"spec":       map[string]any{"size": int64(3)},
+	}}
+	if _, err := objects.Create(ctx, w); err != nil {
+		panic(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	got, err := objects.Get(ctx, ctrl.KeyOf(w))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(got.Object["status"])
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// Widget default/w1: observed size 3
+	// map[observedSize:3]
+}
+
+// Note is a custom resource whose CustomResourceDefinition has no status
+// subresource: its status is written with the rest of the object.
+type Note struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Text              string `json:"text"`
+	Status            struct {
+		Read bool `json:"read"`
+	} `json:"status"`
+}
+
+func (n *Note) DeepCopyObject() runtime.Object {
+	out := *n
+	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// APIResource says where the API server serves a type, and whether the
+// status subresource exists: a resource registered without Status gets a
+// clear error from UpdateStatus, before any request, where the server
+// would answer 404.
+func ExampleAPIResource() {
+	err := ctrl.Register[*Note](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "notes", Namespaced: true})
+	if err != nil {
+		panic(err)
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
+	if err != nil {
+		panic(err)
+	}
+	notes, err := ctrl.NewClient[*Note](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	n := &Note{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"}}
+	n.Status.Read = true
+	_, err = notes.UpdateStatus(context.Background(), n)
+	fmt.Println(err)
+	// Output:
+	// ctrl: update status of *ctrl_test.Note default/hello: the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one
+}
+
+// Listen on any free port and find out which: Endpoints resolves the
+// addresses once Start has bound them.
+func ExampleManager_Endpoints() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), HealthAddress: "127.0.0.1:0"})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	addr := mgr.Endpoints().Health
+	fmt.Println(strings.HasPrefix(addr, "127.0.0.1:") && addr != "127.0.0.1:0")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + addr + "/readyz")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.Status)
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// true
+	// 200 OK
+}
+
+// Act on a cache's failing lists and watches: here the program's role may
+// not list Secrets, which the log reports too, but a program may want to
+// count it or give up.
+func ExampleCache_SetWatchErrorHandler() {
+	clientset := fake.NewClientset()
+	clientset.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "", errors.New("RBAC: no list"))
+	})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
+	if err != nil {
+		panic(err)
+	}
+	secrets, err := ctrl.NewCache[*corev1.Secret](mgr, ctrl.CacheOptions{})
+	if err != nil {
+		panic(err)
+	}
+	failed := make(chan error, 1)
+	secrets.SetWatchErrorHandler(func(err error) {
+		select {
+		case failed <- err:
+		default: // one is enough here; the cache retries every second or so
+		}
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	err = <-failed
+	fmt.Println(apierrors.IsForbidden(err), err)
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// true secrets is forbidden: RBAC: no list
+}
+
+// A cached list with a field selector: the cache evaluates it by field path.
+func ExampleListOptions() {
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(pod("a", "node-1"), pod("b", "node-2"))})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := ctrl.NewCache[*corev1.Pod](mgr, ctrl.CacheOptions{}); err != nil {
+		panic(err)
+	}
+	pods, err := ctrl.NewClient[*corev1.Pod](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	onNode2, err := pods.List(ctx, ctrl.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-2")})
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range onNode2 {
+		fmt.Println(p.Name)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// b
+}
+
+// In a manager of a fleet, a key names its cluster too.
+func ExampleKey_In() {
+	key := ctrl.Key{Namespace: "default", Name: "web"}
+	fmt.Println(key, key.In("eu-west"))
+	// Output:
+	// default/web eu-west:default/web
+}
