@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,6 +64,8 @@ type Causes struct {
 	First []Cause
 	// Total counts every cause, including those not kept in First.
 	Total int
+
+	reasons uint32 // a bit per reason of every cause, kept or not
 }
 
 // maxCauses bounds the causes kept per queued key.
@@ -70,6 +73,9 @@ const maxCauses = 4
 
 func (cs *Causes) add(c Cause) {
 	cs.Total++
+	if i := slices.Index(reasons, c.Reason); i >= 0 {
+		cs.reasons |= 1 << i
+	}
 	if len(cs.First) < maxCauses {
 		cs.First = append(cs.First, c)
 	}

@@ -215,6 +215,15 @@ type reconcileInfo struct {
 
 type reconcileKey struct{}
 
+// keyFrom returns the key being reconciled in ctx, or obj's key in the
+// manager's own cluster outside a reconcile.
+func keyFrom(ctx context.Context, obj Object) Key {
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		return ri.key
+	}
+	return KeyOf(obj)
+}
+
 // ClusterFrom returns the cluster of the object being reconciled in ctx: a
 // member's name, or "" for the manager's own cluster and outside a
 // reconcile. Bind clients to it with [Client.In].

@@ -530,12 +530,12 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 	// to the queue: on the API server the move would conflict, on a fake
 	// it would be made twice. Wait for the update, which passes the filter
 	// since the key is marked first.
-	key := KeyOf(cached)
-	r.waiting.Store(key, struct{}{})
+	key := keyFrom(ctx, cached)
+	r.waiting.Store(key.In(""), struct{}{}) // the filter sees no cluster
 	if r.cache.pending(key) {
 		return Result{}, nil
 	}
-	r.waiting.Delete(key)
+	r.waiting.Delete(key.In(""))
 	latest, ok := r.cache.Get(key)
 	if !ok {
 		return Result{}, nil
@@ -564,7 +564,7 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 }
 
 func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
-	return r.client.PatchFrom(ctx, old, obj)
+	return r.client.In(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
 }
 
 func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
@@ -572,7 +572,7 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 	if err != nil || patch == nil {
 		return old, err
 	}
-	return r.client.PatchStatus(ctx, KeyOf(old), types.MergePatchType, patch)
+	return r.client.PatchStatus(ctx, KeyOf(old).In(ClusterFrom(ctx)), types.MergePatchType, patch)
 }
 
 // statusPatch returns the JSON merge patch of the changes to the status from

@@ -103,15 +103,12 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	}
 }
 
-// countCauses counts the reconcile once under each reason it has.
+// countCauses counts the reconcile once under each reason among all its
+// causes.
 func (c *Controller[T]) countCauses(cs *Causes) {
-	var seen uint32 // a bit per reason
-	for _, cause := range cs.First {
-		for i, r := range reasons {
-			if r == cause.Reason && seen&(1<<i) == 0 {
-				seen |= 1 << i
-				c.metrics.Causes[i].Inc()
-			}
+	for i := range reasons {
+		if cs.reasons&(1<<i) != 0 {
+			c.metrics.Causes[i].Inc()
 		}
 	}
 }
