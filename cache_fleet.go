@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-
-	"github.com/typedctrl/ctrl/internal/binding"
 )
 
 // memberFeeds are a fleet cache's watches of one member cluster.
@@ -143,17 +141,4 @@ func (c *Cache[T]) memberStates() []string {
 
 // resource is the Resource option the cache was made with, for binding it
 // in members.
-func (c *Cache[T]) resource() APIResource {
-	switch c.b.Type {
-	case unstructuredT, metadataT:
-		i := c.b.Info
-		return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource,
-			Kind: i.Kind, Namespaced: i.Namespaced, Status: i.Status}
-	}
-	return APIResource{}
-}
-
-var (
-	unstructuredT = binding.UnstructuredType
-	metadataT     = binding.MetadataType
-)
+func (c *Cache[T]) resource() APIResource { return resourceOption(c.b.Info) }

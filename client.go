@@ -109,15 +109,7 @@ func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 }
 
 // resource is the Resource option of T, for binding it in members.
-func (c *Client[T]) resource() APIResource {
-	switch c.b.Type {
-	case unstructuredT, metadataT:
-		i := c.b.Info
-		return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource,
-			Kind: i.Kind, Namespaced: i.Namespaced, Status: i.Status}
-	}
-	return APIResource{}
-}
+func (c *Client[T]) resource() APIResource { return resourceOption(c.b.Info) }
 
 // Uncached returns a client of T whose Get and List go to the API server
 // instead of the cache (controller-runtime's APIReader): for types the

@@ -578,26 +578,7 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 // statusPatch returns the JSON merge patch of the changes to the status from
 // old to obj, carrying old's resourceVersion as a precondition, or nil if
 // the status did not change.
-func statusPatch[T Object](old, obj T) ([]byte, error) {
-	before, err := toJSONMap(old)
-	if err != nil {
-		return nil, err
-	}
-	after, err := toJSONMap(obj)
-	if err != nil {
-		return nil, err
-	}
-	b, _ := before["status"].(map[string]any)
-	a, _ := after["status"].(map[string]any)
-	diff := mergeDiff(b, a)
-	if len(diff) == 0 {
-		return nil, nil
-	}
-	return json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": old.GetResourceVersion()},
-		"status":   diff,
-	})
-}
+func statusPatch[T Object](old, obj T) ([]byte, error) { return mergePatchOf(old, obj, "status") }
 
 // memoryWriter writes as the API server would, to memory: Machine.Step's.
 type memoryWriter[T Object] struct{}

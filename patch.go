@@ -9,7 +9,11 @@ import (
 // obj, carrying old's resourceVersion as a precondition, or nil if nothing
 // changed. Objects are compared field by field; a removed field is set to
 // null; any other value, lists included, is replaced whole.
-func mergePatch[T Object](old, obj T) ([]byte, error) {
+func mergePatch[T Object](old, obj T) ([]byte, error) { return mergePatchOf(old, obj, "") }
+
+// mergePatchOf is mergePatch of one top-level field (such as "status") of
+// the objects, or of all of them for "".
+func mergePatchOf[T Object](old, obj T, field string) ([]byte, error) {
 	before, err := toJSONMap(old)
 	if err != nil {
 		return nil, err
@@ -17,6 +21,11 @@ func mergePatch[T Object](old, obj T) ([]byte, error) {
 	after, err := toJSONMap(obj)
 	if err != nil {
 		return nil, err
+	}
+	if field != "" {
+		b, _ := before[field].(map[string]any)
+		a, _ := after[field].(map[string]any)
+		before, after = map[string]any{field: b}, map[string]any{field: a}
 	}
 	diff := mergeDiff(before, after)
 	if len(diff) == 0 {

@@ -54,6 +54,16 @@ func apiResource(i binding.Info) APIResource {
 		Kind: i.Kind, Namespaced: i.Namespaced, Status: i.Status}
 }
 
+// resourceOption is the Resource option that binds a type as info says:
+// its resource for the types that serve one named at run time, none for
+// the others.
+func resourceOption(info binding.Info) APIResource {
+	if info.Type == binding.UnstructuredType || info.Type == binding.MetadataType {
+		return apiResource(info)
+	}
+	return APIResource{}
+}
+
 // Register records that the API server serves the custom resource type T as
 // r. T is a pointer to a struct that embeds metav1.TypeMeta and
 // metav1.ObjectMeta with JSON tags like a generated type, and implements
