@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"reflect"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +85,9 @@ func (b *dynamicBackend[T]) Watch(ctx context.Context, namespace string, opts me
 	w, err := b.ri(namespace).Watch(ctx, opts)
 	if err != nil {
 		return nil, err
+	}
+	if reflect.TypeFor[T]() == unstructuredType {
+		return w, nil // nothing to convert: no goroutine between the stream and the cache
 	}
 	return convertWatch[T](w), nil
 }
