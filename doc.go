@@ -58,9 +58,9 @@
 //     finalizer on it is still run.
 //   - Resilient: when the API server goes away, caches retry at least every
 //     second and a half (or after the server's Retry-After) and say so in
-//     one log line, and in one more when they are back; after an outage
-//     they spread their relists over two seconds, so a fleet does not list
-//     at once. A connection that dies silently is noticed within twice
+//     one log line, and in one more when they are back; after the server
+//     was unreachable they spread their relists over two seconds, so a
+//     fleet does not list at once. A connection that dies silently is noticed within twice
 //     Options.ConnectionCheck (6 s). A watch whose position was compacted
 //     away (410 Gone) relists, turning missed changes and deletions into
 //     events. Reconciles that fail because the server is unreachable wait

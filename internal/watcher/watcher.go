@@ -7,9 +7,10 @@
 // to a cap of 1 to 1.5 s (jittered). During an outage a cache therefore
 // costs the server, or whatever answers in its place, under one connection
 // attempt a second; a server that answers 429 or 503 with Retry-After is
-// left alone for as long as it asks. After an outage, the relist each cache
-// needs (its watch position is usually gone) waits a random part of a
-// second more, so that a fleet reconnecting at once spreads its lists.
+// left alone for as long as it asks. After the server was unreachable, the
+// relist each cache needs (its watch position is usually gone) waits a
+// random part of RelistSpread more, so that a fleet reconnecting at once
+// spreads its lists; a cache whose connection alone died relists at once.
 package watcher
 
 import (
@@ -139,7 +140,8 @@ type tracking struct {
 	connected  bool
 	since      time.Time // when the current outage began
 	started    bool
-	justBack   bool          // an outage ended in this list-and-watch cycle
+	justBack   bool          // an outage of the server ended in this list-and-watch cycle
+	refused    bool          // a call failed in the current outage: the server was unreachable
 	retryAfter time.Duration // the server's Retry-After, from the last failed call
 }
 
@@ -163,15 +165,17 @@ func (t *tracking) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 	return w, err
 }
 
-// beforeList spreads the lists of a fleet coming back from an outage. An
-// API server that restarts holds the requests that reach it while it
-// starts and answers them together: if they were lists, every cache of
-// every replica would list in the same instant. So during an outage a
-// cache asks first for one object, and once that is answered waits a
-// random part of RelistSpread before it lists.
+// beforeList spreads the lists of a fleet coming back from an outage of
+// the server. An API server that restarts holds the requests that reach it
+// while it starts and answers them together: if they were lists, every
+// cache of every replica would list in the same instant. So during an
+// outage a cache asks first for one object, and once that is answered,
+// if the server had been unreachable, waits a random part of RelistSpread
+// before it lists. A cache whose connection alone died (the server
+// answers at once) lists at once.
 func (t *tracking) beforeList(ctx context.Context) error {
 	t.mu.Lock()
-	outage := t.started && !t.connected
+	outage, refused := t.started && !t.connected, t.refused
 	t.mu.Unlock()
 	if !outage {
 		return nil
@@ -181,7 +185,10 @@ func (t *tracking) beforeList(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.recovered() // this is the spread
+	t.recovered() // this is the spread, if any
+	if !refused {
+		return nil
+	}
 	timer := time.NewTimer(rand.N(RelistSpread))
 	defer timer.Stop()
 	select {
@@ -247,6 +254,7 @@ func (t *tracking) record(ctx context.Context, err error) {
 	defer t.mu.Unlock()
 	if err != nil {
 		t.lastErr = err
+		t.refused = true
 		if s, ok := apierrors.SuggestsClientDelay(err); ok {
 			t.retryAfter = time.Duration(s) * time.Second
 		}
@@ -258,8 +266,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 		if t.started {
 			blind = now.Sub(t.since)
 			t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
-			t.justBack = true
+			t.justBack = t.refused
 		}
+		t.refused = false
 		t.connected, t.started = true, true
 		if t.cfg.OnConnected != nil {
 			t.cfg.OnConnected(true, blind)
