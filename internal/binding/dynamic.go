@@ -2,8 +2,8 @@ package binding
 
 import (
 	"context"
-	"reflect"
 	"fmt"
+	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
