@@ -1,0 +1,140 @@
+package ctrl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// A controller over the ConfigMaps of every member of a fleet writes to
+// each object's own cluster: ClusterFrom names it, Client.In binds the
+// client to it.
+func ExampleClusterFrom() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset()})
+	if err != nil {
+		panic(err)
+	}
+	for _, name := range []string{"east", "west"} {
+		member := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}})
+		if err := mgr.Engage(name, ctrl.Cluster{FakeClientset: member}); err != nil {
+			panic(err)
+		}
+	}
+	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "stamp-cluster", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		cluster := ctrl.ClusterFrom(ctx)
+		if cm.Labels["cluster"] == cluster {
+			return ctrl.Result{}, nil
+		}
+		stamped := cm.DeepCopy()
+		stamped.Labels = map[string]string{"cluster": cluster}
+		_, err := configMaps.In(cluster).PatchFrom(ctx, cm, stamped)
+		return ctrl.Result{}, err
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	for _, name := range mgr.Clusters() {
+		cm, _ := c.Cache().Get(ctrl.Key{Namespace: "default", Name: "settings", Cluster: name})
+		fmt.Printf("%s: cluster=%s\n", name, cm.Labels["cluster"])
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// east: cluster=east
+	// west: cluster=west
+}
+
+// Members from kubeconfig files: a file appears and its cluster joins the
+// fleet; the file goes and so does the cluster.
+func ExampleKubeconfigDir() {
+	dir, err := os.MkdirTemp("", "fleet")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: east, cluster: {server: "https://east.example:6443"}}]
+users: [{name: ctrl, user: {token: secret}}]
+contexts: [{name: east, context: {cluster: east, user: ctrl}}]
+current-context: east
+`
+	if err := os.WriteFile(filepath.Join(dir, "east.yaml"), []byte(kubeconfig), 0o600); err != nil {
+		panic(err)
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), Clusters: ctrl.KubeconfigDir(dir)})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	members := func(want ...string) []string {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // polling the fleet
+			if got := mgr.Clusters(); slices.Equal(got, want) || time.Now().After(deadline) {
+				return got
+			}
+		}
+	}
+	fmt.Println("members:", members("east"))
+	if err := os.Remove(filepath.Join(dir, "east.yaml")); err != nil {
+		panic(err)
+	}
+	fmt.Println("members:", members())
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// members: [east]
+	// members: []
+}
+
+// Replicas that share a controller's objects: run the same program several
+// times, each with its own identity (the pod name, say); each reconciles
+// the objects the sharder gives it.
+func ExampleSharding() {
+	mgr, err := ctrl.NewManager(ctrl.Options{
+		Config:   nil, // the cluster's config, in a real program
+		Sharding: ctrl.Sharding{Name: "widgets", Identity: os.Getenv("POD_NAME")},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = mgr // wire controllers, then mgr.Start(ctrl.SignalContext())
+}
+
+// IgnoreNotFound makes a delete of something already gone a success.
+func ExampleIgnoreNotFound() {
+	gone := apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "settings")
+	fmt.Println(ctrl.IgnoreNotFound(gone))
+	fmt.Println(ctrl.IgnoreNotFound(errors.New("connection refused")))
+	// Output:
+	// <nil>
+	// connection refused
+}
