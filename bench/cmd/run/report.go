@@ -352,7 +352,7 @@ func (res *results) document(md markdown) string {
 	b.WriteString("(the full lists are in [bench/internal/breakdown](bench/internal/breakdown/breakdown.go)):\n\n")
 	b.WriteString("1. the profiler's own goroutine: other;\n")
 	b.WriteString("2. GC: `runtime.gc*` (background mark workers, mark assists of allocating goroutines), sweeping, scavenging, write barriers;\n")
-	b.WriteString("3. scheduling: the scheduler parking and waking goroutines and threads (`runtime.schedule`, `findRunnable`, `park_m`, `gopark`, `ready`, `wakep`, `startm`, `futexsleep`/`futexwakeup`, `netpoll`, `sysmon`, ...): every hand-off between goroutines, wherever it starts;\n")
+	b.WriteString("3. scheduling: the scheduler parking and waking goroutines and threads (`runtime.schedule`, `findRunnable`, `park_m`, `gopark`, `ready`, `wakep`, `startm`, `futexsleep`/`futexwakeup`, `netpoll`, ...): every hand-off between goroutines, wherever it starts;\n")
 	b.WriteString("4. decompression: `compress/flate`, `compress/gzip`, `hash/crc32`;\n")
 	b.WriteString("5. transport: `crypto/...`, `net`, `net/http`, `golang.org/x/net/http2`, `internal/poll`, `syscall`: TLS, socket reads and writes, HTTP/2 framing, the copy of the body out of HTTP/2's buffer;\n")
 	b.WriteString("6. decoding: the watch decoder's goroutine (`watch.(*StreamWatcher)`, `rest/watch`), `runtime/serializer`, `util/framer`, JSON, protobuf, any `Unmarshal` method, with the allocations they make;\n")
@@ -374,6 +374,21 @@ func (res *results) document(md markdown) string {
 		b.WriteString("  phase) whose stacks run through the watch handler or a cache watcher (`handlers.(*WatchServer)`, `cacher.(*cacheWatcher)`):\n")
 		b.WriteString("  the encoding, compression and flushing of the watch stream the controller reads. Its HTTP/2 writes and TLS are shared with\n")
 		b.WriteString("  the connection's other streams and are not in it. A few dozen samples each: a rough figure.\n")
+		lo, hi := 1.0, 0.0
+		for _, impl := range res.cfg.impls {
+			if !res.serverProfiled(impl) {
+				continue
+			}
+			w, _ := res.median(impl, watchingPer1k)
+			api, _ := res.median(impl, apiserverPer1k)
+			if api > 0 {
+				lo, hi = min(lo, w/api), max(hi, w/api)
+			}
+		}
+		if hi > 0 {
+			fmt.Fprintf(&b, "- Serving the controller's watch was %.1f%% to %.1f%% of the API server's CPU here; the rest is the driver's patches and\n", 100*lo, 100*hi)
+			b.WriteString("  the server's own work, the same whoever watches, so no client can change the server's CPU per update by more than that.\n")
+		}
 	}
 	b.WriteString("- patches/s: the rate the driver's writes were taken at in the same runs.\n\n")
 	b.WriteString("### Ratios\n\n")
