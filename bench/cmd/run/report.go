@@ -387,7 +387,7 @@ func (res *results) document(md markdown) string {
 		}
 		if hi > 0 {
 			fmt.Fprintf(&b, "- Serving the controller's watch was %.1f%% to %.1f%% of the API server's CPU here; the rest is the driver's patches and\n", 100*lo, 100*hi)
-			b.WriteString("  the server's own work, the same whoever watches, so no client can change the server's CPU per update by more than that.\n")
+			b.WriteString("  the server's own work, the same whoever watches, so what a watching client does moves the server's CPU per update by little more than that.\n")
 		}
 	}
 	b.WriteString("- patches/s: the rate the driver's writes were taken at in the same runs.\n\n")
