@@ -4,13 +4,16 @@
 //
 //   - cmd/ctrl, cmd/cr-default, cmd/cr-strip, cmd/raw and cmd/raw-strip are
 //     the same ConfigMap controller written five ways, each a binary that
-//     speaks the protocol of package internal/harness. cmd/ctrl-nocopy and
-//     cmd/raw-strip-copy are diagnostics, run after them: ctrl
-//     without its deep copy per reconcile, and raw-strip with one.
+//     speaks the protocol of package internal/harness. cmd/ctrl-nocopy,
+//     cmd/raw-strip-copy and cmd/raw-strip-nogzip are diagnostics, run after
+//     them: ctrl without its deep copy per reconcile, raw-strip with one, and
+//     raw-strip without response compression, as ctrl runs by default.
 //   - cmd/run is the driver of the throughput benchmark: it starts a real
 //     control plane through ../internal/cmd/runcontrolplane, creates
 //     the objects, runs the binaries through rounds of updates and reports
-//     medians (run.sh).
+//     medians (run.sh), with each controller's CPU by bucket of cost
+//     (package internal/breakdown; cmd/breakdown prints one profile's) and
+//     the API server's CPU per update.
 //   - cmd/mirror-ctrl, cmd/mirror-cr and cmd/mirror-raw are the mirror
 //     controller of package internal/mirror written three ways, and
 //     cmd/faults is the driver of the fault benchmark: it kills and restarts

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/go-logr/logr v1.4.4
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/typedctrl/ctrl v0.0.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

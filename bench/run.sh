@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs the benchmark driver with its defaults: N=20000 ConfigMaps, G=2 update
 # rounds, R=2 repetitions of ctrl, cr-default, cr-strip, raw and raw-strip,
-# and the diagnostics ctrl-nocopy and raw-strip-copy.
+# and the diagnostics ctrl-nocopy, raw-strip-copy and raw-strip-nogzip; every
+# controller's CPU profile of its update phase is sorted into buckets, and the
+# API server's CPU is read and profiled over the same phase.
 # Extra arguments go to the driver, for example:
 #
 #   bench/run.sh -write                                  # also write its section of BENCHMARKS.md
-#   bench/run.sh -impls ctrl,raw-strip -r 1 -cpuprofile-dir /tmp/ctrl-prof -profile-impls ctrl,raw-strip
+#   bench/run.sh -impls ctrl,raw-strip -r 1 -cpuprofile-dir /tmp/ctrl-prof
+#   bench/run.sh -n 3000 -r 1 -apiserver-profile 0       # a smoke run
+#   go run ./cmd/breakdown -top 5 /tmp/ctrl-prof/ctrl-r1-cpu-update.pprof
 #
 # Needs the control plane binaries in bin/ (`make controlplane`).
 set -euo pipefail

@@ -6,4 +6,4 @@ package main
 
 import "github.com/typedctrl/ctrl/bench/internal/rawmain"
 
-func main() { rawmain.Main("raw-strip-copy", true, true) }
+func main() { rawmain.Main("raw-strip-copy", rawmain.Options{Strip: true, Copy: true}) }

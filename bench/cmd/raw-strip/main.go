@@ -5,4 +5,4 @@ package main
 
 import "github.com/typedctrl/ctrl/bench/internal/rawmain"
 
-func main() { rawmain.Main("raw-strip", true, false) }
+func main() { rawmain.Main("raw-strip", rawmain.Options{Strip: true}) }

@@ -5,4 +5,4 @@ package main
 
 import "github.com/typedctrl/ctrl/bench/internal/rawmain"
 
-func main() { rawmain.Main("raw", false, false) }
+func main() { rawmain.Main("raw", rawmain.Options{}) }

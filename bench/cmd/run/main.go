@@ -7,6 +7,10 @@
 //	go run ./cmd/run -n 2000 -g 2 -r 1            # a quick smoke run
 //	go run ./cmd/run -impls ctrl -cpuprofile-dir /tmp/prof
 //	go run ./cmd/run -write                       # also write its section of ../BENCHMARKS.md
+//
+// Every implementation writes a CPU profile of its update phase, which the
+// driver sorts into buckets of cost (package internal/breakdown), and the
+// driver reads the API server's and etcd's CPU time over the same phase.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/typedctrl/ctrl/bench/internal/benchdoc"
+	"github.com/typedctrl/ctrl/bench/internal/breakdown"
 	"github.com/typedctrl/ctrl/bench/internal/controlplane"
 	"github.com/typedctrl/ctrl/bench/internal/harness"
 )
@@ -33,10 +38,12 @@ import (
 // two anchors, each in two configurations.
 var comparedImpls = []string{"ctrl", "cr-default", "cr-strip", "raw", "raw-strip"}
 
-// allImpls adds two diagnostics that separate the cost of the deep copy ctrl
-// makes before each reconcile: ctrl-nocopy (ctrl without it) and
-// raw-strip-copy (raw-strip with it). All run by default, in this order.
-var allImpls = append(slices.Clone(comparedImpls), "ctrl-nocopy", "raw-strip-copy")
+// allImpls adds three diagnostics. Two separate the cost of the deep copy
+// ctrl makes before each reconcile: ctrl-nocopy (ctrl without it) and
+// raw-strip-copy (raw-strip with it). The third, raw-strip-nogzip, is
+// raw-strip without response compression, as ctrl runs by default: what
+// that default buys, and what remains. All run by default, in this order.
+var allImpls = append(slices.Clone(comparedImpls), "ctrl-nocopy", "raw-strip-copy", "raw-strip-nogzip")
 
 type config struct {
 	n, g, r      int
@@ -49,7 +56,10 @@ type config struct {
 	work         string // binaries and logs
 	profileDir   string
 	profileImpls []string
-	write        bool
+	// apiserverProfile is how long the API server is profiled from the
+	// start of each update phase; 0 for not at all.
+	apiserverProfile time.Duration
+	write            bool
 }
 
 func main() {
@@ -64,8 +74,9 @@ func main() {
 	flag.StringVar(&c.namespace, "namespace", "bench", "namespace of the objects")
 	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
 	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench"), "directory for binaries and logs")
-	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "make the profiled implementations write pprof profiles here: CPU over the update phase, heap after sync and after updates")
-	flag.StringVar(&profileImpls, "profile-impls", "ctrl", "implementations that write profiles with -cpuprofile-dir, comma-separated")
+	flag.StringVar(&c.profileDir, "cpuprofile-dir", "", "where the profiled implementations write pprof profiles: CPU over the update phase, heap after sync and after updates (default: profiles in -workdir)")
+	flag.StringVar(&profileImpls, "profile-impls", strings.Join(allImpls, ","), "implementations that write profiles, comma-separated; the CPU breakdown covers these")
+	flag.DurationVar(&c.apiserverProfile, "apiserver-profile", 30*time.Second, "profile the API server for this long from the start of each update phase, into the profile directory, to tell the part spent serving watches (0: do not; a shorter update phase waits for the profile)")
 	flag.BoolVar(&c.write, "write", false, "write the throughput section of BENCHMARKS.md at the repository root")
 	flag.Parse()
 	c.impls = splitList(impls)
@@ -107,15 +118,13 @@ func run(c config) error {
 	if c.repo, err = filepath.Abs(c.repo); err != nil {
 		return err
 	}
-	if c.profileDir != "" {
-		if c.profileDir, err = filepath.Abs(c.profileDir); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
-			return err
-		}
+	if c.profileDir == "" {
+		c.profileDir = filepath.Join(c.work, "profiles")
 	}
-	for _, dir := range []string{filepath.Join(c.work, "bin"), filepath.Join(c.work, "logs")} {
+	if c.profileDir, err = filepath.Abs(c.profileDir); err != nil {
+		return err
+	}
+	for _, dir := range []string{filepath.Join(c.work, "bin"), filepath.Join(c.work, "logs"), c.profileDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -141,7 +150,11 @@ func run(c config) error {
 	}
 
 	logf("starting the control plane")
-	cp, err := controlplane.Start(cpBin, filepath.Join(c.work, "logs", "controlplane.log"), nil)
+	var apiserverFlags []string
+	if c.apiserverProfile > 0 {
+		apiserverFlags = append(apiserverFlags, "--profiling=true")
+	}
+	cp, err := controlplane.Start(cpBin, filepath.Join(c.work, "logs", "controlplane.log"), apiserverFlags)
 	if err != nil {
 		return err
 	}
@@ -169,11 +182,11 @@ func run(c config) error {
 	for rep := 1; rep <= c.r; rep++ {
 		for _, impl := range c.impls {
 			var profileDir string
-			if c.profileDir != "" && slices.Contains(c.profileImpls, impl) {
+			if slices.Contains(c.profileImpls, impl) {
 				profileDir = c.profileDir
 			}
 			logf("rep %d/%d: %s (rounds %d..%d)", rep, c.r, impl, round+1, round+c.g)
-			rr, err := runImpl(ctx, cs, c, impl, bins[impl], rep, round, profileDir)
+			rr, err := runImpl(ctx, cs, cp, c, impl, bins[impl], rep, round, profileDir)
 			if err != nil {
 				return fmt.Errorf("rep %d, %s: %w", rep, impl, err)
 			}
@@ -186,6 +199,7 @@ func run(c config) error {
 
 	report := res.markdown()
 	fmt.Println(report.table)
+	fmt.Println(report.cpu)
 	fmt.Println(report.ratios)
 	fmt.Println(report.runs)
 	fmt.Printf("load average before: %s, after: %s\n", res.run.LoadBefore, res.run.LoadAfter)
@@ -196,8 +210,9 @@ func run(c config) error {
 		}
 		logf("wrote %s", path)
 	}
-	if c.profileDir != "" {
-		logf("profiles in %s: go tool pprof -top %s", c.profileDir, filepath.Join(c.profileDir, "ctrl-r1-cpu-update.pprof"))
+	if len(c.profileImpls) > 0 {
+		logf("profiles in %s: go tool pprof -top %s; go run ./cmd/breakdown -top 5 %s", c.profileDir,
+			filepath.Join(c.profileDir, "ctrl-r1-cpu-update.pprof"), filepath.Join(c.profileDir, "ctrl-r1-cpu-update.pprof"))
 	}
 	return nil
 }
@@ -222,11 +237,23 @@ type runResult struct {
 	report       harness.Report
 	roundSeconds []float64 // wall time to write each round and see it reconciled
 	patchRate    float64   // patches per second the server took, over the run
+
+	// CPU seconds of the API server and of etcd from just before "begin"
+	// to the last round reconciled.
+	apiserverSeconds, etcdSeconds float64
+	// cpu is the controller's CPU profile of the update phase, by bucket;
+	// profiled says whether it was taken.
+	cpu      breakdown.Breakdown
+	profiled bool
+	// server is the API server's CPU profile over the first part of the
+	// update phase, split; serverProfiled says whether it was taken.
+	server         breakdown.Server
+	serverProfiled bool
 }
 
 func (r runResult) summary() string {
 	p := r.report
-	return fmt.Sprintf("sync %.2fs, all reconciled %.2fs, heap %s/%s MiB, cpu %.3fs per 1k events, rss %s MiB, %d reconciles, %.0f patches/s",
+	return fmt.Sprintf("sync %.2fs, all reconciled %.2fs, heap %s/%s MiB, cpu %.3fs per 1k events, API server %.3fs per 1k, rss %s MiB, %d reconciles, %.0f patches/s",
 		p.SyncSeconds, p.FirstSeconds, mib(p.HeapSyncedInuse), mib(p.HeapUpdatedInuse), p.CPUPer1kEvents,
-		mib(uint64(p.MaxRSSBytes)), p.Reconciles, r.patchRate)
+		apiserverPer1k.get(r), mib(uint64(p.MaxRSSBytes)), p.Reconciles, r.patchRate)
 }

@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/typedctrl/ctrl/bench/internal/breakdown"
+	"github.com/typedctrl/ctrl/bench/internal/controlplane"
 	"github.com/typedctrl/ctrl/bench/internal/harness"
 )
 
@@ -113,7 +115,7 @@ func (c *controller) wait() error {
 }
 
 // runImpl runs one implementation through the protocol of package harness.
-func runImpl(ctx context.Context, cs kubernetes.Interface, cfg config, impl, bin string, rep, base int, profileDir string) (runResult, error) {
+func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.ControlPlane, cfg config, impl, bin string, rep, base int, profileDir string) (runResult, error) {
 	rr := runResult{impl: impl, rep: rep}
 	args := []string{
 		"-kubeconfig", cfg.kubeconfig,
@@ -137,8 +139,19 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cfg config, impl, bin
 	if _, err := c.expect("ready"); err != nil {
 		return rr, err
 	}
+	api0, etcd0, err := serverCPU(cp)
+	if err != nil {
+		return rr, err
+	}
 	if err := c.send("begin"); err != nil {
 		return rr, err
+	}
+	serverProfiled := make(chan error, 1)
+	serverProfile := filepath.Join(cfg.profileDir, fmt.Sprintf("%s-r%d-apiserver.pprof", impl, rep))
+	if cfg.apiserverProfile > 0 {
+		go func() { serverProfiled <- profileServer(ctx, cs, serverProfile, cfg.apiserverProfile) }()
+	} else {
+		serverProfiled <- nil
 	}
 	if _, err := c.expect("begun"); err != nil {
 		return rr, err
@@ -159,6 +172,20 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cfg config, impl, bin
 		rr.roundSeconds = append(rr.roundSeconds, time.Since(t0).Seconds())
 	}
 	rr.patchRate = float64(cfg.n*cfg.g) / patchSeconds
+	api1, etcd1, err := serverCPU(cp)
+	if err != nil {
+		return rr, err
+	}
+	rr.apiserverSeconds, rr.etcdSeconds = (api1 - api0).Seconds(), (etcd1 - etcd0).Seconds()
+	if err := <-serverProfiled; err != nil {
+		return rr, fmt.Errorf("profiling the API server: %w", err)
+	}
+	if cfg.apiserverProfile > 0 {
+		if rr.server, err = breakdown.ServerFile(serverProfile); err != nil {
+			return rr, err
+		}
+		rr.serverProfiled = true
+	}
 	if err := c.send("end"); err != nil {
 		return rr, err
 	}
@@ -174,7 +201,37 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cfg config, impl, bin
 	if err := c.wait(); err != nil {
 		return rr, fmt.Errorf("after its report: %w", err)
 	}
+	if profileDir != "" {
+		// The name harness.Harness gives it.
+		path := filepath.Join(profileDir, fmt.Sprintf("%s-r%d-cpu-update.pprof", impl, rep))
+		if rr.cpu, err = breakdown.File(path); err != nil {
+			return rr, err
+		}
+		rr.profiled = true
+	}
 	return rr, nil
+}
+
+// profileServer writes a CPU profile of the API server, taken over d, to
+// path.
+func profileServer(ctx context.Context, cs kubernetes.Interface, path string, d time.Duration) error {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// serverCPU returns the CPU time the API server and etcd have used.
+func serverCPU(cp *controlplane.ControlPlane) (apiserver, etcd time.Duration, err error) {
+	if apiserver, err = cp.CPU("kube-apiserver"); err != nil {
+		return 0, 0, err
+	}
+	if etcd, err = cp.CPU("etcd"); err != nil {
+		return 0, 0, err
+	}
+	return apiserver, etcd, nil
 }
 
 // tail returns the last n lines of the file at path.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/typedctrl/ctrl/bench/internal/benchdoc"
+	"github.com/typedctrl/ctrl/bench/internal/breakdown"
 )
 
 // results are everything one invocation measured.
@@ -37,7 +38,19 @@ var (
 	mGCs       = metric{"GCs in updates", func(r runResult) float64 { return float64(r.report.UpdateGCs) }, f0}
 	mRSS       = metric{"peak RSS MiB", func(r runResult) float64 { return float64(r.report.MaxRSSBytes) }, fMiB}
 	mRecs      = metric{"reconciles", func(r runResult) float64 { return float64(r.report.Reconciles) }, f0}
+
+	apiserverPer1k = metric{"API server CPU s per 1k updates", func(r runResult) float64 { return r.apiserverSeconds / kEvents(r) }, f3}
+	etcdPer1k      = metric{"etcd CPU s per 1k updates", func(r runResult) float64 { return r.etcdSeconds / kEvents(r) }, f3}
+	mPatchRate     = metric{"patches/s", func(r runResult) float64 { return r.patchRate }, f0}
+	// watchingPer1k is the API server's CPU per 1k updates times the share
+	// of its profile spent serving watches.
+	watchingPer1k = metric{"API server CPU serving watches s per 1k updates", func(r runResult) float64 {
+		return r.server.Share() * r.apiserverSeconds / kEvents(r)
+	}, f3}
 )
+
+// kEvents is the number of update events of a run, in thousands.
+func kEvents(r runResult) float64 { return float64(r.report.N*r.report.Rounds) / 1000 }
 
 func f0(v float64) string   { return fmt.Sprintf("%.0f", v) }
 func f2(v float64) string   { return fmt.Sprintf("%.2f", v) }
@@ -66,10 +79,77 @@ func (res *results) median(impl string, m metric) (float64, bool) {
 
 func (res *results) has(impl string) bool { return slices.Contains(res.cfg.impls, impl) }
 
-type markdown struct{ table, ratios, runs string }
+type markdown struct{ table, cpu, ratios, runs string }
 
 func (res *results) markdown() markdown {
-	return markdown{table: res.table(), ratios: res.ratioTables(), runs: res.runTable()}
+	return markdown{table: res.table(), cpu: res.cpuTables(), ratios: res.ratioTables(), runs: res.runTable()}
+}
+
+// cpuTables are the controller's CPU by bucket and the server's CPU per
+// event, for every implementation.
+func (res *results) cpuTables() string {
+	var b strings.Builder
+	b.WriteString("| implementation | CPU s per 1k updates | sysmon |")
+	for _, bk := range breakdown.Buckets {
+		fmt.Fprintf(&b, " %s |", bk)
+	}
+	b.WriteString(" sampled |\n|---|--:|--:|")
+	for range breakdown.Buckets {
+		b.WriteString("--:|")
+	}
+	b.WriteString("--:|\n")
+	for _, impl := range res.cfg.impls {
+		var pooled breakdown.Breakdown
+		var measured, sysmon float64
+		for _, r := range res.runs {
+			if r.impl == impl && r.profiled {
+				pooled = pooled.Add(r.cpu)
+				measured += r.report.UpdateUserSeconds + r.report.UpdateSysSeconds
+				sysmon += max(r.report.UpdateSysmonSeconds, 0)
+			}
+		}
+		if pooled.Total() == 0 || measured == 0 {
+			continue
+		}
+		cpu, _ := res.median(impl, mCPU)
+		// The samples stand for the CPU of every thread but sysmon's.
+		sysmonShare := sysmon / measured
+		rest := cpu * (1 - sysmonShare)
+		fmt.Fprintf(&b, "| %s | %.3f | %.0f%% (%.3f) |", impl, cpu, 100*sysmonShare, cpu*sysmonShare)
+		for _, bk := range breakdown.Buckets {
+			fmt.Fprintf(&b, " %.0f%% (%.3f) |", 100*pooled.Share(bk), pooled.Share(bk)*rest)
+		}
+		fmt.Fprintf(&b, " %.0f%% |\n", 100*float64(pooled.Total())/1e9/(measured-sysmon))
+	}
+	b.WriteString("\n| implementation | API server CPU s per 1k updates | vs raw-strip | of which serving watches | vs raw-strip | etcd CPU s per 1k updates | patches/s |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, impl := range res.cfg.impls {
+		api, _ := res.median(impl, apiserverPer1k)
+		etcd, _ := res.median(impl, etcdPer1k)
+		rate, _ := res.median(impl, mPatchRate)
+		watching, watchingRatio := "-", "-"
+		if res.serverProfiled(impl) {
+			w, _ := res.median(impl, watchingPer1k)
+			watching = fmt.Sprintf("%.3f (%.1f%%)", w, 100*w/api)
+			watchingRatio = res.ratioString(impl, "raw-strip", watchingPer1k)
+		}
+		fmt.Fprintf(&b, "| %s | %.3f | %s | %s | %s | %.3f | %.0f |\n", impl, api, res.ratioString(impl, "raw-strip", apiserverPer1k),
+			watching, watchingRatio, etcd, rate)
+	}
+	return b.String()
+}
+
+// serverProfiled reports whether every run of impl profiled the API server.
+func (res *results) serverProfiled(impl string) bool {
+	n := 0
+	for _, r := range res.runs {
+		if r.impl == impl {
+			if !r.serverProfiled {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }
 
 func (res *results) table() string {
@@ -113,7 +193,7 @@ func (res *results) sizeRatio(impl, base string) (float64, string) {
 	return r, fmt.Sprintf("%.2fx", r)
 }
 
-var ratioMetrics = []metric{mCPU, mHeapSync, mAllocSync, mHeapUpd, mAllocUpd, mFirst, mSync, mRSS}
+var ratioMetrics = []metric{mCPU, apiserverPer1k, mHeapSync, mAllocSync, mHeapUpd, mAllocUpd, mFirst, mSync, mRSS}
 
 func (res *results) ratioRow(b *strings.Builder, impl, base string) {
 	fmt.Fprintf(b, "| %s vs %s |", impl, base)
@@ -127,8 +207,8 @@ func (res *results) ratioRow(b *strings.Builder, impl, base string) {
 
 func (res *results) ratioTables() string {
 	var b strings.Builder
-	b.WriteString("| ratio | CPU per update | heap after sync | live heap after sync | heap after updates | live heap after updates | all reconciled once | cache sync | peak RSS | binary |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| ratio | CPU per update | API server CPU per update | heap after sync | live heap after sync | heap after updates | live heap after updates | all reconciled once | cache sync | peak RSS | binary |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	if res.has("raw-strip") {
 		for _, impl := range res.cfg.impls {
 			if impl != "raw-strip" {
@@ -150,6 +230,9 @@ func (res *results) ratioTables() string {
 	}
 	if res.has("ctrl-nocopy") && res.has("raw") {
 		res.ratioRow(&b, "ctrl-nocopy", "raw")
+	}
+	if res.has("ctrl") && res.has("raw-strip-nogzip") {
+		res.ratioRow(&b, "ctrl", "raw-strip-nogzip")
 	}
 	b.WriteString("\n")
 	b.WriteString(res.targets())
@@ -174,6 +257,8 @@ func (res *results) targets() string {
 	}
 	ts := []target{
 		{"CPU per update event", "raw", 1.05, func() (float64, string) { return res.ratio("ctrl", "raw", mCPU) }},
+		{"CPU per update event", "raw-strip", 0.70, func() (float64, string) { return res.ratio("ctrl", "raw-strip", mCPU) }},
+		{"API server CPU per update event while it runs", "raw-strip", 0.85, func() (float64, string) { return res.ratio("ctrl", "raw-strip", apiserverPer1k) }},
 		{"heap after sync (HeapInuse)", "raw-strip", 1.02, func() (float64, string) { return res.ratio("ctrl", "raw-strip", mHeapSync) }},
 		{"heap after updates (HeapInuse)", "raw-strip", 1.02, func() (float64, string) { return res.ratio("ctrl", "raw-strip", mHeapUpd) }},
 		{"time until all reconciled once", "raw", 1.05, func() (float64, string) { return res.ratio("ctrl", "raw", mFirst) }},
@@ -198,19 +283,19 @@ func (res *results) targets() string {
 
 func (res *results) runTable() string {
 	var b strings.Builder
-	b.WriteString("| rep | implementation | start-up ms | sync s | all once s | heap sync MiB | heap updates MiB | CPU s per 1k | update CPU user+sys s | GCs | RSS MiB | reconciles | round wall s | patches/s |\n")
-	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|\n")
+	b.WriteString("| rep | implementation | start-up ms | sync s | all once s | heap sync MiB | heap updates MiB | CPU s per 1k | update CPU user+sys s | sysmon s | GCs | RSS MiB | reconciles | round wall s | patches/s | API server s | etcd s |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|\n")
 	for _, r := range res.runs {
 		p := r.report
 		var rounds []string
 		for _, s := range r.roundSeconds {
 			rounds = append(rounds, f2(s))
 		}
-		fmt.Fprintf(&b, "| %d | %s | %.0f | %.2f | %.2f | %s (%s) | %s (%s) | %.3f | %.2f + %.2f | %d | %s | %d | %s | %.0f |\n",
+		fmt.Fprintf(&b, "| %d | %s | %.0f | %.2f | %.2f | %s (%s) | %s (%s) | %.3f | %.2f + %.2f | %.2f | %d | %s | %d | %s | %.0f | %.2f | %.2f |\n",
 			r.rep, r.impl, r.initSeconds*1000, p.SyncSeconds, p.FirstSeconds,
 			mib(p.HeapSyncedInuse), mib(p.HeapSyncedAlloc), mib(p.HeapUpdatedInuse), mib(p.HeapUpdatedAlloc),
-			p.CPUPer1kEvents, p.UpdateUserSeconds, p.UpdateSysSeconds, p.UpdateGCs, mib(uint64(p.MaxRSSBytes)),
-			p.Reconciles, strings.Join(rounds, ", "), r.patchRate)
+			p.CPUPer1kEvents, p.UpdateUserSeconds, p.UpdateSysSeconds, p.UpdateSysmonSeconds, p.UpdateGCs, mib(uint64(p.MaxRSSBytes)),
+			p.Reconciles, strings.Join(rounds, ", "), r.patchRate, r.apiserverSeconds, r.etcdSeconds)
 	}
 	return b.String()
 }
@@ -233,7 +318,7 @@ func (res *results) document(md markdown) string {
 	fmt.Fprintf(&b, "- implementations ran interleaved (%s, then again), medians of the R runs are shown\n\n", strings.Join(c.impls, ", "))
 
 	b.WriteString("| implementation | what it is |\n|---|---|\n")
-	b.WriteString("| ctrl | `ctrl.NewManager(Options{Config, Namespace})` + `ctrl.NewController` for `*corev1.ConfigMap`; managedFields dropped by default |\n")
+	b.WriteString("| ctrl | `ctrl.NewManager(Options{Config, Namespace})` + `ctrl.NewController` for `*corev1.ConfigMap`; by default managedFields dropped and responses not compressed |\n")
 	b.WriteString("| cr-default | controller-runtime manager with its cache restricted to the namespace, `builder.For(&corev1.ConfigMap{})`, reconcile does `client.Get` from the cache |\n")
 	b.WriteString("| cr-strip | cr-default with `cache.Options{DefaultTransform: cache.TransformStripManagedFields()}` |\n")
 	b.WriteString("| raw | client-go shared informer factory for the namespace, typed rate-limited work queue, lister `Get` |\n")
@@ -244,7 +329,12 @@ func (res *results) document(md markdown) string {
 	if res.has("raw-strip-copy") {
 		b.WriteString("| raw-strip-copy | raw-strip plus a `DeepCopy` of the object before reconcile, the copy ctrl hands out: a diagnostic |\n")
 	}
+	if res.has("raw-strip-nogzip") {
+		b.WriteString("| raw-strip-nogzip | raw-strip with `rest.Config.DisableCompression`, as ctrl talks to the server by default: a diagnostic |\n")
+	}
 	b.WriteString("\n")
+	b.WriteString("Every implementation has the same client limits (QPS 20, burst 30; the reconcile writes nothing) and, except ctrl and\n")
+	b.WriteString("raw-strip-nogzip, client-go's default of asking for gzip-compressed responses, watch streams included.\n\n")
 
 	b.WriteString("### Results\n\n")
 	b.WriteString(md.table)
@@ -256,6 +346,51 @@ func (res *results) document(md markdown) string {
 	b.WriteString("- peak RSS: `ru_maxrss` over the process's life; binary: `go build -trimpath -ldflags=\"-s -w\"`.\n")
 	fmt.Fprintf(&b, "- reconciles: N initial + at most N*G updates (= %d); fewer means updates were coalesced in the queue.\n\n", c.n*(1+c.g))
 
+	b.WriteString("### Where the CPU goes\n\n")
+	b.WriteString("Each controller writes a CPU profile (pprof, 100 Hz) of its update phase; the runs of an implementation are pooled\n")
+	b.WriteString("and each sample is put in one bucket by its stack, by the first of these rules that matches any frame of it\n")
+	b.WriteString("(the full lists are in [bench/internal/breakdown](bench/internal/breakdown/breakdown.go)):\n\n")
+	b.WriteString("1. the profiler's own goroutine: other;\n")
+	b.WriteString("2. GC: `runtime.gc*` (background mark workers, mark assists of allocating goroutines), sweeping, scavenging, write barriers;\n")
+	b.WriteString("3. scheduling: the scheduler parking and waking goroutines and threads (`runtime.schedule`, `findRunnable`, `park_m`, `gopark`, `ready`, `wakep`, `startm`, `futexsleep`/`futexwakeup`, `netpoll`, ...): every hand-off between goroutines, wherever it starts;\n")
+	b.WriteString("4. decompression: `compress/flate`, `compress/gzip`, `hash/crc32`;\n")
+	b.WriteString("5. transport: `crypto/...`, `net`, `net/http`, `golang.org/x/net/http2`, `internal/poll`, `syscall`: TLS, socket reads and writes, HTTP/2 framing, the copy of the body out of HTTP/2's buffer;\n")
+	b.WriteString("6. decoding: the watch decoder's goroutine (`watch.(*StreamWatcher)`, `rest/watch`), `runtime/serializer`, `util/framer`, JSON, protobuf, any `Unmarshal` method, with the allocations they make;\n")
+	b.WriteString("7. library: ctrl, controller-runtime, client-go's `tools/cache`, `util/workqueue`, `informers`, `listers`, and raw's own loop: reflector, store, handlers, queue, workers, cache reads, deep copies, and the reconcile they call (the same for all);\n")
+	b.WriteString("8. other: the rest.\n\n")
+	b.WriteString("sysmon is apart: the CPU of the Go runtime's monitor thread over the update phase, read from `/proc/self/task`, as a\n")
+	b.WriteString("share of the controller's CPU and in s per 1k updates. The profiler never samples it (a thread is sampled once it runs\n")
+	b.WriteString("a goroutine, and sysmon runs none). The runtime wakes it at the first system call after every moment all goroutines\n")
+	b.WriteString("were idle, and at these rates a controller is idle between almost every two events. Each bucket's cell is its share of\n")
+	b.WriteString("the samples and, in parentheses, that share of the rest of the measured CPU, in s per 1k updates: the sysmon and\n")
+	b.WriteString("bucket seconds add up to the CPU column. sampled is the CPU the profiles saw over that rest; the profiler misses some\n")
+	b.WriteString("of the time of threads that run in bursts shorter than its 10 ms period, so short wake-ups are likely undercounted.\n\n")
+	b.WriteString(md.cpu)
+	b.WriteString("\n- API server, etcd: user+sys CPU seconds of the kube-apiserver and etcd processes (`/proc/<pid>/stat`) from just before the\n")
+	b.WriteString("  update phase starts until its last round is reconciled, divided by N*G/1000. They include serving the driver's patches,\n")
+	b.WriteString("  the same for every implementation, and whatever the server does in the background.\n")
+	if res.cfg.apiserverProfile > 0 {
+		fmt.Fprintf(&b, "- serving watches: the API server's CPU per 1k updates times the share of its CPU profile (the first %s of the update\n", res.cfg.apiserverProfile)
+		b.WriteString("  phase) whose stacks run through the watch handler or a cache watcher (`handlers.(*WatchServer)`, `cacher.(*cacheWatcher)`):\n")
+		b.WriteString("  the encoding, compression and flushing of the watch stream the controller reads. Its HTTP/2 writes and TLS are shared with\n")
+		b.WriteString("  the connection's other streams and are not in it. A few dozen samples each: a rough figure.\n")
+		lo, hi := 1.0, 0.0
+		for _, impl := range res.cfg.impls {
+			if !res.serverProfiled(impl) {
+				continue
+			}
+			w, _ := res.median(impl, watchingPer1k)
+			api, _ := res.median(impl, apiserverPer1k)
+			if api > 0 {
+				lo, hi = min(lo, w/api), max(hi, w/api)
+			}
+		}
+		if hi > 0 {
+			fmt.Fprintf(&b, "- Serving the controller's watch was %.1f%% to %.1f%% of the API server's CPU here; the rest is the driver's patches and\n", 100*lo, 100*hi)
+			b.WriteString("  the server's own work, the same whoever watches, so what a watching client does moves the server's CPU per update by little more than that.\n")
+		}
+	}
+	b.WriteString("- patches/s: the rate the driver's writes were taken at in the same runs.\n\n")
 	b.WriteString("### Ratios\n\n")
 	b.WriteString(md.ratios)
 	b.WriteString("\n### Every run\n\n")

@@ -10,15 +10,23 @@ import (
 	"github.com/typedctrl/ctrl/bench/internal/rawctl"
 )
 
-// Main runs the raw client-go implementation; strip drops managedFields in
-// an informer transform, and copy deep-copies each object before reconcile.
-func Main(name string, strip, copy bool) {
+// Options are what the raw implementations change of the plain one.
+type Options struct {
+	Strip         bool // drop managedFields in an informer transform
+	Copy          bool // deep-copy each object before reconcile
+	NoCompression bool // rest.Config.DisableCompression: no gzip from the server
+}
+
+// Main runs the raw client-go implementation.
+func Main(name string, o Options) {
 	h := harness.Begin(name)
-	cs, err := kubernetes.NewForConfig(h.Config())
+	cfg := h.Config()
+	cfg.DisableCompression = o.NoCompression
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		h.Fatal(err)
 	}
-	opts := rawctl.Options{Namespace: h.Flags.Namespace, Workers: h.Flags.Workers, StripManagedFields: strip, Copy: copy}
+	opts := rawctl.Options{Namespace: h.Flags.Namespace, Workers: h.Flags.Workers, StripManagedFields: o.Strip, Copy: o.Copy}
 	c, factory, err := rawctl.New(cs, opts, func(cm *corev1.ConfigMap) {
 		h.Recorder.Observe(cm.Name, cm.Annotations)
 	})
