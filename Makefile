@@ -39,8 +39,9 @@ bench: controlplane
 	cd bench && $(GO) run ./cmd/run -write
 
 ## bench-faults: how fast ctrl, controller-runtime and client-go converge after
-## API server kills and paused watches that come back to 410 Gone; writes its
-## section of BENCHMARKS.md.
+## API server kills and paused watches that come back to 410 Gone, after a kill
+## with no write after it, and after connections go silent; writes its section
+## of BENCHMARKS.md.
 bench-faults: controlplane
 	cd bench && $(GO) run ./cmd/faults -write
 
