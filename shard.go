@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/shard"
 )
@@ -251,8 +252,14 @@ func (m *Manager) runSharder(ctx context.Context) {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 32)
 		began, writes := time.Now(), 0
+		owned := map[string]int{}
 		for _, t := range targets {
 			for _, o := range t.cache.List("", nil) {
+				if owner := o.Labels[s.label]; live[owner] {
+					owned[owner]++
+				} else {
+					owned[""]++
+				}
 				if patch := m.shardStep(o, members, live, since); patch != nil {
 					writes++
 					sem <- struct{}{}
@@ -264,6 +271,10 @@ func (m *Manager) runSharder(ctx context.Context) {
 			}
 		}
 		wg.Wait()
+		m.metrics.ShardObjects.DeletePartialMatch(prometheus.Labels{"ring": s.ring}) // replicas that left go with their series
+		for owner, n := range owned {
+			m.metrics.ShardObjects.WithLabelValues(s.ring, owner).Set(float64(n))
+		}
 		if writes > 0 {
 			log.V(1).Info("sharded", "members", members, "writes", writes, "took", time.Since(began).Round(time.Millisecond).String())
 		}

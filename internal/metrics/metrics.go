@@ -36,6 +36,7 @@ type Set struct {
 	released        *prometheus.CounterVec
 	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
+	ShardObjects    *prometheus.GaugeVec
 	ShardHandovers  *prometheus.CounterVec
 	ShardUnowned    *prometheus.HistogramVec
 	WatchConnected  *prometheus.GaugeVec
@@ -131,6 +132,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Help:    "How long a key released by the API server's return waited for its reconcile to begin.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
 		}, ctrlLabel),
+		ShardObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_shard_objects",
+			Help: "Objects of the ring's sharded types per owning replica, as the sharder last counted them; replica \"\" counts those without a live owner.",
+		}, []string{"ring", "replica"}),
 		ShardHandovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrl_shard_handovers_total",
 			Help: "Objects the sharder gave from one replica to another, after a drain or a replica's death.",
@@ -163,7 +168,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
-		&m.LeaderStatus, &m.ShardHandovers, &m.ShardUnowned, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.LeaderStatus, &m.ShardObjects, &m.ShardHandovers, &m.ShardUnowned, &m.WatchConnected, &m.Relists, &m.Blind,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:

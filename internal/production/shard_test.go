@@ -284,6 +284,16 @@ func TestSharding(t *testing.T) {
 	if got := len(c4.Cache().List(ns, nil)); got < n/3*7/10 {
 		t.Errorf("r4 caches %d ConfigMaps, want about %d", got, n/3)
 	}
+	// The sharder, one of the replicas, counts the objects of each owner.
+	eventually(t, 30*time.Second, "ctrl_shard_objects counts every object", func() bool {
+		total := 0.0
+		for _, m := range []*ctrl.Manager{m1, m2, m4} {
+			for _, r := range []string{"r1", "r2", "r4"} {
+				total += gauge(t, m.Registry(), `ctrl_shard_objects{replica="`+r+`",ring="ring"}`)
+			}
+		}
+		return total == n
+	})
 	if o := au.overlaps(); len(o) > 0 {
 		t.Errorf("%d objects reconciled by two replicas at once, first: %v", len(o), o[:min(5, len(o))])
 	}
