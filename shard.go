@@ -192,16 +192,18 @@ func (c *Controller[T]) release(ctx context.Context, obj T) (bool, error) {
 }
 
 // runSharder assigns the objects of every sharded type to the live
-// members, while this replica is the sharder. Every change of an object or
-// a Lease wakes it, and so does a tick of RetryPeriod, which is how a
-// member whose Lease went stale is found dead.
+// members, while this replica is the sharder. A change of an object wakes
+// it for that object alone; a change of the live members, a relist, and a
+// tick of RetryPeriod (which is how a member whose Lease went stale is
+// found dead) make it look at every object: O(objects) per RetryPeriod,
+// never per change.
 func (m *Manager) runSharder(ctx context.Context) {
 	s := m.sharding
 	log := m.log.WithValues("ring", s.ring)
 	log.Info("sharding the ring's objects")
 	kick := make(chan struct{}, 1)
 	leases, err := newCache(m, CacheOptions{Namespaces: []string{s.namespace},
-		LabelSelector: labels.SelectorFromSet(labels.Set{shard.RingLabel: s.ring})}, handler[*coordinationv1.Lease](poker[*coordinationv1.Lease](kick)))
+		LabelSelector: labels.SelectorFromSet(labels.Set{shard.RingLabel: s.ring})}, handler[*coordinationv1.Lease](poker[*coordinationv1.Lease]{kick: kick}))
 	if err != nil {
 		m.fatal(fmt.Errorf("ctrl: sharder of ring %s: %w", s.ring, err))
 		return
@@ -210,14 +212,16 @@ func (m *Manager) runSharder(ctx context.Context) {
 	types := slices.Clone(s.types)
 	s.mu.Unlock()
 	type target struct {
-		cache  *Cache[*metav1.PartialObjectMetadata]
-		client *Client[*metav1.PartialObjectMetadata]
+		cache   *Cache[*metav1.PartialObjectMetadata]
+		client  *Client[*metav1.PartialObjectMetadata]
+		changed *changedKeys
 	}
 	var targets []target
 	for _, st := range types {
 		opts := st.opts
 		opts.Resource = st.res
-		c, err := newCache(m, opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata](kick)))
+		changed := &changedKeys{}
+		c, err := newCache(m, opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{kick, changed}))
 		var cl *Client[*metav1.PartialObjectMetadata]
 		if err == nil {
 			cl, err = NewClient[*metav1.PartialObjectMetadata](m, ClientOptions{Resource: st.res})
@@ -231,7 +235,7 @@ func (m *Manager) runSharder(ctx context.Context) {
 			}
 			return
 		}
-		targets = append(targets, target{c, cl})
+		targets = append(targets, target{c, cl, changed})
 	}
 	if leases.WaitForSync(ctx) != nil {
 		return
@@ -240,6 +244,8 @@ func (m *Manager) runSharder(ctx context.Context) {
 	since := map[Key]time.Time{} // objects seen without a live owner, since when
 	tick := time.NewTicker(s.member.RetryPeriod)
 	defer tick.Stop()
+	full := true
+	var last []string // the members of the last round
 	for {
 		live := liveMembers(leases.List(s.namespace, nil), obs, time.Now())
 		members := make([]string, 0, len(live))
@@ -247,6 +253,8 @@ func (m *Manager) runSharder(ctx context.Context) {
 			members = append(members, id)
 		}
 		slices.Sort(members)
+		full = full || !slices.Equal(members, last)
+		last = members
 		// Patches go out several at once: a dead replica's thousands of
 		// objects move in a second or two, not one round trip at a time.
 		var wg sync.WaitGroup
@@ -254,26 +262,33 @@ func (m *Manager) runSharder(ctx context.Context) {
 		began, writes := time.Now(), 0
 		owned := map[string]int{}
 		for _, t := range targets {
-			for _, o := range t.cache.List("", nil) {
-				if owner := o.Labels[s.label]; live[owner] {
-					owned[owner]++
-				} else {
-					owned[""]++
+			objs := t.changed.take(t.cache, full)
+			for _, o := range objs {
+				if full {
+					if owner := o.Labels[s.label]; live[owner] {
+						owned[owner]++
+					} else {
+						owned[""]++
+					}
 				}
 				if patch := m.shardStep(o, members, live, since); patch != nil {
 					writes++
 					sem <- struct{}{}
 					wg.Go(func() {
 						defer func() { <-sem }()
-						patch(ctx, t.client)
+						if !patch(ctx, t.client) {
+							t.changed.add(KeyOf(o)) // again on the next round
+						}
 					})
 				}
 			}
 		}
 		wg.Wait()
-		m.metrics.ShardObjects.DeletePartialMatch(prometheus.Labels{"ring": s.ring}) // replicas that left go with their series
-		for owner, n := range owned {
-			m.metrics.ShardObjects.WithLabelValues(s.ring, owner).Set(float64(n))
+		if full {
+			m.metrics.ShardObjects.DeletePartialMatch(prometheus.Labels{"ring": s.ring}) // replicas that left go with their series
+			for owner, n := range owned {
+				m.metrics.ShardObjects.WithLabelValues(s.ring, owner).Set(float64(n))
+			}
 		}
 		if writes > 0 {
 			log.V(1).Info("sharded", "members", members, "writes", writes, "took", time.Since(began).Round(time.Millisecond).String())
@@ -282,9 +297,47 @@ func (m *Manager) runSharder(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			full = true
 		case <-kick:
+			full = false
 		}
 	}
+}
+
+// changedKeys are the objects of one sharded type that changed since the
+// sharder last looked.
+type changedKeys struct {
+	mu   sync.Mutex
+	keys map[Key]struct{}
+	all  bool // the cache relisted: every object needs a look
+}
+
+func (c *changedKeys) add(k Key) {
+	c.mu.Lock()
+	if c.keys == nil {
+		c.keys = map[Key]struct{}{}
+	}
+	c.keys[k] = struct{}{}
+	c.mu.Unlock()
+}
+
+// take returns the objects to look at now, and forgets them: every cached
+// object when full (or when one was asked for), else those that changed.
+func (c *changedKeys) take(cache *Cache[*metav1.PartialObjectMetadata], full bool) []*metav1.PartialObjectMetadata {
+	c.mu.Lock()
+	keys, all := c.keys, c.all
+	c.keys, c.all = nil, false
+	c.mu.Unlock()
+	if full || all {
+		return cache.List("", nil)
+	}
+	objs := make([]*metav1.PartialObjectMetadata, 0, len(keys))
+	for k := range keys {
+		if o, ok := cache.Get(k); ok {
+			objs = append(objs, o)
+		}
+	}
+	return objs
 }
 
 // observed is when the sharder last saw a membership Lease change.
@@ -322,7 +375,7 @@ func liveMembers(leases []*coordinationv1.Lease, obs map[string]observed, now ti
 // shardStep decides the next step for one object, and returns the write
 // that takes it, or nil.
 func (m *Manager) shardStep(o *metav1.PartialObjectMetadata, members []string, live map[string]bool,
-	since map[Key]time.Time) func(context.Context, *Client[*metav1.PartialObjectMetadata]) {
+	since map[Key]time.Time) func(context.Context, *Client[*metav1.PartialObjectMetadata]) bool {
 	s := m.sharding
 	cur := o.Labels[s.label]
 	want := shard.Owner(shard.Key(o.Namespace, o.Name), members)
@@ -350,12 +403,12 @@ func (m *Manager) shardStep(o *metav1.PartialObjectMetadata, members []string, l
 	if orphan && want != "" {
 		delete(since, key) // a failed write is retried, and its time counted, from the next round
 	}
-	return func(ctx context.Context, cl *Client[*metav1.PartialObjectMetadata]) {
+	return func(ctx context.Context, cl *Client[*metav1.PartialObjectMetadata]) bool {
 		if _, err := cl.Patch(ctx, key, types.MergePatchType, []byte(patch)); err != nil {
 			if ctx.Err() == nil {
 				m.log.V(1).Info("sharder: a patch failed; retrying on the next round", "object", key, "err", err.Error())
 			}
-			return
+			return IgnoreNotFound(err) == nil // gone: nothing to retry
 		}
 		if orphan && want != "" {
 			m.metrics.ShardUnowned.WithLabelValues(s.ring).Observe(time.Since(began).Seconds())
@@ -363,19 +416,38 @@ func (m *Manager) shardStep(o *metav1.PartialObjectMetadata, members []string, l
 				m.metrics.ShardHandovers.WithLabelValues(s.ring).Inc()
 			}
 		}
+		return true
 	}
 }
 
-// poker is a handler that wakes the sharder on every change.
-type poker[T Object] chan struct{}
+// poker is a handler that wakes the sharder on every change, and notes
+// which object changed.
+type poker[T Object] struct {
+	kick chan struct{}
+	keys *changedKeys // nil for Leases: their changes only wake
+}
 
 func (p poker[T]) poke() {
 	select {
-	case p <- struct{}{}:
+	case p.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (p poker[T]) changed(event[T])  { p.poke() }
-func (p poker[T]) listed([]event[T]) { p.poke() }
-func (p poker[T]) joined(string)     {}
+func (p poker[T]) changed(ev event[T]) {
+	if p.keys != nil {
+		p.keys.add(ev.key)
+	}
+	p.poke()
+}
+
+func (p poker[T]) listed(evs []event[T]) {
+	if p.keys != nil {
+		p.keys.mu.Lock()
+		p.keys.all = true
+		p.keys.mu.Unlock()
+	}
+	p.poke()
+}
+
+func (p poker[T]) joined(string) {}
