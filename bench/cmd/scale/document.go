@@ -1,0 +1,228 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/typedctrl/ctrl/bench/internal/svgchart"
+)
+
+// document is the scale section of BENCHMARKS.md.
+func (res *results) document() string {
+	c := res.cfg
+	top := res.top()
+	var b strings.Builder
+	b.WriteString("## Scale: memory at 10k to 100k Pods, metadata, projections and sharding\n\n")
+	b.WriteString("How much a controller process holds when it caches many large objects, and how ctrl's ways of holding less\n")
+	b.WriteString("(metadata only, a projection, sharding) compare with controller-runtime v0.25.2 and hand-written client-go.\n")
+	b.WriteString("Each implementation is its own process, against a real kube-apiserver and etcd on loopback; no scheduler or\n")
+	b.WriteString("kubelet runs, so the Pods are only objects. Written by `bench/cmd/scale -write`, which also draws the charts in\n")
+	b.WriteString("[bench/charts](bench/charts).\n\n")
+
+	b.WriteString("### Setup\n\n")
+	b.WriteString(res.run.Setup("the control plane, the writers and the controller share the machine; memory figures do not depend on the load, CPU and wall-clock figures do",
+		"go run ./cmd/scale "+c.args))
+	var creates []string
+	for _, n := range c.counts {
+		if s, ok := res.createSeconds[n]; ok {
+			creates = append(creates, fmt.Sprintf("up to %d in %.0f s", n, s))
+		}
+	}
+	fmt.Fprintf(&b, "- Pods: %s, by %d parallel writers with plain creates (the server records managedFields, as for a ReplicaSet's Pods); created once, in steps, and reused by every implementation\n",
+		strings.Join(creates, ", "), c.writers)
+	b.WriteString("- each Pod (package `bench/internal/podgen`) is what a Deployment of a typical service makes: an init container, the app and a\n")
+	b.WriteString("  proxy sidecar with 5 to 12 environment variables each, resources, liveness and readiness probes, four volumes and their\n")
+	b.WriteString("  mounts, 7 labels, 5 annotations, an owner reference, tolerations; 5.5 KiB as JSON before managedFields\n")
+	b.WriteString("- every controller: 4 workers, reconcile reads the object and records the round annotation it carries; client limits 20/s, burst 30\n")
+	b.WriteString("- memory: measured once every Pod was reconciled once; heap is `runtime.MemStats.HeapInuse` right after `runtime.GC()`, live heap\n")
+	b.WriteString("  `HeapAlloc`; RSS is `VmRSS` then; peak RSS is `VmHWM` (the high-water mark of RSS over the process's life; `ru_maxrss` would inherit the driver's, see package probe)\n\n")
+
+	b.WriteString("| implementation | what it is |\n|---|---|\n")
+	for _, im := range impls {
+		fmt.Fprintf(&b, "| %s | %s |\n", im.name, im.what)
+	}
+	b.WriteString("\n### Memory\n\n")
+	b.WriteString("![heap against Pods cached](bench/charts/scale-heap.svg)\n\n")
+	b.WriteString("![peak RSS against Pods cached](bench/charts/scale-rss.svg)\n\n")
+	b.WriteString(res.memoryTable())
+	fmt.Fprintf(&b, "\n- heap per Pod: the slope of the heap from %d to %d Pods, which leaves out what the process holds with no Pods.\n", c.counts[0], top)
+	b.WriteString("- CPU s until then: user+sys CPU of the process from its start until every Pod was reconciled once: the cost of the initial list.\n\n")
+	if p, cr := res.perObject("ctrl-project", top), res.perObject("cr-default", top); p > 0 && cr > 0 {
+		m, _ := res.memRun("ctrl-meta", top)
+		fmt.Fprintf(&b, "Per Pod, ctrl-project holds %s KiB against cr-default's %s KiB (%s), ctrl-meta %s KiB (%s), cr-meta %s KiB (%s).",
+			kib(p), kib(cr), ratio(p, cr), kib(res.perObject("ctrl-meta", top)), ratio(res.perObject("ctrl-meta", top), cr),
+			kib(res.perObject("cr-meta", top)), ratio(res.perObject("cr-meta", top), cr))
+		_ = m
+		b.WriteString("\n\n")
+	}
+
+	if len(res.upd) > 0 {
+		b.WriteString("### CPU per update event\n\n")
+		fmt.Fprintf(&b, "At %d Pods cached, each run writes %d rounds of one merge patch of the round annotation to the first %d Pods (one watch event\n", top, c.g, c.updateN)
+		fmt.Fprintf(&b, "each) and waits until the controller has reconciled each at that round; CPU is the controller's user+sys CPU\n")
+		fmt.Fprintf(&b, "(`getrusage`) over those rounds, per 1,000 events. R = %d runs of each, interleaved; medians.\n\n", c.r)
+		b.WriteString(res.updateSummary())
+		b.WriteString("\nEvery run:\n\n")
+		b.WriteString(res.updateTable(res.upd, false))
+		b.WriteString("\n")
+	}
+	if len(res.knobs) > 0 {
+		b.WriteString("### GOGC and GOMEMLIMIT\n\n")
+		fmt.Fprintf(&b, "The same runs at %d Pods with the Go runtime's knobs set through the environment: GOGC=50 (collect when the heap has\n", top)
+		b.WriteString("grown by half since the last collection, not by all of it), GOMEMLIMIT at 1.2x the heap of the default run, and a\n")
+		b.WriteString("prototype of what a library could do on its own: GOGC=25 only until the cache has synced (`-sync-gogc`, `debug.SetGCPercent`\n")
+		b.WriteString("in the binary), then back to 100.\n\n")
+		var rows []memRun
+		for _, name := range c.knobImpls {
+			for _, r := range res.upd {
+				if r.impl == name && r.rep <= 1 {
+					rows = append(rows, r)
+				}
+			}
+			for _, r := range res.knobs {
+				if r.impl == name {
+					rows = append(rows, r)
+				}
+			}
+		}
+		b.WriteString(res.updateTable(rows, true))
+		b.WriteString("\n")
+	}
+	if len(res.shard) > 0 {
+		b.WriteString("### Sharding\n\n")
+		fmt.Fprintf(&b, "ctrl's sharded controller (`ctrl.Options{Sharding: ctrl.Sharding{Name, Identity}}`) over %d ConfigMaps of 1 KiB of data\n", c.shardN)
+		b.WriteString("(created in ")
+		fmt.Fprintf(&b, "%.0f s), at 1, 2 and 3 replicas, each its own process with 8 workers and no client rate limit (the sharder labels every object),\n", res.shardCreateSeconds)
+		b.WriteString("and unsharded (`mode cm`, the same controller without `Sharding`) for reference. Each ring has a name of its own. The driver\n")
+		b.WriteString("waits until every object is in exactly one replica's cache and every replica has been idle for two polls 2 s apart\n")
+		fmt.Fprintf(&b, "(ring settled: from the start of the processes), measures, then writes %d rounds of one patch to every ConfigMap; a round ends\n", c.g)
+		b.WriteString("when every replica has reconciled each of its objects at that round. The sharder is the replica that holds the ring's\n")
+		b.WriteString("`<ring>-sharder` Lease: besides its shard, it caches the metadata of every object, and it is reported on its own line.\n\n")
+		b.WriteString("![heap per replica](bench/charts/scale-shard.svg)\n\n")
+		b.WriteString(res.shardTable())
+		b.WriteString("\n")
+	}
+	b.WriteString("### Targets\n\n")
+	b.WriteString(res.targetTable())
+	b.WriteString(findings)
+	fmt.Fprintf(&b, "\nLogs of the last invocation are in `%s`.\n", filepath.Join(c.work, "logs"))
+	return b.String()
+}
+
+// writeCharts writes the SVG charts into dir.
+func (res *results) writeCharts(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name, svg string) error { return os.WriteFile(filepath.Join(dir, name), []byte(svg), 0o644) }
+	heap, rss := svgchart.Chart{Title: "Heap once synced (HeapInuse after GC)", XLabel: "Pods cached", YLabel: "MiB"},
+		svgchart.Chart{Title: "Peak RSS (VmHWM)", XLabel: "Pods cached", YLabel: "MiB"}
+	for _, name := range res.cfg.memImpls {
+		var hs, rs svgchart.Series
+		hs.Name, rs.Name = name, name
+		hs.Dash = strings.HasPrefix(name, "cr") || strings.HasPrefix(name, "raw")
+		rs.Dash = hs.Dash
+		for _, n := range res.cfg.counts {
+			if r, ok := res.memRun(name, n); ok {
+				hs.X, hs.Y = append(hs.X, float64(n)), append(hs.Y, float64(r.synced.HeapInuse)/(1<<20))
+				rs.X, rs.Y = append(rs.X, float64(n)), append(rs.Y, float64(r.peakRSS())/(1<<20))
+			}
+		}
+		if len(hs.X) > 0 {
+			heap.Series, rss.Series = append(heap.Series, hs), append(rss.Series, rs)
+		}
+	}
+	if len(heap.Series) > 0 {
+		if err := write("scale-heap.svg", svgchart.Lines(heap)); err != nil {
+			return err
+		}
+		if err := write("scale-rss.svg", svgchart.Lines(rss)); err != nil {
+			return err
+		}
+	}
+	if len(res.shard) > 0 {
+		ch := svgchart.Chart{Title: fmt.Sprintf("Heap per replica, %d ConfigMaps", res.cfg.shardN), YLabel: "MiB"}
+		sharder, others := svgchart.Series{Name: "the sharder"}, svgchart.Series{Name: "each other replica (largest)"}
+		for _, k := range append([]int{0}, res.cfg.replicas...) {
+			name := fmt.Sprintf("%d replicas", k)
+			if k == 0 {
+				name = "unsharded"
+			}
+			ch.Groups = append(ch.Groups, name)
+			s, _ := res.worstShard(k, true)
+			o, _ := res.worstShard(k, false)
+			sharder.Y, others.Y = append(sharder.Y, s/(1<<20)), append(others.Y, o/(1<<20))
+		}
+		ch.Series = []svgchart.Series{sharder, others}
+		if err := write("scale-shard.svg", svgchart.Bars(ch)); err != nil {
+			return err
+		}
+	}
+	if ch, ok := faultsChart(filepath.Join(res.cfg.repo, "BENCHMARKS.md")); ok {
+		if err := write("faults-convergence.svg", svgchart.Bars(ch)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultsChart reads the medians of the faults section of BENCHMARKS.md,
+// as bench/cmd/faults wrote them: per scenario (a "### " heading), the
+// first table whose third column is "median", rows ctrl, cr and raw.
+func faultsChart(path string) (svgchart.Chart, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return svgchart.Chart{}, false
+	}
+	doc := string(data)
+	start := strings.Index(doc, "<!-- section: faults -->")
+	end := strings.Index(doc, "<!-- end section: faults -->")
+	if start < 0 || end < start {
+		return svgchart.Chart{}, false
+	}
+	ch := svgchart.Chart{Title: "Recovery after control-plane faults (median s)", YLabel: "s until caught up"}
+	impls := []string{"ctrl", "cr", "raw"}
+	series := make([]svgchart.Series, len(impls))
+	for i, name := range impls {
+		series[i].Name = name
+	}
+	for _, part := range strings.Split(doc[start:end], "\n### ")[1:] {
+		heading, body, _ := strings.Cut(part, "\n")
+		inTable, found := false, map[string]float64{}
+		for line := range strings.Lines(body) {
+			cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(cells[i])
+			}
+			switch {
+			case len(cells) >= 3 && cells[0] == "implementation" && cells[2] == "median":
+				inTable = true
+			case inTable && len(cells) >= 3:
+				if v, err := strconv.ParseFloat(cells[2], 64); err == nil {
+					found[cells[0]] = v
+				}
+			case inTable && strings.TrimSpace(line) == "":
+				inTable = false
+			}
+			if len(found) == len(impls) {
+				break
+			}
+		}
+		if len(found) != len(impls) {
+			continue
+		}
+		ch.Groups = append(ch.Groups, strings.ToLower(strings.TrimSpace(heading)))
+		for i, name := range impls {
+			series[i].Y = append(series[i].Y, found[name])
+		}
+	}
+	ch.Series = series
+	return ch, len(ch.Groups) > 0
+}
+
+// findings is what profiles of these runs showed; see the report of the
+// change that added this driver.
+const findings = ""
