@@ -45,7 +45,7 @@ func main() {
 	dir := flag.String("members-dir", "", "directory of the members' kubeconfig files")
 	members := flag.Int("members", 1, "member clusters to engage")
 	objects := flag.Int("objects", 5, "ConfigMaps in each member's namespace")
-	p := probe.Begin("fleet-cr")
+	p := probe.Begin(func() string { return "fleet-cr" })
 	logf.SetLogger(logr.Discard())
 	mgr, err := manager.New(p.Config(), manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -25,7 +25,7 @@ func main() {
 	dir := flag.String("members-dir", "", "directory of the members' kubeconfig files")
 	members := flag.Int("members", 1, "member clusters to engage")
 	objects := flag.Int("objects", 5, "ConfigMaps in each member's namespace")
-	p := probe.Begin("fleet-ctrl")
+	p := probe.Begin(func() string { return "fleet-ctrl" })
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: p.Config()})
 	if err != nil {
 		p.Fatal(err)

@@ -32,7 +32,7 @@ import (
 
 func main() {
 	mode := flag.String("mode", "default", "default, strip or meta")
-	p := probe.Begin("cr-" + *mode)
+	p := probe.Begin(func() string { return "cr-" + *mode })
 	logf.SetLogger(logr.Discard())
 	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{p.Flags.Namespace: {}}}
 	if *mode != "default" {

@@ -71,7 +71,7 @@ func main() {
 	mode := flag.String("mode", "full", "full, meta, project, cm or shard")
 	ring := flag.String("ring", "bench", "shard mode: Sharding.Name")
 	identity := flag.String("identity", "", "shard mode: Sharding.Identity")
-	p := probe.Begin("ctrl-" + *mode)
+	p := probe.Begin(func() string { return "ctrl-" + *mode })
 	cfg := p.Config()
 	opts := ctrl.Options{Config: cfg, Namespace: p.Flags.Namespace}
 	if *mode == "cm" || *mode == "shard" {

@@ -24,7 +24,7 @@ import (
 
 func main() {
 	mode := flag.String("mode", "strip", "strip or strip-nogzip")
-	p := probe.Begin("raw-" + *mode)
+	p := probe.Begin(func() string { return "raw-" + *mode })
 	cfg := p.Config()
 	cfg.DisableCompression = *mode == "strip-nogzip"
 	cs, err := kubernetes.NewForConfig(cfg)

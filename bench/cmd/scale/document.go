@@ -12,7 +12,7 @@ import (
 
 // document is the scale section of BENCHMARKS.md.
 func (res *results) document() string {
-	c := res.cfg
+	c := res.Cfg
 	top := res.top()
 	var b strings.Builder
 	b.WriteString("## Scale: memory at 10k to 100k Pods, metadata, projections and sharding\n\n")
@@ -23,16 +23,16 @@ func (res *results) document() string {
 	b.WriteString("[bench/charts](bench/charts).\n\n")
 
 	b.WriteString("### Setup\n\n")
-	b.WriteString(res.run.Setup("the control plane, the writers and the controller share the machine; memory figures do not depend on the load, CPU and wall-clock figures do",
-		"go run ./cmd/scale "+c.args))
+	b.WriteString(res.Run.Setup("the control plane, the writers and the controller share the machine; memory figures do not depend on the load, CPU and wall-clock figures do",
+		"go run ./cmd/scale "+c.Args))
 	var creates []string
-	for _, n := range c.counts {
-		if s, ok := res.createSeconds[n]; ok {
+	for _, n := range c.Counts {
+		if s, ok := res.CreateSeconds[n]; ok {
 			creates = append(creates, fmt.Sprintf("up to %d in %.0f s", n, s))
 		}
 	}
 	fmt.Fprintf(&b, "- Pods: %s, by %d parallel writers with plain creates (the server records managedFields, as for a ReplicaSet's Pods); created once, in steps, and reused by every implementation\n",
-		strings.Join(creates, ", "), c.writers)
+		strings.Join(creates, ", "), c.Writers)
 	b.WriteString("- each Pod (package `bench/internal/podgen`) is what a Deployment of a typical service makes: an init container, the app and a\n")
 	b.WriteString("  proxy sidecar with 5 to 12 environment variables each, resources, liveness and readiness probes, four volumes and their\n")
 	b.WriteString("  mounts, 7 labels, 5 annotations, an owner reference, tolerations; 5.5 KiB as JSON before managedFields\n")
@@ -48,7 +48,7 @@ func (res *results) document() string {
 	b.WriteString("![heap against Pods cached](bench/charts/scale-heap.svg)\n\n")
 	b.WriteString("![peak RSS against Pods cached](bench/charts/scale-rss.svg)\n\n")
 	b.WriteString(res.memoryTable())
-	fmt.Fprintf(&b, "\n- heap per Pod: the slope of the heap from %d to %d Pods, which leaves out what the process holds with no Pods.\n", c.counts[0], top)
+	fmt.Fprintf(&b, "\n- heap per Pod: the slope of the heap from %d to %d Pods, which leaves out what the process holds with no Pods.\n", c.Counts[0], top)
 	b.WriteString("- CPU s until then: user+sys CPU of the process from its start until every Pod was reconciled once: the cost of the initial list.\n\n")
 	if p, cr := res.perObject("ctrl-project", top), res.perObject("cr-default", top); p > 0 && cr > 0 {
 		m, _ := res.memRun("ctrl-meta", top)
@@ -59,31 +59,33 @@ func (res *results) document() string {
 		b.WriteString("\n\n")
 	}
 
-	if len(res.upd) > 0 {
+	if len(res.Upd) > 0 {
 		b.WriteString("### CPU per update event\n\n")
-		fmt.Fprintf(&b, "At %d Pods cached, each run writes %d rounds of one merge patch of the round annotation to the first %d Pods (one watch event\n", top, c.g, c.updateN)
+		fmt.Fprintf(&b, "At %d Pods cached, each run writes %d rounds of one merge patch of the round annotation to the first %d Pods (one watch event\n", top, c.G, c.UpdateN)
 		fmt.Fprintf(&b, "each) and waits until the controller has reconciled each at that round; CPU is the controller's user+sys CPU\n")
-		fmt.Fprintf(&b, "(`getrusage`) over those rounds, per 1,000 events. R = %d runs of each, interleaved; medians.\n\n", c.r)
+		fmt.Fprintf(&b, "(`getrusage`) over those rounds, per 1,000 events. R = %d runs of each, interleaved; medians.\n\n", c.R)
 		b.WriteString(res.updateSummary())
 		b.WriteString("\nEvery run:\n\n")
-		b.WriteString(res.updateTable(res.upd, false))
+		b.WriteString(res.updateTable(res.Upd, false))
 		b.WriteString("\n")
 	}
-	if len(res.knobs) > 0 {
+	if len(res.Knobs) > 0 {
 		b.WriteString("### GOGC and GOMEMLIMIT\n\n")
-		fmt.Fprintf(&b, "The same runs at %d Pods with the Go runtime's knobs set through the environment: GOGC=50 (collect when the heap has\n", top)
-		b.WriteString("grown by half since the last collection, not by all of it), GOMEMLIMIT at 1.2x the heap of the default run, and a\n")
-		b.WriteString("prototype of what a library could do on its own: GOGC=25 only until the cache has synced (`-sync-gogc`, `debug.SetGCPercent`\n")
-		b.WriteString("in the binary), then back to 100.\n\n")
+		fmt.Fprintf(&b, "The same update runs at %d Pods with the Go runtime's settings changed through the environment: GOGC (collect when\n", top)
+		b.WriteString("the heap has grown by that percentage of what the last collection left live; 100 by default), GOMEMLIMIT at 1.2x the heap\n")
+		b.WriteString("of the default run (a soft limit: the collector runs as often as it must to stay under it), and a prototype of what a\n")
+		b.WriteString("library could do on its own: a low GOGC only until the cache has synced and every object was reconciled once (`-sync-gogc`:\n")
+		b.WriteString("`debug.SetGCPercent` in the binary, back to 100 then). The first row of each implementation is its first default update run.\n\n")
 		var rows []memRun
-		for _, name := range c.knobImpls {
-			for _, r := range res.upd {
-				if r.impl == name && r.rep <= 1 {
+		for _, name := range c.KnobImpls {
+			for _, r := range res.Upd {
+				if r.Impl == name && r.Rep <= 1 {
 					rows = append(rows, r)
+					break
 				}
 			}
-			for _, r := range res.knobs {
-				if r.impl == name {
+			for _, r := range res.Knobs {
+				if r.Impl == name {
 					rows = append(rows, r)
 				}
 			}
@@ -91,14 +93,23 @@ func (res *results) document() string {
 		b.WriteString(res.updateTable(rows, true))
 		b.WriteString("\n")
 	}
-	if len(res.shard) > 0 {
+	if len(res.Profiles) > 0 {
+		b.WriteString("### Where the CPU of an update goes\n\n")
+		fmt.Fprintf(&b, "One more update run of each, at %d Pods, with a CPU profile (`pprof`, 100 Hz) over the update phase. Each row is the\n", top)
+		b.WriteString("CPU of the samples whose stack holds the functions named (`go tool pprof -focus`), per 1,000 updates, and its share of\n")
+		b.WriteString("all samples; a sample can count in several rows (an allocation made while decoding), so the rows do not add up. The\n")
+		fmt.Fprintf(&b, "profiles are in `%s`.\n\n", filepath.Join(c.Work, "profiles"))
+		b.WriteString(res.profileTable())
+		b.WriteString("\n")
+	}
+	if len(res.Shard) > 0 {
 		b.WriteString("### Sharding\n\n")
-		fmt.Fprintf(&b, "ctrl's sharded controller (`ctrl.Options{Sharding: ctrl.Sharding{Name, Identity}}`) over %d ConfigMaps of 1 KiB of data\n", c.shardN)
+		fmt.Fprintf(&b, "ctrl's sharded controller (`ctrl.Options{Sharding: ctrl.Sharding{Name, Identity}}`) over %d ConfigMaps of 1 KiB of data\n", c.ShardN)
 		b.WriteString("(created in ")
-		fmt.Fprintf(&b, "%.0f s), at 1, 2 and 3 replicas, each its own process with 8 workers and no client rate limit (the sharder labels every object),\n", res.shardCreateSeconds)
+		fmt.Fprintf(&b, "%.0f s), at 1, 2 and 3 replicas, each its own process with 8 workers and no client rate limit (the sharder labels every object),\n", res.ShardCreateSeconds)
 		b.WriteString("and unsharded (`mode cm`, the same controller without `Sharding`) for reference. Each ring has a name of its own. The driver\n")
 		b.WriteString("waits until every object is in exactly one replica's cache and every replica has been idle for two polls 2 s apart\n")
-		fmt.Fprintf(&b, "(ring settled: from the start of the processes), measures, then writes %d rounds of one patch to every ConfigMap; a round ends\n", c.g)
+		fmt.Fprintf(&b, "(ring settled: from the start of the processes), measures, then writes %d rounds of one patch to every ConfigMap; a round ends\n", c.G)
 		b.WriteString("when every replica has reconciled each of its objects at that round. The sharder is the replica that holds the ring's\n")
 		b.WriteString("`<ring>-sharder` Lease: besides its shard, it caches the metadata of every object, and it is reported on its own line.\n\n")
 		b.WriteString("![heap per replica](bench/charts/scale-shard.svg)\n\n")
@@ -107,8 +118,8 @@ func (res *results) document() string {
 	}
 	b.WriteString("### Targets\n\n")
 	b.WriteString(res.targetTable())
-	b.WriteString(findings)
-	fmt.Fprintf(&b, "\nLogs of the last invocation are in `%s`.\n", filepath.Join(c.work, "logs"))
+	b.WriteString(res.findings())
+	fmt.Fprintf(&b, "\nLogs of the last invocation are in `%s`.\n", filepath.Join(c.Work, "logs"))
 	return b.String()
 }
 
@@ -120,14 +131,14 @@ func (res *results) writeCharts(dir string) error {
 	write := func(name, svg string) error { return os.WriteFile(filepath.Join(dir, name), []byte(svg), 0o644) }
 	heap, rss := svgchart.Chart{Title: "Heap once synced (HeapInuse after GC)", XLabel: "Pods cached", YLabel: "MiB"},
 		svgchart.Chart{Title: "Peak RSS (VmHWM)", XLabel: "Pods cached", YLabel: "MiB"}
-	for _, name := range res.cfg.memImpls {
+	for _, name := range res.Cfg.MemImpls {
 		var hs, rs svgchart.Series
 		hs.Name, rs.Name = name, name
 		hs.Dash = strings.HasPrefix(name, "cr") || strings.HasPrefix(name, "raw")
 		rs.Dash = hs.Dash
-		for _, n := range res.cfg.counts {
+		for _, n := range res.Cfg.Counts {
 			if r, ok := res.memRun(name, n); ok {
-				hs.X, hs.Y = append(hs.X, float64(n)), append(hs.Y, float64(r.synced.HeapInuse)/(1<<20))
+				hs.X, hs.Y = append(hs.X, float64(n)), append(hs.Y, float64(r.Synced.HeapInuse)/(1<<20))
 				rs.X, rs.Y = append(rs.X, float64(n)), append(rs.Y, float64(r.peakRSS())/(1<<20))
 			}
 		}
@@ -143,10 +154,10 @@ func (res *results) writeCharts(dir string) error {
 			return err
 		}
 	}
-	if len(res.shard) > 0 {
-		ch := svgchart.Chart{Title: fmt.Sprintf("Heap per replica, %d ConfigMaps", res.cfg.shardN), YLabel: "MiB"}
+	if len(res.Shard) > 0 {
+		ch := svgchart.Chart{Title: fmt.Sprintf("Heap per replica, %d ConfigMaps", res.Cfg.ShardN), YLabel: "MiB"}
 		sharder, others := svgchart.Series{Name: "the sharder"}, svgchart.Series{Name: "each other replica (largest)"}
-		for _, k := range append([]int{0}, res.cfg.replicas...) {
+		for _, k := range append([]int{0}, res.Cfg.Replicas...) {
 			name := fmt.Sprintf("%d replicas", k)
 			if k == 0 {
 				name = "unsharded"
@@ -161,7 +172,7 @@ func (res *results) writeCharts(dir string) error {
 			return err
 		}
 	}
-	if ch, ok := faultsChart(filepath.Join(res.cfg.repo, "BENCHMARKS.md")); ok {
+	if ch, ok := faultsChart(filepath.Join(res.Cfg.Repo, "BENCHMARKS.md")); ok {
 		if err := write("faults-convergence.svg", svgchart.Bars(ch)); err != nil {
 			return err
 		}
@@ -222,7 +233,3 @@ func faultsChart(path string) (svgchart.Chart, bool) {
 	ch.Series = series
 	return ch, len(ch.Groups) > 0
 }
-
-// findings is what profiles of these runs showed; see the report of the
-// change that added this driver.
-const findings = ""

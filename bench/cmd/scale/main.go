@@ -50,71 +50,95 @@ func implNamed(name string) (impl, bool) {
 	return impl{}, false
 }
 
-var phaseNames = []string{"memory", "update", "knobs", "shard"}
+var phaseNames = []string{"memory", "update", "knobs", "profile", "shard"}
 
 type config struct {
-	counts      []int
-	memImpls    []string
-	updateImpls []string
-	knobImpls   []string
-	updateN     int
-	g, r        int
-	shardN      int
-	replicas    []int
-	writers     int
-	phases      []string
-	namespace   string
-	shardNS     string
-	repo        string
-	work        string
-	profileDir  string
-	charts      string // directory of the SVG charts, relative to repo
-	write       bool
-	args        string // the command line, for the section
+	Counts      []int
+	MemImpls    []string
+	UpdateImpls []string
+	ProfImpls   []string
+	KnobImpls   []string    // those of knobs, in order
+	Knobs       [][2]string // implementation, setting
+	UpdateN     int
+	G, R        int
+	ShardN      int
+	Replicas    []int
+	Writers     int
+	Phases      []string
+	Namespace   string
+	ShardNS     string
+	Repo        string
+	Work        string
+	ProfileDir  string
+	Charts      string // directory of the SVG charts, relative to repo
+	Write       bool
+	Args        string // the command line, for the section
 }
 
 func main() {
 	var c config
-	var counts, memImpls, updateImpls, knobImpls, replicas, phases string
+	var counts, memImpls, updateImpls, knobImpls, profImpls, replicas, phases string
 	flag.StringVar(&counts, "counts", "10000,50000,100000", "Pod counts to measure memory at, ascending")
 	flag.StringVar(&memImpls, "impls", "ctrl-full,ctrl-meta,ctrl-project,cr-default,cr-strip,cr-meta,raw-strip", "implementations measured at every count")
+	flag.StringVar(&profImpls, "profile-impls", "ctrl-meta,ctrl-project,raw-strip", "implementations of the profile phase: one more update run each, with a CPU profile, whose time the section breaks down")
 	flag.StringVar(&updateImpls, "update-impls", "ctrl-meta,ctrl-project,ctrl-full,raw-strip,raw-strip-nogzip", "implementations run through update rounds at the largest count")
-	flag.StringVar(&knobImpls, "knob-impls", "ctrl-full,ctrl-project", "implementations run with GOGC, GOMEMLIMIT and a sync-time GOGC at the largest count")
-	flag.IntVar(&c.updateN, "update-n", 10000, "Pods patched in each update round (the first of them)")
-	flag.IntVar(&c.g, "g", 2, "update rounds per run")
-	flag.IntVar(&c.r, "r", 2, "repetitions of the update runs, interleaved")
-	flag.IntVar(&c.shardN, "shard-n", 20000, "ConfigMaps of the sharded controller")
+	flag.StringVar(&knobImpls, "knobs", "ctrl-full:GOGC=50,ctrl-full:GOMEMLIMIT,ctrl-full:sync-gogc=25,ctrl-meta:GOGC=200,ctrl-meta:GOGC=400",
+		"runs with other Go runtime settings at the largest count, as implementation:setting; settings: GOGC=<n>, GOMEMLIMIT (1.2x the default run's heap), sync-gogc=<n> (GOGC n until the cache has synced and every object was reconciled once)")
+	flag.IntVar(&c.UpdateN, "update-n", 10000, "Pods patched in each update round (the first of them)")
+	flag.IntVar(&c.G, "g", 2, "update rounds per run")
+	flag.IntVar(&c.R, "r", 2, "repetitions of the update runs, interleaved")
+	flag.IntVar(&c.ShardN, "shard-n", 20000, "ConfigMaps of the sharded controller")
 	flag.StringVar(&replicas, "replicas", "1,2,3", "replica counts of the sharded controller")
-	flag.IntVar(&c.writers, "writers", 32, "parallel writers creating and patching objects")
+	flag.IntVar(&c.Writers, "writers", 32, "parallel writers creating and patching objects")
 	flag.StringVar(&phases, "phases", strings.Join(phaseNames, ","), "phases to run, from "+strings.Join(phaseNames, ","))
-	flag.StringVar(&c.namespace, "namespace", "scale", "namespace of the Pods")
-	flag.StringVar(&c.shardNS, "shard-namespace", "shard", "namespace of the sharded ConfigMaps")
-	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
-	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-scale"), "directory for binaries and logs")
-	flag.StringVar(&c.profileDir, "profile-dir", "", "make every process write heap profiles (at measure) and CPU profiles (update phase) here")
-	flag.StringVar(&c.charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
-	flag.BoolVar(&c.write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
+	flag.StringVar(&c.Namespace, "namespace", "scale", "namespace of the Pods")
+	flag.StringVar(&c.ShardNS, "shard-namespace", "shard", "namespace of the sharded ConfigMaps")
+	flag.StringVar(&c.Repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
+	flag.StringVar(&c.Work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-scale"), "directory for binaries and logs")
+	flag.StringVar(&c.ProfileDir, "profile-dir", "", "make every process write heap profiles (at measure) and CPU profiles (update phase) here")
+	flag.StringVar(&c.Charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
+	flag.BoolVar(&c.Write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
+	render := flag.String("render", "", "run nothing: render the section (and with -write, write it and the charts) from the results.json of an earlier run")
 	flag.Parse()
-	c.args = strings.Join(os.Args[1:], " ")
+	c.Args = strings.Join(os.Args[1:], " ")
+	if *render != "" {
+		if err := rerender(*render, c.Repo, c.Write); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	var err error
-	if c.counts, err = ints(counts); err != nil {
+	if c.Counts, err = ints(counts); err != nil {
 		fatal(err)
 	}
-	if c.replicas, err = ints(replicas); err != nil {
+	if c.Replicas, err = ints(replicas); err != nil {
 		fatal(err)
 	}
-	c.memImpls, c.updateImpls, c.knobImpls, c.phases = list(memImpls), list(updateImpls), list(knobImpls), list(phases)
-	for _, name := range slices.Concat(c.memImpls, c.updateImpls, c.knobImpls) {
+	c.ProfImpls = list(profImpls)
+	c.MemImpls, c.UpdateImpls, c.Phases = list(memImpls), list(updateImpls), list(phases)
+	var knobNames []string
+	for _, k := range list(knobImpls) {
+		name, setting, ok := strings.Cut(k, ":")
+		if !ok || !(strings.HasPrefix(setting, "GOGC=") || setting == "GOMEMLIMIT" || strings.HasPrefix(setting, "sync-gogc=")) {
+			fatal(fmt.Errorf("-knobs %q: want implementation:setting", k))
+		}
+		c.Knobs = append(c.Knobs, [2]string{name, setting})
+		if !slices.Contains(c.KnobImpls, name) {
+			c.KnobImpls = append(c.KnobImpls, name)
+		}
+		knobNames = append(knobNames, name)
+	}
+	for _, name := range slices.Concat(c.MemImpls, c.UpdateImpls, knobNames, c.ProfImpls) {
 		if _, ok := implNamed(name); !ok {
 			fatal(fmt.Errorf("unknown implementation %q", name))
 		}
 	}
-	for _, ph := range c.phases {
+	for _, ph := range c.Phases {
 		if !slices.Contains(phaseNames, ph) {
 			fatal(fmt.Errorf("unknown phase %q", ph))
 		}
 	}
-	if len(c.counts) == 0 || !slices.IsSorted(c.counts) || c.updateN > c.counts[len(c.counts)-1] || c.g <= 0 || c.r <= 0 {
+	if len(c.Counts) == 0 || !slices.IsSorted(c.Counts) || c.UpdateN > c.Counts[len(c.Counts)-1] || c.G <= 0 || c.R <= 0 {
 		fatal(errors.New("-counts must ascend, -update-n be at most the largest count, -g and -r positive"))
 	}
 	if err := run(c); err != nil {

@@ -13,24 +13,24 @@ import (
 // replicaRun is one replica of a sharded run, or the unsharded reference
 // (replicas 0).
 type replicaRun struct {
-	replicas int
-	identity string
-	sharder  bool
-	owned    int     // objects in its cache once the ring settled
-	settle   float64 // s from the start of the replicas until the ring settled
-	synced   probe.Mem
-	updated  probe.Mem
-	cpu      float64 // update phase, user+sys s
-	events   int     // of its own objects
-	gcs      uint32
-	roundsS  []float64 // wall time of each round: patches written and every replica caught up
+	Replicas int
+	Identity string
+	Sharder  bool
+	Owned    int     // objects in its cache once the ring settled
+	Settle   float64 // s from the start of the replicas until the ring settled
+	Synced   probe.Mem
+	Updated  probe.Mem
+	CPU      float64 // update phase, user+sys s
+	Events   int     // of its own objects
+	GCs      uint32
+	RoundsS  []float64 // wall time of each round: patches written and every replica caught up
 }
 
 func (r replicaRun) cpuPer1k() float64 {
-	if r.events == 0 {
+	if r.Events == 0 {
 		return 0
 	}
-	return r.cpu / (float64(r.events) / 1000)
+	return r.CPU / (float64(r.Events) / 1000)
 }
 
 // shardPhase runs the ConfigMap controller unsharded, then sharded at each
@@ -38,22 +38,22 @@ func (r replicaRun) cpuPer1k() float64 {
 // last ring do not matter.
 func (d *driver) shardPhase(ctx context.Context) error {
 	c := d.c
-	if err := createNamespace(ctx, d.cs, c.shardNS); err != nil {
+	if err := createNamespace(ctx, d.cs, c.ShardNS); err != nil {
 		return err
 	}
 	t0 := time.Now()
-	if err := createConfigMaps(ctx, d.cs, c.shardNS, c.shardN, c.writers); err != nil {
+	if err := createConfigMaps(ctx, d.cs, c.ShardNS, c.ShardN, c.Writers); err != nil {
 		return err
 	}
-	d.res.shardCreateSeconds = time.Since(t0).Seconds()
-	logf("created %d ConfigMaps in %.1fs", c.shardN, d.res.shardCreateSeconds)
+	d.res.ShardCreateSeconds = time.Since(t0).Seconds()
+	logf("created %d ConfigMaps in %.1fs", c.ShardN, d.res.ShardCreateSeconds)
 	round := 0
-	for _, k := range append([]int{0}, c.replicas...) {
+	for _, k := range append([]int{0}, c.Replicas...) {
 		runs, err := d.shardRun(ctx, k, &round)
 		if err != nil {
 			return fmt.Errorf("%d replicas: %w", k, err)
 		}
-		d.res.shard = append(d.res.shard, runs...)
+		d.res.Shard = append(d.res.Shard, runs...)
 	}
 	return nil
 }
@@ -81,17 +81,17 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 	start := time.Now()
 	for i := range n {
 		id := fmt.Sprintf("replica-%d", i+1)
-		args := []string{"-kubeconfig", d.kubeconfig, "-namespace", c.shardNS, "-n", strconv.Itoa(c.shardN), "-mode", mode,
+		args := []string{"-kubeconfig", d.kubeconfig, "-namespace", c.ShardNS, "-n", strconv.Itoa(c.ShardN), "-mode", mode,
 			"-ring", ring, "-identity", id, "-workers", "8"}
-		if c.profileDir != "" {
-			args = append(args, "-profile-dir", c.profileDir, "-profile-tag", fmt.Sprintf("%s-%s", ring, id))
+		if c.ProfileDir != "" {
+			args = append(args, "-profile-dir", c.ProfileDir, "-profile-tag", fmt.Sprintf("%s-%s", ring, id))
 		}
-		p, err := probe.Start(d.bins["scale-ctrl"], args, nil, filepath.Join(c.work, "logs", fmt.Sprintf("shard-%s-%s.log", ring, id)))
+		p, err := probe.Start(d.bins["scale-ctrl"], args, nil, filepath.Join(c.Work, "logs", fmt.Sprintf("shard-%s-%s.log", ring, id)))
 		if err != nil {
 			return nil, err
 		}
 		procs[i] = p
-		runs[i] = replicaRun{replicas: k, identity: id}
+		runs[i] = replicaRun{Replicas: k, Identity: id}
 	}
 	// Settled: every object is in exactly one replica's cache, each
 	// replica has reconciled what it holds, and nothing moved for two polls.
@@ -110,12 +110,12 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 				return nil, err
 			}
 			total += a.Cached
-			runs[i].owned = a.Cached
+			runs[i].Owned = a.Cached
 			now[i] = a.Reconciles
 		}
-		settled := total == c.shardN
+		settled := total == c.ShardN
 		for i := range runs {
-			settled = settled && now[i] >= int64(runs[i].owned) && (last != nil && now[i] == last[i])
+			settled = settled && now[i] >= int64(runs[i].Owned) && (last != nil && now[i] == last[i])
 		}
 		if settled {
 			stable++
@@ -131,8 +131,8 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		if err != nil {
 			return nil, err
 		}
-		runs[i].synced, runs[i].settle = *a.Mem, settle
-		runs[i].sharder = k > 0 && runs[i].identity == holder
+		runs[i].Synced, runs[i].Settle = *a.Mem, settle
+		runs[i].Sharder = k > 0 && runs[i].Identity == holder
 	}
 	for _, p := range procs {
 		if _, err := p.Do("begin"); err != nil {
@@ -140,14 +140,14 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		}
 	}
 	var rounds []float64
-	for range c.g {
+	for range c.G {
 		*round++
 		t0 := time.Now()
-		if err := patchRound(ctx, d.cs, c.shardNS, "cm", c.shardN, *round, c.writers); err != nil {
+		if err := patchRound(ctx, d.cs, c.ShardNS, "cm", c.ShardN, *round, c.Writers); err != nil {
 			return nil, err
 		}
 		for i, p := range procs {
-			if _, err := p.Do(fmt.Sprintf("round %d %d", *round, runs[i].owned)); err != nil {
+			if _, err := p.Do(fmt.Sprintf("round %d %d", *round, runs[i].Owned)); err != nil {
 				return nil, err
 			}
 		}
@@ -158,25 +158,25 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		if err != nil {
 			return nil, err
 		}
-		runs[i].cpu, runs[i].gcs, runs[i].events = a.UserSeconds+a.SysSeconds, a.GCs, runs[i].owned*c.g
-		runs[i].roundsS = rounds
+		runs[i].CPU, runs[i].GCs, runs[i].Events = a.UserSeconds+a.SysSeconds, a.GCs, runs[i].Owned*c.G
+		runs[i].RoundsS = rounds
 	}
 	for i, p := range procs {
 		a, err := p.Do("measure")
 		if err != nil {
 			return nil, err
 		}
-		runs[i].updated = *a.Mem
+		runs[i].Updated = *a.Mem
 	}
 	for i, p := range procs {
 		if err := p.Exit(); err != nil {
-			return nil, fmt.Errorf("%s: exit: %w", runs[i].identity, err)
+			return nil, fmt.Errorf("%s: exit: %w", runs[i].Identity, err)
 		}
 		procs[i] = nil
 	}
 	for _, r := range runs {
 		logf("  %s%s: %d objects, heap %s MiB, peak rss %s MiB, %.3f CPU s per 1k own updates, settled %.1fs",
-			r.identity, map[bool]string{true: " (sharder)"}[r.sharder], r.owned, mib(r.synced.HeapInuse), mibI(r.updated.MaxRSS), r.cpuPer1k(), r.settle)
+			r.Identity, map[bool]string{true: " (sharder)"}[r.Sharder], r.Owned, mib(r.Synced.HeapInuse), mibI(r.Updated.MaxRSS), r.cpuPer1k(), r.Settle)
 	}
 	return runs, nil
 }

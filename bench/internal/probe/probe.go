@@ -121,7 +121,8 @@ type Flags struct {
 	ProfileDir string
 	ProfileTag string
 	// SyncGOGC, if positive, is the GOGC the process runs with until
-	// WatchSync sees its cache synced; then GOGC goes back to what it was.
+	// WatchSync sees its cache synced and every object reconciled once;
+	// then GOGC goes back to what it was.
 	SyncGOGC int
 }
 
@@ -175,8 +176,9 @@ type Probe struct {
 }
 
 // Begin parses the flags, with any the binary defined before, and starts
-// the clock. Call it first thing in main.
-func Begin(name string) *Probe {
+// the clock; name, called after the flags are parsed, names the process in
+// errors and profiles. Call it first thing in main.
+func Begin(name func() string) *Probe {
 	start := time.Now()
 	var f Flags
 	flag.StringVar(&f.Kubeconfig, "kubeconfig", "", "path of the kubeconfig file")
@@ -185,21 +187,22 @@ func Begin(name string) *Probe {
 	flag.IntVar(&f.Workers, "workers", 4, "concurrent reconciles")
 	flag.StringVar(&f.ProfileDir, "profile-dir", "", "write a heap profile at measure and a CPU profile of the update phase here")
 	flag.StringVar(&f.ProfileTag, "profile-tag", "", "suffix of the profile file names")
-	flag.IntVar(&f.SyncGOGC, "sync-gogc", 0, "run with this GOGC until the cache has synced (a prototype of a sync-time GC setting); 0: unchanged")
+	flag.IntVar(&f.SyncGOGC, "sync-gogc", 0, "run with this GOGC until the cache has synced and every object was reconciled once (a prototype of a start-up GC setting); 0: unchanged")
 	flag.Parse()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Probe{Flags: f, Recorder: NewRecorder(f.N), Ctx: ctx, name: name, start: start, cancel: cancel, out: json.NewEncoder(os.Stdout)}
+	return &Probe{Flags: f, Recorder: NewRecorder(f.N), Ctx: ctx, name: name(), start: start, cancel: cancel, out: json.NewEncoder(os.Stdout)}
 }
 
-// WatchSync restores GOGC once hasSynced reports true, if -sync-gogc
-// lowered it for the initial list. Call it before starting the controller.
+// WatchSync restores GOGC once hasSynced reports true and every object
+// was reconciled once, if -sync-gogc lowered it for the initial list and
+// the first pass of reconciles. Call it before starting the controller.
 func (p *Probe) WatchSync(hasSynced func() bool) {
 	if p.Flags.SyncGOGC <= 0 {
 		return
 	}
 	prev := debug.SetGCPercent(p.Flags.SyncGOGC)
 	go func() {
-		for !hasSynced() {
+		for !hasSynced() || p.Recorder.first.Load() < int64(p.Flags.N) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		debug.SetGCPercent(prev)
