@@ -52,6 +52,7 @@ type config struct {
 	charts    string
 	write     bool
 	args      string
+	profiles  string
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
 	flag.StringVar(&c.work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-fleet"), "directory for binaries, kubeconfigs and logs")
 	flag.StringVar(&c.charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
+	flag.StringVar(&c.profiles, "profile-dir", "", "make every process write heap and goroutine profiles here once measured")
 	flag.BoolVar(&c.write, "write", false, "write the fleet section of BENCHMARKS.md and its chart")
 	flag.Parse()
 	c.args = strings.Join(os.Args[1:], " ")
@@ -168,6 +170,9 @@ func run(c config) error {
 				n := m * c.objects
 				args := []string{"-kubeconfig", kubeconfigs[0], "-namespace", c.namespace, "-n", strconv.Itoa(n),
 					"-members-dir", membersDir, "-members", strconv.Itoa(m), "-objects", strconv.Itoa(c.objects)}
+				if c.profiles != "" {
+					args = append(args, "-profile-dir", c.profiles, "-profile-tag", fmt.Sprintf("%d-r%d", m, rep))
+				}
 				logPath := filepath.Join(c.work, "logs", fmt.Sprintf("%s-%d-r%d.log", impl, m, rep))
 				p, err := probe.Start(bins[impl], args, nil, logPath)
 				if err != nil {

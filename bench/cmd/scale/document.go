@@ -156,11 +156,14 @@ func (res *results) writeCharts(dir string) error {
 	}
 	if len(res.Shard) > 0 {
 		ch := svgchart.Chart{Title: fmt.Sprintf("Heap per replica, %d ConfigMaps", res.Cfg.ShardN), YLabel: "MiB"}
-		sharder, others := svgchart.Series{Name: "the sharder"}, svgchart.Series{Name: "each other replica (largest)"}
+		sharder, others := svgchart.Series{Name: "the sharder"}, svgchart.Series{Name: "largest other replica"}
 		for _, k := range append([]int{0}, res.Cfg.Replicas...) {
 			name := fmt.Sprintf("%d replicas", k)
-			if k == 0 {
+			switch k {
+			case 0:
 				name = "unsharded"
+			case 1:
+				name = "1 replica"
 			}
 			ch.Groups = append(ch.Groups, name)
 			s, _ := res.worstShard(k, true)

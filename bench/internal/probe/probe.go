@@ -185,7 +185,7 @@ func Begin(name func() string) *Probe {
 	flag.StringVar(&f.Namespace, "namespace", "scale", "namespace of the objects")
 	flag.IntVar(&f.N, "n", 10000, "number of objects (indexes 0..n-1)")
 	flag.IntVar(&f.Workers, "workers", 4, "concurrent reconciles")
-	flag.StringVar(&f.ProfileDir, "profile-dir", "", "write a heap profile at measure and a CPU profile of the update phase here")
+	flag.StringVar(&f.ProfileDir, "profile-dir", "", "write heap and goroutine profiles at measure and a CPU profile of the update phase here")
 	flag.StringVar(&f.ProfileTag, "profile-tag", "", "suffix of the profile file names")
 	flag.IntVar(&f.SyncGOGC, "sync-gogc", 0, "run with this GOGC until the cache has synced and every object was reconciled once (a prototype of a start-up GC setting); 0: unchanged")
 	flag.Parse()
@@ -263,6 +263,7 @@ func (p *Probe) Run(stopped <-chan error) {
 		case "measure":
 			a.Mem = Measure()
 			p.writeProfile("heap", func(w *os.File) error { return pprof.Lookup("heap").WriteTo(w, 0) })
+			p.writeProfile("goroutines", func(w *os.File) error { return pprof.Lookup("goroutine").WriteTo(w, 1) })
 		case "status":
 		case "begin":
 			if p.Flags.ProfileDir != "" {

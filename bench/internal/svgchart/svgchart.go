@@ -150,7 +150,8 @@ func Lines(c Chart) string {
 }
 
 // Bars returns c as a grouped bar chart: one group per c.Groups, one bar
-// per series in each; the y axis starts at 0.
+// per series in each, none where the value is 0 or NaN (not measured); the
+// y axis starts at 0.
 func Bars(c Chart) string {
 	var b strings.Builder
 	header(&b, c)
@@ -167,8 +168,8 @@ func Bars(c Chart) string {
 		gx := float64(left) + float64(g)*groupW
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s font-size="11" text-anchor="middle">%s</text>`+"\n", gx+groupW/2, top+plotH+16, fontAttr, html.EscapeString(name))
 		for i, s := range c.Series {
-			if g >= len(s.Y) {
-				continue
+			if g >= len(s.Y) || !(s.Y[g] > 0) {
+				continue // not measured
 			}
 			bx := gx + groupW*0.1 + float64(i)*barW
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", bx, y(s.Y[g]), barW*0.92, y(0)-y(s.Y[g]), palette[i%len(palette)])
