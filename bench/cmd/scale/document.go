@@ -119,6 +119,11 @@ func (res *results) document() string {
 	b.WriteString("### Targets\n\n")
 	b.WriteString(res.targetTable())
 	b.WriteString(res.findings())
+	if _, ok := faultsChart(filepath.Join(c.Repo, "BENCHMARKS.md")); ok {
+		b.WriteString("\nThis driver also draws the medians of the [faults section](#recovery-after-control-plane-faults), as that section\n")
+		b.WriteString("stood when it ran (bench/cmd/faults writes no data of its own besides its section):\n\n")
+		b.WriteString("![recovery after control-plane faults](bench/charts/faults-convergence.svg)\n")
+	}
 	fmt.Fprintf(&b, "\nLogs of the last invocation are in `%s`.\n", filepath.Join(c.Work, "logs"))
 	return b.String()
 }
