@@ -202,7 +202,7 @@ func faultsChart(path string) (svgchart.Chart, bool) {
 	if start < 0 || end < start {
 		return svgchart.Chart{}, false
 	}
-	ch := svgchart.Chart{Title: "Recovery after control-plane faults (median s)", YLabel: "s until caught up"}
+	ch := svgchart.Chart{Title: "Recovery after control-plane faults (median s)", YLabel: "s until converged (each scenario's own measure)"}
 	impls := []string{"ctrl", "cr", "raw"}
 	series := make([]svgchart.Series, len(impls))
 	for i, name := range impls {
