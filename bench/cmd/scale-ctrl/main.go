@@ -2,6 +2,7 @@
 // benchmarks (cmd/scale), in one of four modes:
 //
 //	full     a controller of *corev1.Pod: the cache holds whole Pods, managedFields removed
+//	full-nocopy  full with ControllerOptions.UnsafeDisableDeepCopy: a diagnostic
 //	meta     a controller of *metav1.PartialObjectMetadata for Pods (CacheOptions.Resource):
 //	         the server sends metadata only
 //	project  a controller of podView, a projection of Pods (ctrl.Project)
@@ -68,7 +69,7 @@ func init() {
 var podResource = ctrl.APIResource{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
 
 func main() {
-	mode := flag.String("mode", "full", "full, meta, project, cm or shard")
+	mode := flag.String("mode", "full", "full, full-nocopy, meta, project, cm or shard")
 	ring := flag.String("ring", "bench", "shard mode: Sharding.Name")
 	identity := flag.String("identity", "", "shard mode: Sharding.Identity")
 	p := probe.Begin(func() string { return "ctrl-" + *mode })
@@ -90,7 +91,8 @@ func main() {
 	copts := ctrl.ControllerOptions{Workers: p.Flags.Workers}
 	var hasSynced func() bool
 	switch *mode {
-	case "full":
+	case "full", "full-nocopy":
+		copts.UnsafeDisableDeepCopy = *mode == "full-nocopy"
 		hasSynced, p.Cached, err = run(mgr, p, copts, func(pod *corev1.Pod) (string, int) { return pod.Name, podgen.Round(pod.Annotations) })
 	case "meta":
 		copts.Cache.Resource = podResource

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,7 +43,9 @@ func (res *results) document() string {
 
 	b.WriteString("| implementation | what it is |\n|---|---|\n")
 	for _, im := range impls {
-		fmt.Fprintf(&b, "| %s | %s |\n", im.name, im.what)
+		if slices.Contains(slices.Concat(c.MemImpls, c.UpdateImpls, c.KnobImpls, c.ProfImpls), im.name) {
+			fmt.Fprintf(&b, "| %s | %s |\n", im.name, im.what)
+		}
 	}
 	b.WriteString("\n### Memory\n\n")
 	b.WriteString("![heap against Pods cached](bench/charts/scale-heap.svg)\n\n")
