@@ -34,6 +34,10 @@ func (res *results) document() string {
 	}
 	fmt.Fprintf(&b, "- Pods: %s, by %d parallel writers with plain creates (the server records managedFields, as for a ReplicaSet's Pods); created once, in steps, and reused by every implementation\n",
 		strings.Join(creates, ", "), c.Writers)
+	if len(c.APIServerFlags) > 0 {
+		fmt.Fprintf(&b, "- kube-apiserver flags added: `%s` (etcd's quota is 2 GiB: 100k Pods with their managedFields take about half, and each\n", strings.Join(c.APIServerFlags, " "))
+		b.WriteString("  update round's old revisions must be compacted away before the next rounds fill the rest)\n")
+	}
 	b.WriteString("- each Pod (package `bench/internal/podgen`) is what a Deployment of a typical service makes: an init container, the app and a\n")
 	b.WriteString("  proxy sidecar with 5 to 12 environment variables each, resources, liveness and readiness probes, four volumes and their\n")
 	b.WriteString("  mounts, 7 labels, 5 annotations, an owner reference, tolerations; 5.5 KiB as JSON before managedFields\n")

@@ -54,36 +54,38 @@ func implNamed(name string) (impl, bool) {
 var phaseNames = []string{"memory", "update", "knobs", "profile", "shard"}
 
 type config struct {
-	Counts      []int
-	MemImpls    []string
-	UpdateImpls []string
-	ProfImpls   []string
-	KnobImpls   []string    // those of knobs, in order
-	Knobs       [][2]string // implementation, setting
-	UpdateN     int
-	G, R        int
-	ShardN      int
-	Replicas    []int
-	Writers     int
-	Phases      []string
-	Namespace   string
-	ShardNS     string
-	Repo        string
-	Work        string
-	ProfileDir  string
-	Charts      string // directory of the SVG charts, relative to repo
-	Write       bool
-	Args        string // the command line, for the section
+	Counts         []int
+	MemImpls       []string
+	UpdateImpls    []string
+	ProfImpls      []string
+	KnobImpls      []string    // those of knobs, in order
+	Knobs          [][2]string // implementation, setting
+	UpdateN        int
+	G, R           int
+	ShardN         int
+	Replicas       []int
+	Writers        int
+	Phases         []string
+	Namespace      string
+	ShardNS        string
+	Repo           string
+	Work           string
+	ProfileDir     string
+	Charts         string // directory of the SVG charts, relative to repo
+	Write          bool
+	Args           string // the command line, for the section
+	APIServerFlags []string
 }
 
 func main() {
 	var c config
+	var apiFlags string
 	var counts, memImpls, updateImpls, knobImpls, profImpls, replicas, phases string
 	flag.StringVar(&counts, "counts", "10000,50000,100000", "Pod counts to measure memory at, ascending")
 	flag.StringVar(&memImpls, "impls", "ctrl-full,ctrl-meta,ctrl-project,cr-default,cr-strip,cr-meta,raw-strip", "implementations measured at every count")
 	flag.StringVar(&profImpls, "profile-impls", "ctrl-meta,ctrl-project,raw-strip", "implementations of the profile phase: one more update run each, with a CPU profile, whose time the section breaks down")
 	flag.StringVar(&updateImpls, "update-impls", "ctrl-meta,ctrl-project,ctrl-full,raw-strip,raw-strip-nogzip", "implementations run through update rounds at the largest count")
-	flag.StringVar(&knobImpls, "knobs", "ctrl-full:GOGC=50,ctrl-full:GOMEMLIMIT,ctrl-full:sync-gogc=25,ctrl-meta:GOGC=200,ctrl-meta:GOGC=400",
+	flag.StringVar(&knobImpls, "knobs", "ctrl-full:GOGC=50,ctrl-full:GOMEMLIMIT,ctrl-full:sync-gogc=25,ctrl-meta:GOGC=400",
 		"runs with other Go runtime settings at the largest count, as implementation:setting; settings: GOGC=<n>, GOMEMLIMIT (1.2x the default run's heap), sync-gogc=<n> (GOGC n until the cache has synced and every object was reconciled once)")
 	flag.IntVar(&c.UpdateN, "update-n", 10000, "Pods patched in each update round (the first of them)")
 	flag.IntVar(&c.G, "g", 2, "update rounds per run")
@@ -98,10 +100,12 @@ func main() {
 	flag.StringVar(&c.Work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-scale"), "directory for binaries and logs")
 	flag.StringVar(&c.ProfileDir, "profile-dir", "", "make every process write heap profiles (at measure) and CPU profiles (update phase) here")
 	flag.StringVar(&c.Charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
+	flag.StringVar(&apiFlags, "apiserver-flags", "--etcd-compaction-interval=30s", "extra kube-apiserver flags, space-separated; the default compacts etcd often, so that the update rounds' old revisions of 100k Pods free their space before etcd's 2 GiB quota is reached")
 	flag.BoolVar(&c.Write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
 	render := flag.String("render", "", "run nothing: render the section (and with -write, write it and the charts) from the results.json of an earlier run")
 	flag.Parse()
 	c.Args = strings.Join(os.Args[1:], " ")
+	c.APIServerFlags = strings.Fields(apiFlags)
 	if *render != "" {
 		if err := rerender(*render, c.Repo, c.Write); err != nil {
 			fatal(err)

@@ -66,7 +66,7 @@ func run(c config) error {
 	}
 
 	logf("starting the control plane")
-	cp, err := controlplane.Start(cpBin, filepath.Join(c.Work, "logs", "controlplane.log"), nil)
+	cp, err := controlplane.Start(cpBin, filepath.Join(c.Work, "logs", "controlplane.log"), c.APIServerFlags)
 	if err != nil {
 		return err
 	}
@@ -81,6 +81,36 @@ func run(c config) error {
 	if d.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
+	if err := d.phases(); err != nil {
+		// What was measured before the failure is kept for -render.
+		if serr := d.res.save(filepath.Join(c.Work, "results.json")); serr == nil {
+			logf("saved the results so far in %s", filepath.Join(c.Work, "results.json"))
+		}
+		return err
+	}
+	d.res.Run.Finish()
+	if err := d.res.save(filepath.Join(c.Work, "results.json")); err != nil {
+		return err
+	}
+	md := d.res.document()
+	fmt.Println(md)
+	fmt.Printf("load average before: %s, after: %s\n", d.res.Run.LoadBefore, d.res.Run.LoadAfter)
+	if c.Write {
+		if err := d.res.writeCharts(filepath.Join(c.Repo, c.Charts)); err != nil {
+			return err
+		}
+		path := filepath.Join(c.Repo, "BENCHMARKS.md")
+		if err := benchdoc.WriteSection(path, "scale", md); err != nil {
+			return err
+		}
+		logf("wrote %s and the charts in %s", path, filepath.Join(c.Repo, c.Charts))
+	}
+	return nil
+}
+
+// phases runs the phases of the benchmark against the running control plane.
+func (d *driver) phases() error {
+	c := d.c
 	ctx := context.Background()
 	if err := createNamespace(ctx, d.cs, c.Namespace); err != nil {
 		return err
@@ -193,24 +223,6 @@ func run(c config) error {
 		if err := d.shardPhase(ctx); err != nil {
 			return err
 		}
-	}
-	d.res.Run.Finish()
-
-	if err := d.res.save(filepath.Join(c.Work, "results.json")); err != nil {
-		return err
-	}
-	md := d.res.document()
-	fmt.Println(md)
-	fmt.Printf("load average before: %s, after: %s\n", d.res.Run.LoadBefore, d.res.Run.LoadAfter)
-	if c.Write {
-		if err := d.res.writeCharts(filepath.Join(c.Repo, c.Charts)); err != nil {
-			return err
-		}
-		path := filepath.Join(c.Repo, "BENCHMARKS.md")
-		if err := benchdoc.WriteSection(path, "scale", md); err != nil {
-			return err
-		}
-		logf("wrote %s and the charts in %s", path, filepath.Join(c.Repo, c.Charts))
 	}
 	return nil
 }
