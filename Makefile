@@ -50,6 +50,20 @@ bench-faults: controlplane
 bench-webhooks:
 	cd bench && $(GO) run ./cmd/webhooks -write
 
+## bench-scale: memory of ctrl, controller-runtime and client-go caching 10k
+## to 100k Pods (whole, metadata only, projected), CPU per update, GOGC and
+## GOMEMLIMIT, and a sharded controller at 1-3 replicas; writes its section
+## of BENCHMARKS.md and charts in bench/charts (about 40 minutes).
+.PHONY: bench-scale bench-fleet
+bench-scale: controlplane
+	cd bench && $(GO) run ./cmd/scale -write
+
+## bench-fleet: memory and goroutines per member cluster, ctrl's fleet
+## against one controller-runtime cluster.Cluster per member; writes its
+## section of BENCHMARKS.md.
+bench-fleet: controlplane
+	cd bench && $(GO) run ./cmd/fleet -write
+
 ## generate: regenerate the table of built-in resources.
 generate:
 	$(GO) generate ./internal/builtin

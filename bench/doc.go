@@ -30,4 +30,12 @@
 //     through ctrl's webhook server and controller-runtime's, over HTTPS on
 //     loopback (package internal/admission); cmd/webhooks runs it and
 //     writes its section of ../BENCHMARKS.md.
+//   - cmd/scale is the driver of the scale benchmark: cmd/scale-ctrl,
+//     cmd/scale-cr and cmd/scale-raw cache 10k to 100k Pods (package
+//     internal/podgen) whole, as metadata or projected, and run a sharded
+//     ctrl controller at 1 to 3 replicas; they speak the protocol of package
+//     internal/probe. It draws charts (package internal/svgchart) into
+//     charts/.
+//   - cmd/fleet is the driver of the fleet benchmark: cmd/fleet-ctrl and
+//     cmd/fleet-cr watch 1 to 50 member clusters from one process.
 package bench
