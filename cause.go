@@ -81,6 +81,17 @@ func (cs *Causes) add(c Cause) {
 	}
 }
 
+// merge adds the causes of other after those of cs.
+func (cs *Causes) merge(other *Causes) {
+	for _, c := range other.First {
+		if len(cs.First) < maxCauses {
+			cs.First = append(cs.First, c)
+		}
+	}
+	cs.Total += other.Total
+	cs.reasons |= other.reasons
+}
+
 // String lists the causes for a log line: "updated ConfigMap ns/a; retry
 // (+3 more)".
 func (cs Causes) String() string {

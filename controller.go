@@ -29,6 +29,9 @@ type Result struct {
 // [DefaultRateLimiter], and the default cache of the type.
 type ControllerOptions struct {
 	// Workers is how many objects are reconciled at once. Default: 1.
+	// Over many clusters, the objects of one cluster take at most
+	// Workers - max(1, Workers/4) of them at once, so a member cluster
+	// whose reconciles are slow never holds up the others.
 	Workers int
 	// RateLimiter spaces out retries after errors. Failures that only mean
 	// the API server was unreachable, and conflicts, do not go through it;
@@ -290,7 +293,7 @@ func (c *Controller[T]) prepare() {
 	c.mu.Lock()
 	c.wired = true
 	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	c.q = newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
 	c.stop = make(chan struct{})
 }
 

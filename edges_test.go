@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/util/workqueue"
 
@@ -312,5 +313,69 @@ func TestCauses(t *testing.T) {
 		if got := metricValue(t, reg, series); got != want {
 			t.Errorf("%s: got %v, want %v", series, got, want)
 		}
+	}
+}
+
+// A member cluster whose reconciles are slow does not take every worker:
+// while two of its objects are being reconciled (they block until the test
+// lets them go), an object of another member, queued behind eighteen more
+// of the slow member's, is reconciled by the second worker.
+func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset()})
+	must(t, err)
+	var objs []runtime.Object
+	for i := range 20 {
+		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%02d", i)}})
+	}
+	slow, quick := fake.NewClientset(objs...), fake.NewClientset()
+	must(t, mgr.Engage("slow", ctrl.Cluster{FakeClientset: slow}))
+	must(t, mgr.Engage("quick", ctrl.Cluster{FakeClientset: quick}))
+	release := make(chan struct{})
+	var blocked atomic.Int32
+	quickDone := make(chan struct{})
+	_, err = ctrl.NewController(mgr, "fair", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		switch ctrl.ClusterFrom(ctx) {
+		case "slow":
+			blocked.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		case "quick":
+			close(quickDone)
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Workers: 2, Cache: ctrl.CacheOptions{Fleet: true}})
+	must(t, err)
+	ctx := start(t, mgr)
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// Wait for the slow member's first reconcile, so that the quick
+	// member's object is queued behind the rest of the slow ones.
+	for deadline := time.Now().Add(30 * time.Second); blocked.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no reconcile of the slow member began")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, err = quick.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "q"}}, metav1.CreateOptions{})
+	must(t, err)
+	select {
+	case <-quickDone:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the quick member's object was not reconciled while %d of the slow member's reconciles were running", blocked.Load())
+	}
+	if n := blocked.Load(); n != 1 {
+		t.Errorf("%d reconciles of the slow member began, want 1 of 2 workers", n)
+	}
+	close(release)
+	waitIdle(t, mgr)
+	if n := blocked.Load(); n != 20 {
+		t.Errorf("%d reconciles of the slow member, want 20", n)
 	}
 }

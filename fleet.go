@@ -174,6 +174,13 @@ func (m *Manager) Clusters() []string {
 	return names
 }
 
+// memberCount returns how many member clusters are engaged.
+func (m *Manager) memberCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.members)
+}
+
 // memberOf returns the engaged member name, or nil.
 func (m *Manager) memberOf(name string) *member {
 	m.mu.Lock()

@@ -130,6 +130,8 @@ func (c *Controller[T]) busy(horizon time.Duration) string {
 		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
 	case c.q.processing.Load() != 0:
 		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.processing.Load())
+	case c.q.asideLen() != 0:
+		return fmt.Sprintf("%s: %d keys set aside while other clusters' keys are reconciled", c, c.q.asideLen())
 	case c.q.waitingLen() != 0:
 		return fmt.Sprintf("%s: %d keys waiting for the API server", c, c.q.waitingLen())
 	case c.q.dueWithin(horizon):

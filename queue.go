@@ -70,7 +70,29 @@ type queue struct {
 	backlog    []batch
 	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue
 	depth      workqueue.GaugeMetric
+
+	share *share // with more than one worker; under mu
 }
+
+// share keeps the keys of one cluster from taking every worker: a member
+// cluster whose API server is slow makes its reconciles slow, and they
+// would otherwise hold every worker in turn, and keep the other clusters'
+// keys waiting behind them. Once a controller has had keys of member
+// clusters, and while members are engaged, a key handed out while its
+// cluster already has limit reconciles running is set aside instead of
+// reconciled, and queued again (with its causes) when a reconcile of its
+// cluster ends. The other clusters always have workers - limit workers.
+type share struct {
+	limit   int
+	fleet   atomic.Bool      // a key of a member cluster was queued
+	members func() int       // how many member clusters are engaged
+	running map[string]int   // keys handed out and not done, per cluster
+	aside   map[Key]queued   // keys set aside, with what the queue knew of them
+	order   map[string][]Key // keys set aside per cluster, oldest first
+}
+
+// capped reports whether the limit applies now.
+func (s *share) capped() bool { return s.fleet.Load() && s.members() > 0 }
 
 // delayed is a key added with a delay: when it is due and why.
 type delayed struct {
@@ -89,7 +111,7 @@ type batch struct {
 // backlogWindow is how many keys the queue holds before the backlog waits.
 const backlogWindow = 128
 
-func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvider, activity *atomic.Uint64) *queue {
+func newQueue(name string, workers int, members func() int, limiter RateLimiter, provider workqueue.MetricsProvider, activity *atomic.Uint64) *queue {
 	q := &queue{
 		limiter:   limiter,
 		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](5*time.Millisecond, 1000*time.Second),
@@ -97,6 +119,10 @@ func newQueue(name string, limiter RateLimiter, provider workqueue.MetricsProvid
 		due:       map[Key]delayed{},
 		waiting:   map[Key]struct{}{},
 		released:  map[Key]time.Time{},
+	}
+	if workers > 1 {
+		q.share = &share{limit: workers - max(1, workers/4), members: members, running: map[string]int{},
+			aside: map[Key]queued{}, order: map[string][]Key{}}
 	}
 	q.TypedDelayingInterface = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
 		Name:            name,
@@ -114,12 +140,20 @@ func (q *queue) add(key Key, cause Cause) {
 }
 
 func (q *queue) noteLocked(key Key, cause Cause) {
+	q.causesLocked(key).add(cause)
+}
+
+// causesLocked returns the causes recorded for a queued key, making them.
+func (q *queue) causesLocked(key Key) *Causes {
 	cs := q.causes[key]
 	if cs == nil {
 		cs = &Causes{}
 		q.causes[key] = cs
+		if q.share != nil && key.Cluster != "" && !q.share.fleet.Load() {
+			q.share.fleet.Store(true)
+		}
 	}
-	cs.add(cause)
+	return cs
 }
 
 // addBacklog adds keys to the backlog, and as many to the queue as fit.
@@ -354,29 +388,116 @@ type queued struct {
 
 // get hands out the next key and what the queue knows of it. A delayed key
 // handed out at or after its due time has been delivered, so its due entry
-// is dropped and its reason joins the causes.
+// is dropped and its reason joins the causes. Keys that share sets aside
+// are not handed out. Every key handed out is given back with done.
 func (q *queue) get() (Key, queued, bool) {
-	q.feed()
-	key, shutdown := q.Get()
-	if shutdown {
-		return key, queued{}, true
+	for {
+		q.feed()
+		key, shutdown := q.Get()
+		if shutdown {
+			return key, queued{}, true
+		}
+		capped := q.share != nil && q.share.capped()
+		q.mu.Lock()
+		it := queued{causes: q.causes[key]}
+		delete(q.causes, key)
+		if it.causes == nil {
+			it.causes = &Causes{}
+		}
+		if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
+			delete(q.due, key)
+			it.causes.add(Cause{Reason: d.reason})
+		}
+		if at, ok := q.released[key]; ok {
+			delete(q.released, key)
+			it.released = at
+		}
+		if s := q.share; s != nil {
+			if aside, ok := s.aside[key]; ok { // queued again while set aside
+				aside.merge(it)
+				s.aside[key] = aside
+				q.mu.Unlock()
+				q.Done(key)
+				continue
+			}
+			if capped && it.causes.Total > 0 && s.running[key.Cluster] >= s.limit {
+				s.aside[key] = it
+				s.order[key.Cluster] = append(s.order[key.Cluster], key)
+				q.mu.Unlock()
+				q.addDepth(1)
+				q.Done(key)
+				continue
+			}
+			s.running[key.Cluster]++
+		}
+		q.mu.Unlock()
+		return key, it, false
+	}
+}
+
+// done gives back a key that get handed out. Keys set aside go back into
+// the queue first, so the queue is never empty while some wait.
+func (q *queue) done(key Key) {
+	if s := q.share; s != nil {
+		var back []Key
+		capped := s.capped()
+		q.mu.Lock()
+		if s.running[key.Cluster]--; s.running[key.Cluster] <= 0 {
+			delete(s.running, key.Cluster)
+		}
+		for c, keys := range s.order {
+			n := len(keys) // the last member left: all of them
+			if capped {
+				n = min(n, s.limit-s.running[c])
+			}
+			for _, k := range keys[:max(n, 0)] {
+				it := s.aside[k]
+				delete(s.aside, k)
+				q.restoreLocked(k, it)
+				back = append(back, k)
+			}
+			if n = max(n, 0); n == len(keys) {
+				delete(s.order, c)
+			} else {
+				s.order[c] = keys[n:]
+			}
+		}
+		q.mu.Unlock()
+		q.addDepth(-len(back))
+		for _, k := range back {
+			q.Add(k)
+		}
+	}
+	q.Done(key)
+}
+
+// restoreLocked records again what the queue knew of a key set aside.
+func (q *queue) restoreLocked(key Key, it queued) {
+	cs := q.causesLocked(key)
+	cs.merge(it.causes)
+	if !it.released.IsZero() {
+		if at, ok := q.released[key]; !ok || it.released.Before(at) {
+			q.released[key] = it.released
+		}
+	}
+}
+
+// asideLen returns how many keys are set aside.
+func (q *queue) asideLen() int {
+	if q.share == nil {
+		return 0
 	}
 	q.mu.Lock()
-	it := queued{causes: q.causes[key]}
-	delete(q.causes, key)
-	if it.causes == nil {
-		it.causes = &Causes{}
+	defer q.mu.Unlock()
+	return len(q.share.aside)
+}
+
+// merge adds what the queue learned of a key later to what it knew.
+func (it *queued) merge(later queued) {
+	it.causes.merge(later.causes)
+	if it.released.IsZero() {
+		it.released = later.released
 	}
-	if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
-		delete(q.due, key)
-		it.causes.add(Cause{Reason: d.reason})
-	}
-	if at, ok := q.released[key]; ok {
-		delete(q.released, key)
-		it.released = at
-	}
-	q.mu.Unlock()
-	return key, it, false
 }
 
 // dueWithin reports whether a delayed key is due within d from now.

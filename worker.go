@@ -26,7 +26,7 @@ func (c *Controller[T]) work(ctx context.Context) {
 		if !c.stopping.Load() && item.causes.Total > 0 {
 			c.process(ctx, key, item)
 		}
-		c.q.Done(key)
+		c.q.done(key)
 	}
 }
 
