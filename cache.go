@@ -146,6 +146,13 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 // can start: for caches made while the manager runs. It returns an error
 // if the cache exists and has started.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
+	return makeCache(m, opts, h, "", nil)
+}
+
+// makeCache is newCache. A cache with a private name is shared with no
+// other caller, and its objects pass through trim before anything else
+// sees them.
+func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private string, trim func(T) T) (*Cache[T], error) {
 	var b *binding.Binding[T]
 	var err error
 	if opts.Fleet {
@@ -168,7 +175,7 @@ func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T],
 	opts.Resource = APIResource{} // in the binding now
 	sc := newScope(b.Info, m.opts.Namespace, opts)
 	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet}
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: private}
 	m.mu.Lock()
 	if c, ok := m.caches[id]; ok {
 		m.mu.Unlock()
@@ -188,6 +195,7 @@ func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T],
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
+		userTF:  trim,
 	}
 	if h != nil {
 		c.handlers = append(c.handlers, h)
@@ -225,6 +233,7 @@ type cacheID struct {
 	scope       string
 	keepManaged bool
 	fleet       bool
+	private     string
 }
 
 // feedNamespaces returns the namespace of each watch: one per namespace, or

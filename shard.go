@@ -40,8 +40,9 @@ import (
 //   - No stop-the-world: a replica that joins takes its share as the
 //     others hand it over, object by object.
 //
-// The sharder keeps the metadata of every object of the sharded types; a
-// replica keeps the full objects of its shard only.
+// The sharder keeps the name, resourceVersion and labels of every object
+// of the sharded types (a few hundred bytes each); a replica keeps the full
+// objects of its shard only.
 type Sharding struct {
 	// Name names the ring: its label, and its Leases (<Name>-<identity>,
 	// <Name>-sharder). A label name segment. Empty: no sharding.
@@ -221,7 +222,8 @@ func (m *Manager) runSharder(ctx context.Context) {
 		opts := st.opts
 		opts.Resource = st.res
 		changed := &changedKeys{}
-		c, err := newCache(m, opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{kick, changed}))
+		c, err := makeCache(m, opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{kick, changed}),
+			"sharder", trimForSharder)
 		var cl *Client[*metav1.PartialObjectMetadata]
 		if err == nil {
 			cl, err = NewClient[*metav1.PartialObjectMetadata](m, ClientOptions{Resource: st.res})
@@ -302,6 +304,14 @@ func (m *Manager) runSharder(ctx context.Context) {
 			full = false
 		}
 	}
+}
+
+// trimForSharder keeps what the sharder and the cache's selectors read of
+// an object: its identity, resourceVersion and labels. The sharder caches
+// every object of the ring, so each byte counts.
+func trimForSharder(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
 }
 
 // changedKeys are the objects of one sharded type that changed since the
