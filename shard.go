@@ -287,6 +287,11 @@ func (m *Manager) runSharder(ctx context.Context) {
 		}
 		wg.Wait()
 		if full {
+			for k := range since { // objects deleted while they had no owner
+				if !slices.ContainsFunc(targets, func(t target) bool { _, ok := t.cache.Get(k); return ok }) {
+					delete(since, k)
+				}
+			}
 			m.metrics.ShardObjects.DeletePartialMatch(prometheus.Labels{"ring": s.ring}) // replicas that left go with their series
 			for owner, n := range owned {
 				m.metrics.ShardObjects.WithLabelValues(s.ring, owner).Set(float64(n))
