@@ -41,7 +41,7 @@ import (
 //     others hand it over, object by object.
 //
 // The sharder keeps the name, resourceVersion and labels of every object
-// of the sharded types (a few hundred bytes each); a replica keeps the full
+// of the sharded types (under a kilobyte each); a replica keeps the full
 // objects of its shard only.
 type Sharding struct {
 	// Name names the ring: its label, and its Leases (<Name>-<identity>,
