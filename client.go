@@ -471,11 +471,15 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 // Operation says what [Client.CreateOrPatch] did.
 type Operation string
 
-// The operations of CreateOrPatch.
+// The operations of CreateOrPatch. OperationPatched means the object was
+// patched, and its status too if mutate changed it; OperationPatchedStatus
+// means only the status changed, and only the status subresource was
+// patched.
 const (
-	OperationUnchanged Operation = "unchanged"
-	OperationCreated   Operation = "created"
-	OperationPatched   Operation = "patched"
+	OperationUnchanged     Operation = "unchanged"
+	OperationCreated       Operation = "created"
+	OperationPatched       Operation = "patched"
+	OperationPatchedStatus Operation = "patchedStatus"
 )
 
 // CreateOrPatch makes the object with key what mutate says: mutate receives
@@ -484,8 +488,13 @@ const (
 // with [Client.PatchFrom], so a concurrent change makes the write fail with
 // a conflict; an unchanged one is left alone. It returns the object as
 // written (or as it was) and what it did (controller-runtime's
-// controllerutil.CreateOrPatch). mutate must not change the name or
-// namespace. Without a cache of T that covers key, it reads the server.
+// controllerutil.CreateOrPatch). For a type whose status is a subresource,
+// a changed status is patched through the subresource after the object
+// (a new object's status is not written: the server ignores it on create).
+// If the object's patch succeeds and the status patch fails, it returns
+// the object as patched, OperationPatched and the error. mutate must not
+// change the name or namespace. Without a cache of T that covers key, it
+// reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
 	key = c.at(key)
 	if mutate == nil {
@@ -516,15 +525,49 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 	if err := c.mutate(key, changed, mutate); err != nil {
 		return cur, OperationUnchanged, err
 	}
-	patch, err := mergePatch(cur, changed)
-	if err != nil || patch == nil {
+	if !c.b.Status {
+		patch, err := mergePatch(cur, changed)
+		if err != nil || patch == nil {
+			return cur, OperationUnchanged, c.wrap("patch", key, err)
+		}
+		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
+		if err != nil {
+			return cur, OperationUnchanged, err
+		}
+		return out, OperationPatched, nil
+	}
+	main, status, err := splitPatches(cur, changed)
+	if err != nil {
 		return cur, OperationUnchanged, c.wrap("patch", key, err)
 	}
-	out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
-	if err != nil {
-		return cur, OperationUnchanged, err
+	out, op := cur, OperationUnchanged
+	if main != nil {
+		patch, err := withResourceVersion(main, cur.GetResourceVersion())
+		if err != nil {
+			return cur, OperationUnchanged, c.wrap("patch", key, err)
+		}
+		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
+			return cur, OperationUnchanged, err
+		}
+		op = OperationPatched
 	}
-	return out, OperationPatched, nil
+	if status != nil {
+		// The object's own patch, if any, did not touch the status: the
+		// status patch is made against the version it wrote.
+		patch, err := withResourceVersion(status, out.GetResourceVersion())
+		if err != nil {
+			return out, op, c.wrap("patch status of", key, err)
+		}
+		next, err := c.patch(ctx, key, types.MergePatchType, patch, "status")
+		if err != nil {
+			return out, op, err
+		}
+		out = next
+		if op == OperationUnchanged {
+			op = OperationPatchedStatus
+		}
+	}
+	return out, op, nil
 }
 
 func (c *Client[T]) mutate(key Key, obj T, mutate func(T) error) error {

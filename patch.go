@@ -31,12 +31,43 @@ func mergePatchOf[T Object](old, obj T, field string) ([]byte, error) {
 	if len(diff) == 0 {
 		return nil, nil
 	}
+	return withResourceVersion(diff, old.GetResourceVersion())
+}
+
+// splitPatches returns the merge patch from old to obj without the
+// status, and the merge patch of the status alone, for a type whose status
+// is a subresource. Either is nil when its part did not change.
+func splitPatches[T Object](old, obj T) (main, status map[string]any, err error) {
+	before, err := toJSONMap(old)
+	if err != nil {
+		return nil, nil, err
+	}
+	after, err := toJSONMap(obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	bs, _ := before["status"].(map[string]any)
+	as, _ := after["status"].(map[string]any)
+	delete(before, "status")
+	delete(after, "status")
+	if main = mergeDiff(before, after); len(main) == 0 {
+		main = nil
+	}
+	if status = mergeDiff(map[string]any{"status": bs}, map[string]any{"status": as}); len(status) == 0 {
+		status = nil
+	}
+	return main, status, nil
+}
+
+// withResourceVersion encodes a merge patch with a resourceVersion
+// precondition.
+func withResourceVersion(diff map[string]any, rv string) ([]byte, error) {
 	meta, _ := diff["metadata"].(map[string]any)
 	if meta == nil {
 		meta = map[string]any{}
 		diff["metadata"] = meta
 	}
-	meta["resourceVersion"] = old.GetResourceVersion()
+	meta["resourceVersion"] = rv
 	return json.Marshal(diff)
 }
 

@@ -443,6 +443,66 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 	})
 }
 
+// TestToolkitCreateOrPatchStatus writes a Widget's status, which is a
+// subresource, with CreateOrPatch: a status change alone is one patch of
+// the subresource; a spec and status change is a patch of the object, then
+// one of the status against the version the first wrote.
+func TestToolkitCreateOrPatchStatus(t *testing.T) {
+	ns := newNamespace(t)
+	mgr, log := loggedManager(t, ns)
+	widgets := newClient[*Widget](t, mgr).Uncached()
+	ctx := context.Background() // no cache is read
+	key := ctrl.Key{Namespace: ns, Name: "w"}
+	set := func(size int, phase string) func(*Widget) error {
+		return func(w *Widget) error {
+			w.Spec.Size, w.Status.Phase = size, phase
+			return nil
+		}
+	}
+	w, op, err := widgets.CreateOrPatch(ctx, key, set(1, "New"))
+	must(t, err)
+	if op != ctrl.OperationCreated || w.Status.Phase != "" {
+		t.Errorf("create: got %s, phase %q; want created, and no phase (the server ignores status on create)", op, w.Status.Phase)
+	}
+	log.take()
+
+	w, op, err = widgets.CreateOrPatch(ctx, key, set(1, "Ready"))
+	must(t, err)
+	requests, patches := log.take()
+	statusPath := "/apis/example.com/v1/namespaces/" + ns + "/widgets/w/status"
+	if op != ctrl.OperationPatchedStatus || w.Status.Phase != "Ready" || w.Generation != 1 {
+		t.Errorf("status only: got %s, phase %q, generation %d; want patchedStatus, Ready, 1", op, w.Status.Phase, w.Generation)
+	}
+	if len(requests) != 2 || !strings.HasPrefix(requests[0], "GET ") || !strings.HasPrefix(requests[1], "PATCH "+statusPath) ||
+		len(patches) != 1 || strings.Contains(patches[0], "spec") {
+		t.Errorf("status only: got requests %q with patches %q; want a GET, then one status patch", requests, patches)
+	}
+
+	before := w.ResourceVersion
+	w, op, err = widgets.CreateOrPatch(ctx, key, set(2, "Resizing"))
+	must(t, err)
+	requests, patches = log.take()
+	if op != ctrl.OperationPatched || w.Spec.Size != 2 || w.Status.Phase != "Resizing" || w.Generation != 2 {
+		t.Errorf("both: got %s, size %d, phase %q, generation %d; want patched, 2, Resizing, 2", op, w.Spec.Size, w.Status.Phase, w.Generation)
+	}
+	if len(requests) != 3 || !strings.HasPrefix(requests[2], "PATCH "+statusPath) || len(patches) != 2 ||
+		strings.Contains(patches[0], "status") || !strings.Contains(patches[0], before) || strings.Contains(patches[1], before) {
+		t.Errorf("both: got requests %q with patches %q; want the object's patch at %s, then the status's at the version it wrote", requests, patches, before)
+	}
+	got, err := widgets.Get(ctx, key)
+	must(t, err)
+	if got.Spec.Size != 2 || got.Status.Phase != "Resizing" {
+		t.Errorf("on the server: size %d, phase %q; want 2, Resizing", got.Spec.Size, got.Status.Phase)
+	}
+	log.take()
+
+	_, op, err = widgets.CreateOrPatch(ctx, key, set(2, "Resizing"))
+	must(t, err)
+	if requests, _ := log.take(); op != ctrl.OperationUnchanged || len(requests) != 1 {
+		t.Errorf("unchanged: got %s with requests %q; want unchanged after one GET", op, requests)
+	}
+}
+
 // TestToolkitPatchFrom changes a copy of a Widget and writes the difference
 // with PatchFrom: the patch carries only the changed fields, a removed label
 // as null, and the read's resourceVersion, so a write in between is a
