@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -143,15 +144,17 @@ func TestFleetMembers(t *testing.T) {
 
 	// West leaves: its file goes, and so do its watches and goroutines.
 	must(t, os.Remove(filepath.Join(dir, "west.yaml")))
+	// Clusters stops naming west before its caches have let its objects
+	// go: wait for both.
 	eventually(t, 30*time.Second, func() error {
 		if got := mgr.Clusters(); !slices.Equal(got, []string{"east"}) {
 			return fmt.Errorf("members: got %v, want [east]", got)
 		}
+		if _, ok := copies.Get(ctrl.Key{Namespace: "default", Name: "settings", Cluster: "west"}); ok {
+			return errors.New("west's objects are still cached after it left")
+		}
 		return nil
 	})
-	if _, ok := copies.Get(ctrl.Key{Namespace: "default", Name: "settings", Cluster: "west"}); ok {
-		t.Error("west's objects are still cached after it left")
-	}
 	if err := goleak.Find(append(leakIgnores(), before)...); err != nil {
 		t.Errorf("goroutines of the member that left: %v", err)
 	}
