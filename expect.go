@@ -16,6 +16,7 @@ import (
 type expectation struct {
 	rv       string // observed once the object, or the feed, reaches this version
 	deleting bool   // observed once the object is gone or has a deletionTimestamp
+	gone     bool   // observed once the object is gone
 	writes   int    // fake backends: events still to come
 }
 
@@ -40,6 +41,9 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 
 // seen reports whether obj reflects the write that e expects.
 func seen[T Object](e expectation, obj T) bool {
+	if e.gone {
+		return false
+	}
 	if e.deleting {
 		return obj.GetDeletionTimestamp() != nil
 	}
@@ -70,22 +74,37 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 			return
 		}
 		e := expectation{deleting: deleted}
-		if !deleted {
+		switch {
+		case !deleted && obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 &&
+			(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0):
+			// The write left an object being deleted without finalizers
+			// or grace period: the server deleted it (as its registry's
+			// ShouldDeleteDuringUpdate says), and replied with the object
+			// as the request left it, at the resourceVersion it had,
+			// which the cache may already hold. Only its removal settles
+			// this. (If the server kept it, the reply is newer than the
+			// cache: see below.)
+			key = KeyOf(obj).In(key.Cluster)
+			e.rv, e.gone = obj.GetResourceVersion(), true
+		case !deleted:
 			key = KeyOf(obj).In(key.Cluster) // a create with generateName has its name now
 			e.rv = obj.GetResourceVersion()
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		cur, cached := c.items.get(key)
+		if e.gone && cached && !newer(cur.GetResourceVersion(), e.rv) {
+			e.gone = false // an update the server kept: wait for its version
+		}
 		switch {
-		case deleted && !cached:
+		case (deleted || e.gone) && !cached:
 		case cached && seen(e, cur):
-		case !deleted && f.lastRV != "" && newer(f.lastRV, e.rv):
+		case !deleted && !e.gone && f.lastRV != "" && newer(f.lastRV, e.rv):
 			// Events arrive in resourceVersion order: the feed is past
 			// this write. This happens when removing the last finalizer
 			// deletes the object and its DELETED event beats the reply.
 			// A feed that has not listed yet is past nothing.
-		case !deleted && !cached && c.scope.selects(obj) == notSelected:
+		case !deleted && !e.gone && !cached && c.scope.selects(obj) == notSelected:
 			// Outside the cache's selector: no event will come.
 		default:
 			c.expect[key] = e
@@ -126,7 +145,7 @@ func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 // held.
 func (c *Cache[T]) settlePassed() {
 	for k, e := range c.expect {
-		if e.rv == "" {
+		if e.rv == "" || e.gone { // the object's own removal settles it
 			continue
 		}
 		if f := c.feedOf(k); f != nil && f.lastRV != "" && newer(f.lastRV, e.rv) {

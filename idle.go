@@ -113,6 +113,9 @@ func (c *Cache[T]) busy() string {
 		if e.deleting {
 			what = "its deletion"
 		}
+		if e.gone {
+			what = "the removal"
+		}
 		if e.writes > 0 {
 			what = fmt.Sprintf("%d writes", e.writes)
 		}

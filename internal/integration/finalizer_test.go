@@ -204,3 +204,35 @@ func TestWaitIdleAfterFinalizerRemoval(t *testing.T) {
 		t.Errorf("got %d finalize calls, want 1", len(finalized))
 	}
 }
+
+// TestWaitIdleUntilFinalizedObjectGone is the other order: the PATCH that
+// removes the last finalizer answers before the watch brings the Widget's
+// DELETED event. The server deleted the Widget and answered with it as the
+// request left it, at the resourceVersion the cache already holds; WaitIdle
+// must still wait until the cache no longer holds it.
+func TestWaitIdleUntilFinalizedObjectGone(t *testing.T) {
+	ns := newNamespace(t)
+	cfg := slowWatches(env.Config(), 200*time.Millisecond, func(r *http.Request) bool {
+		return strings.Contains(r.URL.Path, "/widgets")
+	})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns})
+	must(t, err)
+	widgets := newClient[*Widget](t, mgr)
+	h := &hooks{}
+	c, err := ctrl.NewController(mgr, "cleaner", h.reconcile, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.OnFinalize(finalizer, h.finalize))
+	ctx := start(t, mgr)
+	created, err := widgets.Create(ctx, newWidget(ns, "w", 1))
+	must(t, err)
+	waitIdle(t, mgr)
+
+	must(t, widgets.Delete(ctx, ctrl.KeyOf(created), metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+	if _, err := widgets.Get(ctx, ctrl.KeyOf(created)); !apierrors.IsNotFound(err) {
+		t.Errorf("cached Get after WaitIdle: got %v, want not found (the finalized Widget was deleted)", err)
+	}
+	if _, finalized, _ := h.calls(); len(finalized) != 1 {
+		t.Errorf("got %d finalize calls, want 1", len(finalized))
+	}
+}

@@ -31,6 +31,32 @@ func delayResponses(cfg *rest.Config, d time.Duration, match func(*http.Request)
 	return cfg
 }
 
+// slowWatches makes the watches that match read their stream late: each
+// read of the body waits d first, so events reach the cache d after the
+// server sent them while other requests answer at once.
+func slowWatches(cfg *rest.Config, d time.Duration, match func(*http.Request) bool) *rest.Config {
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && r.URL.Query().Get("watch") == "true" && match(r) {
+				resp.Body = slowBody{resp.Body, d}
+			}
+			return resp, err
+		})
+	})
+	return cfg
+}
+
+type slowBody struct {
+	io.ReadCloser
+	d time.Duration
+}
+
+func (b slowBody) Read(p []byte) (int, error) {
+	time.Sleep(b.d) // the slow network being simulated
+	return b.ReadCloser.Read(p)
+}
+
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
