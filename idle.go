@@ -11,7 +11,8 @@ import (
 // has stopped. Idle means: Start has synced every cache and started every
 // controller (with leader election: this replica leads); every write made
 // through a [Client] of this manager has been observed by the caches of its
-// type; no event is being dispatched; every work queue is empty; no key
+// type (a write that removed the last finalizer of an object being deleted,
+// by its removal from them); no event is being dispatched; every work queue is empty; no key
 // waits for the API server to come back; no reconcile is running; and no
 // requeue is due within horizon. It is meant for tests and examples, in
 // place of sleeps.
