@@ -397,7 +397,11 @@ func (q *queue) get() (Key, queued, bool) {
 		if shutdown {
 			return key, queued{}, true
 		}
-		capped := q.share != nil && q.share.capped()
+		share := q.share
+		if share != nil && !share.fleet.Load() {
+			share = nil // one cluster: nothing to share, nothing to count
+		}
+		capped := share != nil && share.capped()
 		q.mu.Lock()
 		it := queued{causes: q.causes[key]}
 		delete(q.causes, key)
@@ -412,7 +416,7 @@ func (q *queue) get() (Key, queued, bool) {
 			delete(q.released, key)
 			it.released = at
 		}
-		if s := q.share; s != nil {
+		if s := share; s != nil {
 			if aside, ok := s.aside[key]; ok { // queued again while set aside
 				aside.merge(it)
 				s.aside[key] = aside
@@ -438,7 +442,12 @@ func (q *queue) get() (Key, queued, bool) {
 // done gives back a key that get handed out. Keys set aside go back into
 // the queue first, so the queue is never empty while some wait.
 func (q *queue) done(key Key) {
-	if s := q.share; s != nil {
+	// Keys are set aside only once a member's key was queued (fleet never
+	// goes back), so until then nothing is counted and done is the
+	// workqueue's alone. Keys handed out before that moment and done after
+	// it count their cluster low for a while: by at most the workers busy
+	// then.
+	if s := q.share; s != nil && s.fleet.Load() {
 		var back []Key
 		capped := s.capped()
 		q.mu.Lock()
