@@ -536,13 +536,13 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		}
 		return out, OperationPatched, nil
 	}
-	main, status, err := splitPatches(cur, changed)
+	rest, status, err := splitPatches(cur, changed)
 	if err != nil {
 		return cur, OperationUnchanged, c.wrap("patch", key, err)
 	}
 	out, op := cur, OperationUnchanged
-	if main != nil {
-		patch, err := withResourceVersion(main, cur.GetResourceVersion())
+	if rest != nil {
+		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
 			return cur, OperationUnchanged, c.wrap("patch", key, err)
 		}

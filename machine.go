@@ -575,11 +575,6 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 	return r.client.PatchStatus(ctx, KeyOf(old).In(ClusterFrom(ctx)), types.MergePatchType, patch)
 }
 
-// statusPatch returns the JSON merge patch of the changes to the status from
-// old to obj, carrying old's resourceVersion as a precondition, or nil if
-// the status did not change.
-func statusPatch[T Object](old, obj T) ([]byte, error) { return mergePatchOf(old, obj, "status") }
-
 // memoryWriter writes as the API server would, to memory: Machine.Step's.
 type memoryWriter[T Object] struct{}
 

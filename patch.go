@@ -9,35 +9,33 @@ import (
 // obj, carrying old's resourceVersion as a precondition, or nil if nothing
 // changed. Objects are compared field by field; a removed field is set to
 // null; any other value, lists included, is replaced whole.
-func mergePatch[T Object](old, obj T) ([]byte, error) { return mergePatchOf(old, obj, "") }
+func mergePatch[T Object](old, obj T) ([]byte, error) {
+	rest, status, err := splitPatches(old, obj)
+	if err != nil || rest == nil && status == nil {
+		return nil, err
+	}
+	if rest == nil {
+		rest = status
+	} else if status != nil {
+		rest["status"] = status["status"]
+	}
+	return withResourceVersion(rest, old.GetResourceVersion())
+}
 
-// mergePatchOf is mergePatch of one top-level field (such as "status") of
-// the objects, or of all of them for "".
-func mergePatchOf[T Object](old, obj T, field string) ([]byte, error) {
-	before, err := toJSONMap(old)
-	if err != nil {
+// statusPatch is mergePatch of the status alone.
+func statusPatch[T Object](old, obj T) ([]byte, error) {
+	_, status, err := splitPatches(old, obj)
+	if err != nil || status == nil {
 		return nil, err
 	}
-	after, err := toJSONMap(obj)
-	if err != nil {
-		return nil, err
-	}
-	if field != "" {
-		b, _ := before[field].(map[string]any)
-		a, _ := after[field].(map[string]any)
-		before, after = map[string]any{field: b}, map[string]any{field: a}
-	}
-	diff := mergeDiff(before, after)
-	if len(diff) == 0 {
-		return nil, nil
-	}
-	return withResourceVersion(diff, old.GetResourceVersion())
+	return withResourceVersion(status, old.GetResourceVersion())
 }
 
 // splitPatches returns the merge patch from old to obj without the
-// status, and the merge patch of the status alone, for a type whose status
-// is a subresource. Either is nil when its part did not change.
-func splitPatches[T Object](old, obj T) (main, status map[string]any, err error) {
+// status, and the merge patch of the status alone, without preconditions:
+// for a type whose status is a subresource they are two writes. Either is
+// nil when its part did not change.
+func splitPatches[T Object](old, obj T) (rest, status map[string]any, err error) {
 	before, err := toJSONMap(old)
 	if err != nil {
 		return nil, nil, err
@@ -50,13 +48,13 @@ func splitPatches[T Object](old, obj T) (main, status map[string]any, err error)
 	as, _ := after["status"].(map[string]any)
 	delete(before, "status")
 	delete(after, "status")
-	if main = mergeDiff(before, after); len(main) == 0 {
-		main = nil
+	if rest = mergeDiff(before, after); len(rest) == 0 {
+		rest = nil
 	}
 	if status = mergeDiff(map[string]any{"status": bs}, map[string]any{"status": as}); len(status) == 0 {
 		status = nil
 	}
-	return main, status, nil
+	return rest, status, nil
 }
 
 // withResourceVersion encodes a merge patch with a resourceVersion
