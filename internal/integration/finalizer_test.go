@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl"
 )
@@ -234,5 +236,43 @@ func TestWaitIdleUntilFinalizedObjectGone(t *testing.T) {
 	}
 	if _, finalized, _ := h.calls(); len(finalized) != 1 {
 		t.Errorf("got %d finalize calls, want 1", len(finalized))
+	}
+}
+
+// TestWaitIdleTerminatingPod writes to a Pod in its grace period: being
+// deleted, without finalizers, and kept by the server (no kubelet confirms
+// it). Such a write is not one that deleted the object, so WaitIdle does
+// not wait for the Pod to go: a write that changes nothing, and one that
+// changes a label.
+func TestWaitIdleTerminatingPod(t *testing.T) {
+	ns := newNamespace(t)
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns})
+	must(t, err)
+	pods := newClient[*corev1.Pod](t, mgr)
+	_, err = ctrl.NewCache[*corev1.Pod](mgr, ctrl.CacheOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	pod, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+		Spec:       corev1.PodSpec{NodeName: "node-that-never-answers", Containers: []corev1.Container{{Name: "c", Image: "example.com/c"}}},
+	})
+	must(t, err)
+	key := ctrl.KeyOf(pod)
+	must(t, pods.Delete(ctx, key, metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+	cached, err := pods.Get(ctx, key)
+	must(t, err)
+	if cached.DeletionTimestamp == nil || cached.DeletionGracePeriodSeconds == nil || *cached.DeletionGracePeriodSeconds == 0 {
+		t.Fatalf("got deletionTimestamp %v, grace %v; want a Pod in its grace period", cached.DeletionTimestamp, cached.DeletionGracePeriodSeconds)
+	}
+	for _, patch := range []string{`{}`, `{"metadata":{"labels":{"seen":"yes"}}}`} {
+		_, err := pods.Patch(ctx, key, types.MergePatchType, []byte(patch))
+		must(t, err)
+		idle, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = mgr.WaitIdle(idle, time.Minute)
+		cancel()
+		if err != nil {
+			t.Errorf("WaitIdle after patch %s of a terminating Pod: %v", patch, err)
+		}
 	}
 }
