@@ -264,7 +264,9 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 			idx.remove(key, old)
 		}
 	}
-	c.observe(key, t, kind != deleted, f.b.Fake())
+	// A removal of any kind settles a wait for the object's removal: the
+	// cache no longer holds it.
+	c.observe(key, t, kind != deleted && !c.expect[key].gone, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {

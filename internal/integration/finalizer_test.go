@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl"
@@ -211,31 +212,45 @@ func TestWaitIdleAfterFinalizerRemoval(t *testing.T) {
 // removes the last finalizer answers before the watch brings the Widget's
 // DELETED event. The server deleted the Widget and answered with it as the
 // request left it, at the resourceVersion the cache already holds; WaitIdle
-// must still wait until the cache no longer holds it.
+// must still wait until the cache no longer holds it, in a cache with a
+// label selector too (where a removal the cache cannot tell from leaving
+// the selector comes as one).
 func TestWaitIdleUntilFinalizedObjectGone(t *testing.T) {
-	ns := newNamespace(t)
-	cfg := slowWatches(env.Config(), 200*time.Millisecond, func(r *http.Request) bool {
-		return strings.Contains(r.URL.Path, "/widgets")
-	})
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns})
-	must(t, err)
-	widgets := newClient[*Widget](t, mgr)
-	h := &hooks{}
-	c, err := ctrl.NewController(mgr, "cleaner", h.reconcile, ctrl.ControllerOptions{})
-	must(t, err)
-	must(t, c.OnFinalize(finalizer, h.finalize))
-	ctx := start(t, mgr)
-	created, err := widgets.Create(ctx, newWidget(ns, "w", 1))
-	must(t, err)
-	waitIdle(t, mgr)
+	for _, tc := range []struct {
+		name string
+		opts ctrl.CacheOptions
+	}{
+		{"all", ctrl.CacheOptions{}},
+		{"selected", ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"app": "w"})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			cfg := slowWatches(env.Config(), 200*time.Millisecond, func(r *http.Request) bool {
+				return strings.Contains(r.URL.Path, "/widgets")
+			})
+			mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns})
+			must(t, err)
+			widgets := newClient[*Widget](t, mgr)
+			h := &hooks{}
+			c, err := ctrl.NewController(mgr, "cleaner", h.reconcile, ctrl.ControllerOptions{Cache: tc.opts})
+			must(t, err)
+			must(t, c.OnFinalize(finalizer, h.finalize))
+			ctx := start(t, mgr)
+			w := newWidget(ns, "w", 1)
+			w.Labels = map[string]string{"app": "w"}
+			created, err := widgets.Create(ctx, w)
+			must(t, err)
+			waitIdle(t, mgr)
 
-	must(t, widgets.Delete(ctx, ctrl.KeyOf(created), metav1.DeleteOptions{}))
-	waitIdle(t, mgr)
-	if _, err := widgets.Get(ctx, ctrl.KeyOf(created)); !apierrors.IsNotFound(err) {
-		t.Errorf("cached Get after WaitIdle: got %v, want not found (the finalized Widget was deleted)", err)
-	}
-	if _, finalized, _ := h.calls(); len(finalized) != 1 {
-		t.Errorf("got %d finalize calls, want 1", len(finalized))
+			must(t, widgets.Delete(ctx, ctrl.KeyOf(created), metav1.DeleteOptions{}))
+			waitIdle(t, mgr)
+			if _, ok := c.Cache().Get(ctrl.KeyOf(created)); ok {
+				t.Error("the cache holds the Widget after WaitIdle; want it gone (the finalized Widget was deleted)")
+			}
+			if _, finalized, _ := h.calls(); len(finalized) != 1 {
+				t.Errorf("got %d finalize calls, want 1", len(finalized))
+			}
+		})
 	}
 }
 
