@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -162,7 +162,7 @@ type Manager struct {
 	election     *leader.Config // nil without leader election
 	sharding     *sharding      // nil without sharding
 	probe        serverProbe
-	ownTransport bool     // the HTTP client's transport is the manager's alone
+	ownTransport bool // the HTTP client's transport is the manager's alone
 	lostCreates  lostCreates
 
 	mu          sync.Mutex
