@@ -5,17 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,17 +17,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
-	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -159,11 +150,11 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
-	election     *leader.Config // nil without leader election
-	sharding     *sharding      // nil without sharding
-	probe        serverProbe
-	ownTransport bool // the HTTP client's transport is the manager's alone
-	lostCreates  lostCreates
+	election    *leader.Config // nil without leader election
+	sharding    *sharding      // nil without sharding
+	probe       serverProbe
+	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
+	lostCreates lostCreates
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
@@ -258,89 +249,11 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
 	if cfg := opts.Config; cfg != nil {
-		if m.clients.Config, m.clients.HTTP, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
+		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
-		m.ownTransport = cfg.Dial == nil && m.clients.Config.Dial != nil
 	}
 	return m, nil
-}
-
-// programName is the default field manager: the program's base name, as
-// client-go's default user agent has it, cut to the 128 characters a field
-// manager may have.
-func programName() string {
-	name := ""
-	if len(os.Args) > 0 {
-		name = filepath.Base(os.Args[0])
-	}
-	name = strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, name)
-	if name == "" || name == "." || name == string(filepath.Separator) {
-		return "ctrl"
-	}
-	if len(name) > 128 {
-		name = name[:128]
-	}
-	return name
-}
-
-// restClients returns the manager's copy of cfg with ctrl's defaults, and
-// the HTTP client every request of the manager shares.
-func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest.Config, *http.Client, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.DisableCompression = cfg.DisableCompression || !compression
-	if check == 0 {
-		check = 3 * time.Second
-	}
-	if check > 0 && cfg.Transport == nil && cfg.Dial == nil {
-		// A transport of the manager's own: client-go shares one per TLS
-		// configuration in the process, and the ping settings below would
-		// reach every client of the program. A dialer opts out of sharing.
-		cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	switch {
-	case cfg.RateLimiter != nil:
-	case cfg.QPS > 0:
-		if cfg.Burst <= 0 {
-			cfg.Burst = int(cfg.QPS * 1.5)
-		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	default:
-		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
-	}
-	// The watches' transport reports a stream that dies with an error to
-	// its cache (see internal/watcher).
-	cfg.Wrap(watcher.WrapTransport)
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if t := httpTransport(hc.Transport); t != nil && check > 0 {
-		// client-go's HTTP/2 transport reads these when it opens a
-		// connection, over its own settings.
-		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check, PingTimeout: check}
-	}
-	return cfg, hc, nil
-}
-
-// httpTransport finds the *http.Transport under client-go's wrappers.
-func httpTransport(rt http.RoundTripper) *http.Transport {
-	for rt != nil {
-		switch t := rt.(type) {
-		case *http.Transport:
-			return t
-		case utilnet.RoundTripperWrapper:
-			rt = t.WrappedRoundTripper()
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // bindingID identifies a binding: a Go type, and the resource for types
@@ -463,13 +376,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
-		if m.ownTransport {
-			m.clients.HTTP.CloseIdleConnections()
-		}
+		m.conns.closeAll()
 		for _, mb := range members {
-			if mb.own {
-				mb.clients.HTTP.CloseIdleConnections()
-			}
+			mb.conns.closeAll()
 		}
 	}()
 	m.runProvider(cacheCtx)
