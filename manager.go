@@ -31,15 +31,21 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches a real API server. Built-in types travel as protobuf,
-	// custom resources as JSON. A positive QPS (with Burst) limits the
+	// Config reaches a real API server: the manager's own cluster, the hub
+	// of a fleet, where the caches and clients that name no member cluster
+	// work, and where leader election's and sharding's Leases live.
+	// Built-in types travel as protobuf, custom resources as JSON. A
+	// positive QPS (with Burst) limits the
 	// requests per second that all of the manager's requests share; zero
 	// QPS means no limit on this side: API Priority and Fairness, on since
 	// Kubernetes 1.29, queues and sheds load on the server, fairly between
 	// clients, and answers 429 with Retry-After, which the client honours.
 	// A limit of 20 requests/s (controller-runtime's default) makes 200
 	// creates take 8.5 s against a local server that serves them in 0.4 s
-	// without it (BenchmarkCreate200).
+	// without it (BenchmarkCreate200). A manager whose every cache is a
+	// fleet's (Options.Clusters, CacheOptions.Fleet) may leave Config and
+	// the fakes unset: it has no cluster of its own, and cannot elect a
+	// leader or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
@@ -203,8 +209,12 @@ type managedController interface {
 // is configured, the Config is invalid, or leader election's durations
 // cannot keep two leaders apart.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Config == nil && opts.FakeClientset == nil && opts.FakeDynamic == nil {
+	own := opts.Config != nil || opts.FakeClientset != nil || opts.FakeDynamic != nil
+	switch {
+	case !own && opts.Clusters == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
+	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
+		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = programName()
