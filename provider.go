@@ -39,7 +39,7 @@ type kubeconfigDir struct {
 func (p *kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("provider", "kubeconfig files", "dir", p.dir)
 	seen := map[string][32]byte{} // member -> hash of its file, engaged or not
-	shadowed := map[string]bool{}  // files logged as naming a member another file serves
+	shadowed := map[string]bool{} // files logged as naming a member another file serves
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
