@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/go-logr/logr"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -570,25 +570,24 @@ type memoryWriter[T Object] struct{}
 
 func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
 
-// writeStatus returns old with the status of obj, as the status subresource
-// would store it.
+// writeStatus returns old with the status of obj, as the status
+// subresource would store it: the writer's merge patch, applied.
 func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
-	before, err := toJSONMap(old)
+	_, status, err := splitPatches(old, obj)
+	if err != nil || status == nil {
+		return old, err
+	}
+	patch, err := json.Marshal(status)
 	if err != nil {
 		return old, err
 	}
-	after, err := toJSONMap(obj)
+	doc, err := json.Marshal(old)
 	if err != nil {
 		return old, err
 	}
-	if reflect.DeepEqual(before["status"], after["status"]) {
-		return old, nil
-	}
-	before["status"] = after["status"]
-	data, err := json.Marshal(before)
-	if err != nil {
+	if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
 		return old, err
 	}
 	out := binding.New[T]()
-	return out, json.Unmarshal(data, out)
+	return out, json.Unmarshal(doc, out)
 }
