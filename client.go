@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -269,8 +270,13 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects.
-func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+// T that holds that cluster's objects. Every write of a Client comes here:
+// one whose context carries a leadership that has ended (a reconcile's, on
+// a replica past its deadline) fails without a request.
+func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	if err := leader.Check(ctx); err != nil {
+		return binding.New[T](), err
+	}
 	b, err := c.backend(key.Cluster)
 	if err != nil {
 		return binding.New[T](), err
@@ -319,7 +325,7 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	}
 	key := c.at(KeyOf(obj))
 	began := time.Now()
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	lost := uncertainKey{c.b, key}
@@ -375,7 +381,7 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update", key, err)
@@ -393,7 +399,7 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if !c.b.Status {
 		return obj, c.wrap("update status of", key, c.noStatus())
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update status of", key, err)
@@ -437,7 +443,7 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	if sub != "" {
 		subs = []string{sub}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
 	})
 	return out, c.wrap(verb, key, err)
@@ -629,7 +635,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 		}
 		subs = []string{"status"}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
 	})
 	return out, c.wrap("apply", key, err)
@@ -641,7 +647,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 // until they are removed.
 func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
 	key = c.at(key)
-	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
+	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
 		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
 	})
 	return c.wrap("delete", key, err)

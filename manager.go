@@ -151,6 +151,7 @@ type Manager struct {
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
 	election     *leader.Config // nil without leader election
+	leadership   leadership
 	sharding     *sharding      // nil without sharding
 	probe        serverProbe
 	ownTransport bool     // the HTTP client's transport is the manager's alone
@@ -192,7 +193,8 @@ type managedController interface {
 	name() string
 	prepare()                             // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)   // activates it and starts its workers
-	shutdown(timeout time.Duration) error // stops them, waits bounded
+	pause(timeout time.Duration) error    // deactivates it until the next start, waits bounded
+	shutdown(timeout time.Duration) error // stops its workers, waits bounded
 	busy(horizon time.Duration) string    // why the controller is not idle, or ""
 	waitingClusters() []string            // whose servers keys wait for
 	releaseWaiting(cluster string)        // queues them: the server is back
@@ -281,6 +283,7 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 	default:
 		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
 	}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return fence{rt} })
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -292,6 +295,27 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 	}
 	return cfg, hc, nil
 }
+
+// fence refuses a write whose context carries a leadership that has ended,
+// as the request leaves for the server. Client.write checks first, but a
+// request may leave long after that check: after the rate limiter's wait,
+// a retry after a 429, or a pause of the process. What remains is the time
+// from here to the socket, microseconds.
+type fence struct{ rt http.RoundTripper }
+
+func (f fence) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		if err := leader.Check(req.Context()); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close() // as a RoundTripper must, even on error
+			}
+			return nil, err
+		}
+	}
+	return f.rt.RoundTrip(req)
+}
+
+func (f fence) WrappedRoundTripper() http.RoundTripper { return f.rt }
 
 // httpTransport finds the *http.Transport under client-go's wrappers.
 func httpTransport(rt http.RoundTripper) *http.Transport {
@@ -465,9 +489,12 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	return err
 }
 
-// lead runs the controllers until run is done, then shuts them down. ctx is
-// the caller's: if run ended without it (leadership lost, a fatal error),
-// running reconciles are canceled at once instead of finishing.
+// lead runs the controllers until run is done, then stops them. ctx is
+// the caller's, with the terms of the Leases the controllers run for: if
+// run ended without ctx (leadership lost, a fatal error), running
+// reconciles are canceled at once instead of finishing. After a lost
+// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
+// start again, instead of shut down.
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
@@ -475,17 +502,25 @@ func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) erro
 		c.start(reconcileCtx)
 	}
 	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.setLeading(ctx)
 	m.log.Info("controllers started")
 	<-run.Done()
+	m.setLeading(nil)
 	timeout := m.opts.ShutdownTimeout
+	standby := false
 	if ctx.Err() == nil {
 		cancelReconciles()
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
 	}
 	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error
 	deadline := time.Now().Add(timeout)
 	for _, c := range ctrls {
-		if err := c.shutdown(time.Until(deadline)); err != nil {
+		stop := c.shutdown
+		if standby {
+			stop = c.pause
+		}
+		if err := stop(time.Until(deadline)); err != nil {
 			errs = append(errs, err)
 		}
 	}
