@@ -152,7 +152,7 @@ type Manager struct {
 
 	election     *leader.Config // nil without leader election
 	leadership   leadership
-	sharding     *sharding      // nil without sharding
+	sharding     *sharding // nil without sharding
 	probe        serverProbe
 	ownTransport bool     // the HTTP client's transport is the manager's alone
 	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
