@@ -151,8 +151,8 @@ type Manager struct {
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
 	election     *leader.Config // nil without leader election
-	leadership   leadership
-	sharding     *sharding // nil without sharding
+	sharding     *sharding      // nil without sharding
+	leadership   leadership     // what Leading reports
 	probe        serverProbe
 	ownTransport bool     // the HTTP client's transport is the manager's alone
 	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
