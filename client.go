@@ -42,6 +42,12 @@ type ClientOptions struct {
 // Writes made through a Client are tracked until the manager's caches of T
 // have observed them, which is what lets [Manager.WaitIdle] return only
 // after their consequences have been reconciled.
+//
+// With leader election, a write made under a reconcile's context (or one
+// derived from it) fails with [ErrLeadershipLost], without a request, once
+// this replica's leadership has ended ([CheckLeadership]); see
+// [LeaderElection]. A write under another context, such as
+// context.Background(), is not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set

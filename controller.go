@@ -68,7 +68,11 @@ type ControllerOptions struct {
 //   - an error or a panic requeues the key with the rate limiter's backoff;
 //     nothing stops the controller but the manager;
 //   - with leader election, a replica that does not lead queues nothing; when
-//     it takes over, it reconciles every cached object once.
+//     it takes over, it reconciles every cached object once;
+//   - once leadership has ended (its deadline passed, noticed or not), no
+//     worker takes a key, running reconciles are canceled, and their writes
+//     through ctrl's clients fail with [ErrLeadershipLost]: an error that
+//     ends the reconcile, not retried and not counted as a failure.
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string

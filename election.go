@@ -33,6 +33,17 @@ import (
 // LeaseDuration - RenewDeadline (5 s by default), is the margin within
 // which a write sent just before the deadline must reach the API server.
 // A renewal that finds another holder ends leadership at once.
+//
+// Writes a reconcile makes outside ctrl's clients (another client, an
+// external system) are not checked for it. Make them with the reconcile's
+// context, and call [CheckLeadership] right before each: the context is
+// canceled at the deadline, but after a pause a moment late, while
+// CheckLeadership reads the clock. No check can fence a write that leaves
+// the process just before a pause and reaches its server after another
+// replica took over; where that matters, make writes conditional on what
+// was read, as [Client.Update] and [Client.PatchFrom] do with the
+// object's resourceVersion: a write based on state that another leader
+// changed since fails with a conflict, whatever the timing.
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string
@@ -172,6 +183,20 @@ func (m *Manager) setLeading(ctx context.Context) {
 	if m.election != nil {
 		m.metrics.LeaderStatus.WithLabelValues(m.election.Name).Set(map[bool]float64{true: 1, false: 0}[ctx != nil])
 	}
+}
+
+// CheckLeadership returns nil if work under ctx may still write: ctx is not
+// a reconcile's (nor derived from one) of a replica with leader election or
+// sharding, or the leadership it runs under has not ended. Otherwise it
+// returns an error wrapping [ErrLeadershipLost], even if the process was
+// paused past its deadline and nothing has noticed yet: it reads the clock.
+// ctrl's clients make this check before every write; make it before writes
+// that do not go through them. It never blocks.
+func CheckLeadership(ctx context.Context) error {
+	if err := leader.Check(ctx); err != nil {
+		return fmt.Errorf("ctrl: %w", err)
+	}
+	return nil
 }
 
 // acting reports whether this replica may write for its controllers now:

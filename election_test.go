@@ -54,7 +54,13 @@ func testLeadershipLost(t *testing.T, standby bool) {
 			return ctrl.Result{}, nil
 		}
 		rec.Event(cm, corev1.EventTypeNormal, "Leading", "emitted while leading")
+		if err := ctrl.CheckLeadership(ctx); err != nil {
+			t.Errorf("CheckLeadership while leading: %v", err)
+		}
 		<-ctx.Done()
+		if err := ctrl.CheckLeadership(ctx); !errors.Is(err, ctrl.ErrLeadershipLost) {
+			t.Errorf("CheckLeadership after the loss: got %v, want ErrLeadershipLost", err)
+		}
 		rec.Event(cm, corev1.EventTypeNormal, "Lost", "emitted after the loss")
 		cm.Data = map[string]string{"written": "after the loss"}
 		_, err := cms.Update(ctx, cm)

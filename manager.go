@@ -395,16 +395,19 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 //
 // Shutdown happens in this order: the controllers stop taking keys; Start
 // waits up to Options.ShutdownTimeout for running reconciles to return
-// (their context is canceled when that time is up); the Lease is released,
-// so another replica takes over at once; the caches stop; the HTTP servers
-// stop. If leadership is lost, running reconciles are canceled at once,
-// since another replica may be starting.
+// (their context is canceled when that time is up), while the Lease is
+// still renewed; the Lease is released, so another replica takes over at
+// once; the caches stop; the HTTP servers stop. If leadership is lost,
+// running reconciles are canceled at once, since another replica may be
+// starting, and Start waits for them as above; see [LeaderElection].
 //
 // Start returns nil after a shutdown requested through ctx; otherwise the
 // error: an address that cannot be bound, a cache that did not sync within
 // Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease, or a shutdown that timed out. Reconcile errors never
-// stop the manager. Start may be called once.
+// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
+// LeaderElection.StandbyOnLoss makes the replica stand by instead), or a
+// shutdown that timed out. Reconcile errors never stop the manager. Start
+// may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
