@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -173,7 +172,7 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, err)
+		return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -265,7 +264,7 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
-			return nil, err
+			return nil, tagUnreachable(ctx, opts.Cluster, err)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -276,9 +275,10 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects. Every write of a Client comes here:
-// one whose context carries a leadership that has ended (a reconcile's, on
-// a replica past its deadline) fails without a request.
+// T that holds that cluster's objects. ctx is the request's. Every write
+// of a Client comes here: one whose context carries a leadership that has
+// ended (a reconcile's, on a replica past its deadline) fails without a
+// request.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	if err := leader.Check(ctx); err != nil {
 		return binding.New[T](), err
@@ -295,7 +295,7 @@ func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
-	return obj, err
+	return obj, tagUnreachable(ctx, key.Cluster, err)
 }
 
 func (c *Client[T]) checkNil(verb string, obj T) error {
@@ -320,62 +320,32 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 // Create creates obj and returns the object the server stored.
 //
 // A create whose reply is lost (the connection died after the request was
-// sent) may have happened. If a later Create of the same name through this
-// manager finds the object, created after the lost attempt and touched by
-// no other field manager, it returns that object instead of an
-// AlreadyExists error: the earlier attempt did reach the server. A create
-// with generateName cannot be recognized so, and may create twice.
+// sent) may have happened. So that a later Create of the same name through
+// this manager can tell, a create of a named object stamps it with the
+// annotation ctrl.dev/create-id, a random value of that request alone: if
+// the later Create finds the object carrying the value of the lost
+// attempt, it returns that object instead of an AlreadyExists error. An
+// object of the same name that anyone else created, this program's other
+// replicas included, is still AlreadyExists. A create with generateName
+// cannot be recognized so, and may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	began := time.Now()
+	var id string
+	if key.Name != "" {
+		obj, id = stampCreate(obj)
+	}
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
-	lost := uncertainKey{c.b, key}
-	switch {
-	case err == nil:
-		c.m.uncertain.Delete(lost)
-	case key.Name != "" && unreachable(err):
-		c.m.uncertain.Store(lost, began)
-	case apierrors.IsAlreadyExists(err):
-		if at, ok := c.m.uncertain.LoadAndDelete(lost); ok {
-			if mine, ok := c.createdSince(ctx, key, at.(time.Time)); ok {
-				return mine, nil
-			}
+	if key.Name != "" {
+		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
+			return mine.(T), nil
 		}
 	}
 	return out, c.wrap("create", key, err)
-}
-
-// uncertainKey names a create whose reply was lost.
-type uncertainKey struct {
-	binding any
-	key     Key
-}
-
-// createdSince reads the object with key from the server and returns it if
-// it was created no earlier than at (less a second: creation times have
-// seconds only) and no other field manager has touched it. An object that
-// sets no fields has no managedFields at all, and passes on its creation
-// time alone.
-func (c *Client[T]) createdSince(ctx context.Context, key Key, at time.Time) (T, bool) {
-	b, err := c.backend(key.Cluster)
-	if err != nil {
-		return binding.New[T](), false
-	}
-	obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-	if err != nil || obj.GetCreationTimestamp().Time.Before(at.Truncate(time.Second)) {
-		return obj, false
-	}
-	for _, f := range obj.GetManagedFields() {
-		if f.Manager != c.m.opts.FieldManager {
-			return obj, false
-		}
-	}
-	return obj, true
 }
 
 // Update replaces obj. The resourceVersion of obj is a precondition: if the

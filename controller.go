@@ -283,6 +283,7 @@ func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters(
 
 // forget drops the tombstones and waiting keys of a member that left: its
 // objects were not deleted, and its server is not coming back for them.
+// Keys of other clusters that waited for its server are retried.
 func (c *Controller[T]) forget(cluster string) {
 	c.mu.Lock()
 	for k := range c.tombstones {
@@ -290,19 +291,22 @@ func (c *Controller[T]) forget(cluster string) {
 			delete(c.tombstones, k)
 		}
 	}
+	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
-	if c.q != nil {
-		c.metrics.Waiting.Sub(float64(c.q.dropWaiting(cluster)))
+	if q != nil {
+		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
+		c.releaseWaiting(cluster)
 	}
 }
 
 // prepare freezes the wiring and creates the queue, before the caches start.
 func (c *Controller[T]) prepare() {
+	q := newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
 	c.mu.Lock()
 	c.wired = true
-	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	c.q = q
 	c.stop = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // start activates the controller, queues every cached object through the

@@ -7,11 +7,15 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +33,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -66,7 +71,11 @@ type Options struct {
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
 	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply. Default: "ctrl".
+	// Patch and Apply, so that `kubectl get -o yaml --show-managed-fields`
+	// tells which program set a field, and server-side apply tells two
+	// programs apart. Default: the program's name, as client-go's user
+	// agent takes it (the base name of os.Args[0]), or "ctrl" if that is
+	// empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -154,8 +163,8 @@ type Manager struct {
 	sharding     *sharding      // nil without sharding
 	leadership   leadership     // what Leading reports
 	probe        serverProbe
-	ownTransport bool     // the HTTP client's transport is the manager's alone
-	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
+	ownTransport bool // the HTTP client's transport is the manager's alone
+	lostCreates  lostCreates
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
@@ -209,7 +218,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
 	}
 	if opts.FieldManager == "" {
-		opts.FieldManager = "ctrl"
+		opts.FieldManager = programName()
 	}
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 2 * time.Minute
@@ -259,6 +268,29 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
+// programName is the default field manager: the program's base name, as
+// client-go's default user agent has it, cut to the 128 characters a field
+// manager may have.
+func programName() string {
+	name := ""
+	if len(os.Args) > 0 {
+		name = filepath.Base(os.Args[0])
+	}
+	name = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, name)
+	if name == "" || name == "." || name == string(filepath.Separator) {
+		return "ctrl"
+	}
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	return name
+}
+
 // restClients returns the manager's copy of cfg with ctrl's defaults, and
 // the HTTP client every request of the manager shares.
 func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest.Config, *http.Client, error) {
@@ -283,6 +315,9 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 	default:
 		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
 	}
+	// The watches' transport reports a stream that dies with an error to
+	// its cache (see internal/watcher).
+	cfg.Wrap(watcher.WrapTransport)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return fence{rt} })
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
