@@ -176,3 +176,11 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// Ended returns a term of lease that has ended with err, which wraps
+// ErrLost: for tests of the code that checks terms.
+func Ended(lease string, err error) *Term {
+	t := newTerm(lease, realClock{}, time.Now(), time.Hour)
+	t.end(err)
+	return t
+}
