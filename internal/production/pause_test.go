@@ -350,8 +350,9 @@ func testPausedLeader(t *testing.T, standby bool) {
 	time.Sleep(time.Until(paused.Add(2 * pauseLease))) // the pause the test is about: not a wait for the controller
 
 	resumedAt := revision(t, cs, ns) // every write a made before its pause is at or below this
-	resumed := monoNow()
+	resumed := monoNow() // a lower bound of the moment a runs again: the latencies below are upper bounds
 	must(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	sent := time.Duration(monoNow() - resumed)
 
 	// a notices at once: its reconciles end, and Leading turns false.
 	eventually(t, 10*time.Second, "a stops leading", func() bool {
@@ -374,8 +375,8 @@ func testPausedLeader(t *testing.T, standby bool) {
 	l := a.printed("leading")
 	at, _ := strconv.ParseInt(l[len(l)-1][1], 10, 64)
 	notLeading := time.Duration(at - resumed)
-	t.Logf("after SIGCONT: %d reconciles in flight ended (%d canceled, %d refused a write) within %s; Leading false after %s",
-		len(ended), count(ended, "canceled"), count(ended, "refused"), last.Round(time.Microsecond), notLeading.Round(time.Microsecond))
+	t.Logf("after SIGCONT (sent in %s): %d reconciles in flight ended (%d canceled, %d refused a write) within %s; Leading false after %s",
+		sent.Round(time.Microsecond), len(ended), count(ended, "canceled"), count(ended, "refused"), last.Round(time.Microsecond), notLeading.Round(time.Microsecond))
 	if last > pauseCancelBound || notLeading > pauseCancelBound {
 		t.Errorf("a's reconciles ended %s and Leading turned false %s after the resume, want within %s", last, notLeading, pauseCancelBound)
 	}
