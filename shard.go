@@ -55,8 +55,9 @@ type Sharding struct {
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before giving its objects away. Default: 15 s.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long a replica keeps trying to renew before it
-	// stops reconciling and makes Start return an error. Default: 10 s.
+	// RenewDeadline is how long a replica may act after the start of its
+	// last successful renewal: past it, it stops reconciling and makes
+	// Start return an error. Default: 10 s.
 	RenewDeadline time.Duration
 	// RetryPeriod is how often Leases are renewed. Default: 2 s.
 	RetryPeriod time.Duration
