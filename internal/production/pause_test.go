@@ -350,7 +350,7 @@ func testPausedLeader(t *testing.T, standby bool) {
 	time.Sleep(time.Until(paused.Add(2 * pauseLease))) // the pause the test is about: not a wait for the controller
 
 	resumedAt := revision(t, cs, ns) // every write a made before its pause is at or below this
-	resumed := monoNow() // a lower bound of the moment a runs again: the latencies below are upper bounds
+	resumed := monoNow()             // a lower bound of the moment a runs again: the latencies below are upper bounds
 	must(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	sent := time.Duration(monoNow() - resumed)
 
