@@ -349,8 +349,11 @@ func testPausedLeader(t *testing.T, standby bool) {
 	eventually(t, 10*time.Second, "b writes", func() bool { return len(w.by("b", startB, 1<<62)) > 0 })
 	time.Sleep(time.Until(paused.Add(2 * pauseLease))) // the pause the test is about: not a wait for the controller
 
-	resumedAt := revision(t, cs, ns) // every write a made before its pause is at or below this
-	resumed := monoNow()             // a lower bound of the moment a runs again: the latencies below are upper bounds
+	// Every write a made before its pause is at or below resumedAt; resumed
+	// is a lower bound of the moment a runs again, so the latencies below
+	// are upper bounds.
+	resumedAt := revision(t, cs, ns)
+	resumed := monoNow()
 	must(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	sent := time.Duration(monoNow() - resumed)
 
