@@ -27,7 +27,7 @@ func TestFence(t *testing.T) {
 		fmt.Fprint(w, `{}`)
 	}))
 	defer srv.Close()
-	_, hc, err := restClients(&rest.Config{Host: srv.URL}, -1, false)
+	_, hc, _, err := restClients(&rest.Config{Host: srv.URL}, -1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
