@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -40,6 +41,12 @@ type ClientOptions struct {
 // Writes made through a Client are tracked until the manager's caches of T
 // have observed them, which is what lets [Manager.WaitIdle] return only
 // after their consequences have been reconciled.
+//
+// With leader election, a write made under a reconcile's context (or one
+// derived from it) fails with [ErrLeadershipLost], without a request, once
+// this replica's leadership has ended ([CheckLeadership]); see
+// [LeaderElection]. A write under another context, such as
+// context.Background(), is not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -268,8 +275,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects. ctx is the request's.
+// T that holds that cluster's objects. ctx is the request's. Every write
+// of a Client comes here: one whose context carries a leadership that has
+// ended (a reconcile's, on a replica past its deadline) fails without a
+// request.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	if err := leader.Check(ctx); err != nil {
+		return binding.New[T](), err
+	}
 	b, err := c.backend(key.Cluster)
 	if err != nil {
 		return binding.New[T](), err

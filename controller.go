@@ -69,7 +69,11 @@ type ControllerOptions struct {
 //   - an error or a panic requeues the key with the rate limiter's backoff;
 //     nothing stops the controller but the manager;
 //   - with leader election, a replica that does not lead queues nothing; when
-//     it takes over, it reconciles every cached object once.
+//     it takes over, it reconciles every cached object once;
+//   - once leadership has ended (its deadline passed, noticed or not), no
+//     worker takes a key, running reconciles are canceled, and their writes
+//     through ctrl's clients fail with [ErrLeadershipLost]: an error that
+//     ends the reconcile, not retried and not counted as a failure.
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -102,10 +106,14 @@ type Controller[T Object] struct {
 	// replica leads. Handlers queue nothing and keep no tombstones before.
 	active   atomic.Bool
 	stopping atomic.Bool
-	stop     chan struct{} // closed by the first shutdown
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	outage   outageLog
+	// reconcileCtx is the context of reconciles: canceled, and its terms
+	// ended, when this replica stops leading; replaced when it leads again.
+	reconcileCtx atomic.Pointer[context.Context]
+	startOnce    sync.Once     // starts the workers
+	stop         chan struct{} // closed by the first shutdown
+	stopOnce     sync.Once
+	wg           sync.WaitGroup
+	outage       outageLog
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -320,23 +328,28 @@ func (c *Controller[T]) prepare() {
 }
 
 // start activates the controller, queues every cached object through the
-// backlog, and starts the workers. Called once the caches have synced and,
-// with leader election, once this replica leads.
+// backlog, and starts the workers, which reconcile under reconcileCtx.
+// Called once the caches have synced and, with leader election, each time
+// this replica takes the lead.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.reconcileCtx.Store(&reconcileCtx)
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
 	c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
 	c.mgr.activity.Add(1)
-	for range c.opts.Workers {
-		c.wg.Go(func() { c.work(reconcileCtx) })
-	}
-	if d := c.opts.ResyncPeriod; d > 0 {
-		c.wg.Go(func() { c.resync(d) })
-	}
+	c.startOnce.Do(func() {
+		for range c.opts.Workers {
+			c.wg.Go(c.work)
+		}
+		if d := c.opts.ResyncPeriod; d > 0 {
+			c.wg.Go(func() { c.resync(d) })
+		}
+	})
 }
 
-// resync queues every cached object every d, until the controller stops.
+// resync queues every cached object every d while the controller is
+// active, until it stops.
 func (c *Controller[T]) resync(d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -346,9 +359,36 @@ func (c *Controller[T]) resync(d time.Duration) {
 			return
 		case <-t.C:
 		}
-		c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
-		c.mgr.activity.Add(1)
+		if c.active.Load() {
+			c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
+			c.mgr.activity.Add(1)
+		}
 	}
+}
+
+// pause deactivates the controller until its next start, after this
+// replica lost the lead and stands by: changes queue nothing, the workers
+// drop the keys still queued (their term has ended), and tombstones go, as
+// they would with a restart: a deletion observed while leading and not yet
+// handled is not seen again. It waits up to timeout for running reconciles,
+// whose context is canceled, to return.
+func (c *Controller[T]) pause(timeout time.Duration) error {
+	c.active.Store(false)
+	c.mu.Lock()
+	clear(c.tombstones)
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for c.q.processing.Load() != 0 {
+		select {
+		case <-t.C:
+			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+		case <-poll.C:
+		}
+	}
+	return nil
 }
 
 func (c *Controller[T]) shutdown(timeout time.Duration) error {

@@ -47,9 +47,14 @@
 //     return the error and be called again with newer state.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
-//   - One leader: with leader election, a replica that does not lead keeps
-//     its caches warm and queues nothing; when it takes over it reconciles
-//     every cached object once.
+//   - One leader: with leader election, a replica leads until a deadline on
+//     its own monotonic clock, RenewDeadline after its last successful
+//     renewal of the Lease began, which passes before any other replica may
+//     take over. Past it, even if it was paused (SIGSTOP, a frozen VM) and
+//     has not noticed, it takes no key, its reconciles are canceled, and its
+//     writes through ctrl's clients fail with [ErrLeadershipLost]. A replica
+//     that does not lead keeps its caches warm and queues nothing; when it
+//     takes over it reconciles every cached object once.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, across restarts and failovers, and
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen

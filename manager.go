@@ -158,6 +158,7 @@ type Manager struct {
 
 	election    *leader.Config // nil without leader election
 	sharding    *sharding      // nil without sharding
+	leadership  leadership     // what Leading reports
 	probe       serverProbe
 	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
@@ -198,7 +199,8 @@ type managedController interface {
 	name() string
 	prepare()                             // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)   // activates it and starts its workers
-	shutdown(timeout time.Duration) error // stops them, waits bounded
+	pause(timeout time.Duration) error    // deactivates it until the next start, waits bounded
+	shutdown(timeout time.Duration) error // stops its workers, waits bounded
 	busy(horizon time.Duration) string    // why the controller is not idle, or ""
 	waitingClusters() []string            // whose servers keys wait for
 	releaseWaiting(cluster string)        // queues them: the server is back
@@ -329,16 +331,19 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 //
 // Shutdown happens in this order: the controllers stop taking keys; Start
 // waits up to Options.ShutdownTimeout for running reconciles to return
-// (their context is canceled when that time is up); the Lease is released,
-// so another replica takes over at once; the caches stop; the HTTP servers
-// stop. If leadership is lost, running reconciles are canceled at once,
-// since another replica may be starting.
+// (their context is canceled when that time is up), while the Lease is
+// still renewed; the Lease is released, so another replica takes over at
+// once; the caches stop; the HTTP servers stop. If leadership is lost,
+// running reconciles are canceled at once, since another replica may be
+// starting, and Start waits for them as above; see [LeaderElection].
 //
 // Start returns nil after a shutdown requested through ctx; otherwise the
 // error: an address that cannot be bound, a cache that did not sync within
 // Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease, or a shutdown that timed out. Reconcile errors never
-// stop the manager. Start may be called once.
+// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
+// LeaderElection.StandbyOnLoss makes the replica stand by instead), or a
+// shutdown that timed out. Reconcile errors never stop the manager. Start
+// may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
@@ -419,9 +424,12 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	return err
 }
 
-// lead runs the controllers until run is done, then shuts them down. ctx is
-// the caller's: if run ended without it (leadership lost, a fatal error),
-// running reconciles are canceled at once instead of finishing.
+// lead runs the controllers until run is done, then stops them. ctx is
+// the caller's, with the terms of the Leases the controllers run for: if
+// run ended without ctx (leadership lost, a fatal error), running
+// reconciles are canceled at once instead of finishing. After a lost
+// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
+// start again, instead of shut down.
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
@@ -429,17 +437,25 @@ func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) erro
 		c.start(reconcileCtx)
 	}
 	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.setLeading(ctx)
 	m.log.Info("controllers started")
 	<-run.Done()
+	m.setLeading(nil)
 	timeout := m.opts.ShutdownTimeout
+	standby := false
 	if ctx.Err() == nil {
 		cancelReconciles()
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
 	}
 	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error
 	deadline := time.Now().Add(timeout)
 	for _, c := range ctrls {
-		if err := c.shutdown(time.Until(deadline)); err != nil {
+		stop := c.shutdown
+		if standby {
+			stop = c.pause
+		}
+		if err := stop(time.Until(deadline)); err != nil {
 			errs = append(errs, err)
 		}
 	}

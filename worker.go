@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -10,20 +11,31 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // work is one worker goroutine: it takes keys until the queue shuts down.
-func (c *Controller[T]) work(ctx context.Context) {
+func (c *Controller[T]) work() {
 	for {
 		key, item, shutdown := c.q.get()
 		if shutdown {
 			return
 		}
-		// Once stopping, drain without reconciling. A key without causes
-		// is one whose causes an earlier reconcile took: it was queued
-		// again while being handed out, and the earlier reconcile, which
-		// began after every cause was recorded, has served it.
-		if !c.stopping.Load() && item.causes.Total > 0 {
+		ctx := *c.reconcileCtx.Load()
+		switch {
+		case c.stopping.Load() || item.causes.Total == 0:
+			// Once stopping, drain without reconciling. A key without
+			// causes is one whose causes an earlier reconcile took: it was
+			// queued again while being handed out, and the earlier
+			// reconcile, which began after every cause was recorded, has
+			// served it.
+		case leader.Check(ctx) != nil:
+			// Leadership ended (its deadline may have passed while the
+			// process was paused, before anything noticed): the key is
+			// dropped, since whoever leads next reconciles every object.
+			c.q.forget(key)
+		default:
 			c.process(ctx, key, item)
 		}
 		c.q.done(key)
@@ -69,6 +81,11 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
 	res, err := c.safely(ctx, log, key)
 	switch {
+	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
+		// Not the object's failure, and not to retry: this replica may no
+		// longer act, and whoever leads next reconciles every object.
+		c.q.forget(key)
+		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
 		c.metrics.Errors.Inc()
