@@ -16,6 +16,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/go-logr/logr"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/webhook"
@@ -39,7 +40,7 @@ import (
 // request's timeout; a function still running then is left to finish on its
 // own and the request is denied, as it is when the function panics. ctx
 // carries the manager's logger with the request's uid and the webhook's
-// path (logr.FromContext). Call [Warn] to add warnings to the answer.
+// path (logr.FromContext). Call [AdmissionWarning] to add warnings to the answer.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -114,11 +115,17 @@ func Convert[A, B Object](m *Manager, toB func(src A, dst B) error, toA func(src
 	return m.addWebhook("Convert", func(s *webhook.Server) error { return webhook.AddConversion(s, a, b, toB, toA) })
 }
 
-// Warn adds msg to the warnings of the admission request that ctx belongs
-// to: kubectl prints them, and client-go logs them. Call it from a
-// [Validator]'s function or a [Default] function; anywhere else it does
-// nothing. Keep messages short: the API server truncates long ones.
-func Warn(ctx context.Context, msg string) { webhook.Warn(ctx, msg) }
+// AdmissionWarning adds msg to the warnings of the admission request that
+// ctx belongs to: kubectl prints them, and client-go logs them. Call it
+// from a [Validator]'s function or a [Default] function. Anywhere else,
+// such as in a reconcile, there is no request to answer: msg goes to the
+// context's logger (logr.FromContext) instead, at V(1). Keep messages
+// short: the API server truncates long ones.
+func AdmissionWarning(ctx context.Context, msg string) {
+	if !webhook.Warn(ctx, msg) {
+		logr.FromContextOrDiscard(ctx).V(1).Info("AdmissionWarning outside an admission request", "warning", msg)
+	}
+}
 
 // webhooks is the manager's webhook server, made on first use. The zero
 // value is ready.
@@ -222,7 +229,7 @@ func (m *Manager) webhookReady(ctx context.Context) error {
 	if m.opts.WebhookAddress == "" {
 		return nil
 	}
-	addr := m.Endpoints().Webhook
+	addr := m.Addresses().Webhook
 	if addr == "" {
 		return errors.New("not listening yet")
 	}

@@ -327,13 +327,16 @@ type warnings struct {
 
 type warningsKey struct{}
 
-// Warn adds msg to the warnings of the admission request of ctx, if any.
-func Warn(ctx context.Context, msg string) {
-	if w, ok := ctx.Value(warningsKey{}).(*warnings); ok {
+// Warn adds msg to the warnings of the admission request of ctx, and
+// reports whether ctx belongs to one.
+func Warn(ctx context.Context, msg string) bool {
+	w, ok := ctx.Value(warningsKey{}).(*warnings)
+	if ok {
 		w.mu.Lock()
 		w.msgs = append(w.msgs, msg)
 		w.mu.Unlock()
 	}
+	return ok
 }
 
 func (w *warnings) list() []string {
