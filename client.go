@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -124,8 +125,29 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
+	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
+
+// requestError is the error of a request about one object. It names the
+// object's resource and key, so that a controller can tell a NotFound of
+// the object it reconciles from any other (see Controller.vanished).
+type requestError struct {
+	verb     string // "get", "create", "update status of", ...
+	typ      reflect.Type
+	resource schema.GroupResource
+	key      Key
+	err      error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("ctrl: %s %s %s: %v", e.verb, e.typ, e.key, e.err)
+}
+
+func (e *requestError) Unwrap() error { return e.err }
+
+// written reports whether the request wrote an object that should exist:
+// not a read, and not a create, whose NotFound is about its namespace.
+func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
 // cache returns the cache of T that covers what covers reports, waiting for
 // it to sync, or an error that says which cache to add.

@@ -44,7 +44,9 @@
 //     rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
-//     return the error and be called again with newer state.
+//     return the error and be called again with newer state. A NotFound on
+//     a write to the reconciled object itself, once the server confirms
+//     the object is gone, ends the reconcile quietly, without a retry.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
 //   - One leader: with leader election, a replica that does not lead keeps
