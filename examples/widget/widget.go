@@ -58,9 +58,7 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
-		panic(err)
-	}
+	ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true})
 }
 
 // Finalizer is the finalizer the controller puts on Widgets.
