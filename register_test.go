@@ -16,8 +16,10 @@ func TestMustRegister(t *testing.T) {
 	same := ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}
 	ctrl.MustRegister[*Widget](same) // as the tests' init registered it: nothing to do
 	for name, register := range map[string]func(){
-		"built-in":    func() { ctrl.MustRegister[*corev1.Pod](ctrl.APIResource{Version: "v1", Resource: "pods"}) },
-		"conflicting": func() { ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "other.com", Version: "v1", Resource: "widgets"}) },
+		"built-in": func() { ctrl.MustRegister[*corev1.Pod](ctrl.APIResource{Version: "v1", Resource: "pods"}) },
+		"conflicting": func() {
+			ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "other.com", Version: "v1", Resource: "widgets"})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
