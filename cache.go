@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,7 +60,8 @@ type CacheOptions struct {
 // for the same type with the same [CacheOptions] share one Cache.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
-// every other reader: never modify them; call DeepCopyObject first. The
+// every other reader: never modify them; call DeepCopyObject first. They
+// carry their apiVersion and kind, which typed decoding drops. The
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
@@ -70,6 +72,8 @@ type Cache[T Object] struct {
 	feeds  []*feed[T] // of the own cluster
 	kind   string     // for causes: "ConfigMap"
 	synced chan struct{}
+	// typeMeta is stamped on every object stored: typed decoding drops it.
+	typeMeta metav1.TypeMeta
 
 	// A fleet cache's feeds, per member, started as members join while it
 	// runs.
@@ -191,8 +195,9 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		b:       b,
 		opts:    opts,
 		scope:   sc,
-		kind:    b.Kind,
-		indexes: map[string]*index[T]{},
+		kind:     b.Kind,
+		typeMeta: typeMetaOf(b.Info),
+		indexes:  map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
 		userTF:  trim,

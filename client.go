@@ -31,7 +31,8 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A Client is safe for concurrent use.
+// them. The objects it returns carry their apiVersion and kind. A Client is
+// safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -188,7 +189,11 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, err)
+		if err != nil {
+			return obj, c.wrap("get", key, err)
+		}
+		stamp(obj, typeMetaOf(c.b.Info))
+		return obj, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -277,10 +282,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 		return nil, err
 	}
 	var items []T
+	tm := typeMetaOf(c.b.Info)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
 			return nil, err
+		}
+		for _, obj := range l.Items {
+			stamp(obj, tm)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -302,6 +311,9 @@ func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) 
 		done = append(done, cc.expectWrite(key))
 	}
 	obj, err := do(b)
+	if err == nil && !deleting {
+		stamp(obj, typeMetaOf(c.b.Info))
+	}
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
