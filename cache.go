@@ -191,17 +191,17 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		return c.(*Cache[T]), nil
 	}
 	c := &Cache[T]{
-		mgr:      m,
-		b:        b,
-		opts:     opts,
-		scope:    sc,
-		kind:     b.Kind,
-		typeMeta: typeMetaOf(b.Info),
-		indexes:  map[string]*index[T]{},
-		expect:   map[Key]expectation{},
-		synced:   make(chan struct{}),
-		userTF:   trim,
+		mgr:     m,
+		b:       b,
+		opts:    opts,
+		scope:   sc,
+		kind:    b.Kind,
+		indexes: map[string]*index[T]{},
+		expect:  map[Key]expectation{},
+		synced:  make(chan struct{}),
+		userTF:  trim,
 	}
+	c.typeMeta = typeMetaOf(b.Info)
 	if h != nil {
 		c.handlers = append(c.handlers, h)
 	}
