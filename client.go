@@ -225,6 +225,15 @@ type ListOptions struct {
 	// Cluster lists a member cluster of the fleet. Default: the client's
 	// cluster ([Client.In]), or the manager's own.
 	Cluster string
+	// Index lists only the objects that the cache's index of this name
+	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
+	// every namespace if Namespace is "": controller-runtime's
+	// MatchingFields on a field index, with InNamespace. Its cost grows
+	// with the objects found, not with the namespace. Selectors apply
+	// after it. A cached list only. Default: no index.
+	Index string
+	// IndexValue is the value looked up in Index.
+	IndexValue string
 }
 
 // List returns the matching objects: copies the caller owns, in no
@@ -240,6 +249,9 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
 	if c.uncached {
+		if opts.Index != "" {
+			return nil, wrap(fmt.Errorf("index %q: indexes are in caches: list with a cached client", opts.Index))
+		}
 		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
@@ -253,11 +265,32 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Cluster != "" {
 		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
+	covers := func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) }
+	if opts.Index != "" {
+		if err := c.checkIndex(opts, what, covers); err != nil {
+			return nil, wrap(err)
+		}
+		what += fmt.Sprintf(" with index %q", opts.Index)
+		covers = func(cc *Cache[T]) bool {
+			return cc.coversNamespace(opts.Cluster, opts.Namespace) && cc.hasIndex(opts.Index)
+		}
+	}
+	cc, err := c.cache(ctx, what, covers)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	var objs []T
+	if opts.Index == "" {
+		objs = cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	} else {
+		inCluster := func(k Key) bool { return k.Cluster == opts.Cluster }
+		if objs, err = cc.byIndex(opts.Namespace, opts.Index, opts.IndexValue, inCluster); err != nil {
+			return nil, wrap(err)
+		}
+		if sel := opts.LabelSelector; sel != nil {
+			objs = slices.DeleteFunc(objs, func(o T) bool { return !sel.Matches(labels.Set(o.GetLabels())) })
+		}
+	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -266,6 +299,25 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		objs[i] = o.DeepCopyObject().(T)
 	}
 	return objs, nil
+}
+
+// checkIndex returns an error that says how to add the index opts names,
+// if some cache covers the list but none of them has it.
+func (c *Client[T]) checkIndex(opts ListOptions, what string, covers func(*Cache[T]) bool) error {
+	var covering []*Cache[T]
+	for _, cc := range cachesOf(c.m, c.b) {
+		if covers(cc) {
+			if cc.hasIndex(opts.Index) {
+				return nil
+			}
+			covering = append(covering, cc)
+		}
+	}
+	if len(covering) == 0 {
+		return nil // the cache lookup says which cache to add
+	}
+	return fmt.Errorf("no cache of %s that holds %s has index %q (caches: %s): add it with Cache.AddIndex",
+		c.b.Info, what, opts.Index, describeScope(covering))
 }
 
 // listPages lists from the server, a page of opts.Limit at a time.

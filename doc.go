@@ -10,7 +10,7 @@
 //			// cm is this call's own copy of the cached object.
 //			return ctrl.Result{}, nil
 //		}, ctrl.ControllerOptions{Workers: 4})
-//	err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
+//	_, err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
 //	err = mgr.Start(ctx)               // blocks until ctx is done
 //
 // There is no Scheme to register built-in types in: the type parameter is
