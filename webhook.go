@@ -234,13 +234,9 @@ func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) ne
 	}
 	certs, err := webhook.LoadCerts(webhookCertDir(m.opts))
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("ctrl: Start: %w", err)
+		return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks: %w", err)
 	}
-	config := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: certs.GetCertificate,
-		NextProtos:     []string{"h2", "http/1.1"},
-	}
+	config := m.tlsConfig(certs.GetCertificate)
 	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
 		return tls.NewListener(ln, config)
 	}, nil

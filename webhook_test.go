@@ -114,8 +114,8 @@ func configMapReview(t *testing.T, data map[string]string) []byte {
 }
 
 // TestWebhookServer runs the webhook server of a started manager over TLS,
-// for a built-in type: its answers, HTTP/2, its metrics, its readiness
-// check, and a certificate replaced on disk while it serves.
+// for a built-in type: its answers, HTTP/1.1 only by default, its metrics,
+// its readiness check, and a certificate replaced on disk while it serves.
 func TestWebhookServer(t *testing.T) {
 	dir := t.TempDir()
 	firstCA, err := ctrl.WriteWebhookCerts(dir)
@@ -144,8 +144,8 @@ func TestWebhookServer(t *testing.T) {
 			return nil, err
 		}
 		defer resp.Body.Close()
-		if resp.Proto != "HTTP/2.0" {
-			t.Errorf("got protocol %s, want HTTP/2.0", resp.Proto)
+		if resp.Proto != "HTTP/1.1" {
+			t.Errorf("got protocol %s, want HTTP/1.1", resp.Proto)
 		}
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
