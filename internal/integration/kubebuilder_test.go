@@ -121,7 +121,7 @@ func TestSecureMetrics(t *testing.T) {
 	// The self-signed certificate is not verified, as Prometheus'
 	// insecure_skip_verify; the token is what counts.
 	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
-	t.Cleanup(tr.CloseIdleConnections)                                          // before the managers stop
+	t.Cleanup(tr.CloseIdleConnections)                                            // before the managers stop
 	get := func(m *ctrl.Manager, token string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest("GET", "https://"+m.Endpoints().Metrics+"/metrics", nil)
