@@ -78,6 +78,11 @@
 //     machine's cleanup path has ended.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
+//   - Guarded: metrics are served over HTTPS only to clients whose token
+//     the API server authenticates and whose user it allows to get the
+//     path, unless plain HTTP is chosen; the HTTPS servers speak HTTP/2 only
+//     when asked; a manager with webhooks starts only if something serves
+//     them.
 //
 // # Reading objects
 //

@@ -131,8 +131,10 @@ type Options struct {
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
 	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
-	// a check that it completes a TLS handshake to /readyz. Default: off.
+	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
+	// as ":9443", and adds a check that it completes a TLS handshake to
+	// /readyz. Start fails if webhooks are registered and neither this nor
+	// [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook server's certificate and key as
 	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
