@@ -332,7 +332,11 @@ type CRDConversionWebhook struct {
 // (failurePolicy Fail), has no side effects, a timeout of 10 seconds,
 // matches equivalent versions of its resource (so an object sent in another
 // version of a converted resource is converted first), and, if the manager
-// has an Options.Namespace, matches only objects of that namespace.
+// has an Options.Namespace, matches only objects of that namespace. Each
+// webhook has the name and path [WebhookOptions] gave it. The objects are
+// plain API objects: to keep the names of existing manifests, such as
+// kubebuilder's separate validating and mutating configurations, rename
+// either (configs.Mutating.Name = "...") before applying it.
 func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (WebhookConfigurations, error) {
 	var out WebhookConfigurations
 	if (target.URL == "") == (target.Service == nil) {
