@@ -413,8 +413,8 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 // addition to the manager's logging; a later call replaces it. A watch that
 // ends because its resourceVersion was compacted away (410 Gone) is not an
 // error here: the cache relists at once and counts it in
-// ctrl_cache_relists_total. fn is called on the cache's goroutine and must
-// not block.
+// ctrl_cache_relists_total. fn is called on the cache's goroutines, one
+// call at a time per watch, and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,7 +189,7 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 		if err != nil {
-			return obj, c.wrap("get", key, err)
+			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
 		}
 		stamp(obj, typeMetaOf(c.b.Info))
 		return obj, nil
@@ -338,7 +337,7 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
-			return nil, err
+			return nil, tagUnreachable(ctx, opts.Cluster, err)
 		}
 		for _, obj := range l.Items {
 			stamp(obj, tm)
@@ -352,8 +351,8 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects.
-func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+// T that holds that cluster's objects. ctx is the request's.
+func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	b, err := c.backend(key.Cluster)
 	if err != nil {
 		return binding.New[T](), err
@@ -369,7 +368,7 @@ func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) 
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
-	return obj, err
+	return obj, tagUnreachable(ctx, key.Cluster, err)
 }
 
 func (c *Client[T]) checkNil(verb string, obj T) error {
@@ -394,62 +393,32 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 // Create creates obj and returns the object the server stored.
 //
 // A create whose reply is lost (the connection died after the request was
-// sent) may have happened. If a later Create of the same name through this
-// manager finds the object, created after the lost attempt and touched by
-// no other field manager, it returns that object instead of an
-// AlreadyExists error: the earlier attempt did reach the server. A create
-// with generateName cannot be recognized so, and may create twice.
+// sent) may have happened. So that a later Create of the same name through
+// this manager can tell, a create of a named object stamps it with the
+// annotation ctrl.dev/create-id, a random value of that request alone: if
+// the later Create finds the object carrying the value of the lost
+// attempt, it returns that object instead of an AlreadyExists error. An
+// object of the same name that anyone else created, this program's other
+// replicas included, is still AlreadyExists. A create with generateName
+// cannot be recognized so, and may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	began := time.Now()
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	var id string
+	if key.Name != "" {
+		obj, id = stampCreate(obj)
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
-	lost := uncertainKey{c.b, key}
-	switch {
-	case err == nil:
-		c.m.uncertain.Delete(lost)
-	case key.Name != "" && unreachable(err):
-		c.m.uncertain.Store(lost, began)
-	case apierrors.IsAlreadyExists(err):
-		if at, ok := c.m.uncertain.LoadAndDelete(lost); ok {
-			if mine, ok := c.createdSince(ctx, key, at.(time.Time)); ok {
-				return mine, nil
-			}
+	if key.Name != "" {
+		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
+			return mine.(T), nil
 		}
 	}
 	return out, c.wrap("create", key, err)
-}
-
-// uncertainKey names a create whose reply was lost.
-type uncertainKey struct {
-	binding any
-	key     Key
-}
-
-// createdSince reads the object with key from the server and returns it if
-// it was created no earlier than at (less a second: creation times have
-// seconds only) and no other field manager has touched it. An object that
-// sets no fields has no managedFields at all, and passes on its creation
-// time alone.
-func (c *Client[T]) createdSince(ctx context.Context, key Key, at time.Time) (T, bool) {
-	b, err := c.backend(key.Cluster)
-	if err != nil {
-		return binding.New[T](), false
-	}
-	obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-	if err != nil || obj.GetCreationTimestamp().Time.Before(at.Truncate(time.Second)) {
-		return obj, false
-	}
-	for _, f := range obj.GetManagedFields() {
-		if f.Manager != c.m.opts.FieldManager {
-			return obj, false
-		}
-	}
-	return obj, true
 }
 
 // Update replaces obj. The resourceVersion of obj is a precondition: if the
@@ -461,7 +430,7 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update", key, err)
@@ -479,7 +448,7 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if !c.b.Status {
 		return obj, c.wrap("update status of", key, c.noStatus())
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update status of", key, err)
@@ -523,7 +492,7 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	if sub != "" {
 		subs = []string{sub}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
 	})
 	return out, c.wrap(verb, key, err)
@@ -715,7 +684,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 		}
 		subs = []string{"status"}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
 	})
 	return out, c.wrap("apply", key, err)
@@ -727,7 +696,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 // until they are removed.
 func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
 	key = c.at(key)
-	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
+	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
 		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
 	})
 	return c.wrap("delete", key, err)

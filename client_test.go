@@ -3,15 +3,22 @@ package ctrl_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
 )
@@ -121,4 +128,64 @@ func TestClientWithoutCache(t *testing.T) {
 		t.Errorf("live Get outside the manager's namespace: %v", err)
 	}
 	var _ context.Context = ctx
+}
+
+// TestLostCreateRecognized checks how Create settles a create whose reply
+// was lost: a retry that finds the object that create made returns it, and
+// one that finds an object of the same name made by anyone else, even with
+// the same field manager and after the lost attempt, is AlreadyExists.
+func TestLostCreateRecognized(t *testing.T) {
+	lostReply := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/ns/configmaps",
+		Err: &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}}
+	for _, tt := range []struct {
+		name     string
+		happened bool // the lost create reached the server
+		wantErr  bool
+	}{
+		{"the lost create happened", true, false},
+		{"someone else created it", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var creates atomic.Int32
+			cs.PrependReactor("create", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if creates.Add(1) > 1 {
+					return false, nil, nil // the tracker answers
+				}
+				if tt.happened {
+					obj := a.(clienttesting.CreateAction).GetObject()
+					if err := cs.Tracker().Create(a.GetResource(), obj, "ns"); err != nil {
+						return true, nil, err
+					}
+				} else {
+					// Another program, with the same field manager, creates
+					// the object meanwhile.
+					other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a",
+						CreationTimestamp: metav1.Now()}, Data: map[string]string{"by": "other"}}
+					if err := cs.Tracker().Create(a.GetResource(), other, "ns"); err != nil {
+						return true, nil, err
+					}
+				}
+				return true, nil, lostReply
+			})
+			mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+			cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+			must(t, err)
+			ctx := context.Background()
+			mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, Data: map[string]string{"by": "me"}}
+			if _, err := cms.Create(ctx, mine); !errors.Is(err, lostReply.Err) {
+				t.Fatalf("first create: got %v, want the lost reply", err)
+			}
+			if mine.Annotations != nil {
+				t.Errorf("Create changed the caller's object: annotations %v", mine.Annotations)
+			}
+			got, err := cms.Create(ctx, mine)
+			switch {
+			case tt.wantErr && !apierrors.IsAlreadyExists(err):
+				t.Errorf("retry: got %v, %v; want AlreadyExists", got, err)
+			case !tt.wantErr && (err != nil || got.Data["by"] != "me"):
+				t.Errorf("retry: got %v, %v; want the object the lost create made", got, err)
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -87,6 +88,15 @@ type Controller[T Object] struct {
 	finalize   func(context.Context, T) error
 	onDelete   func(context.Context, T) error
 	tombstones map[Key]tombstone[T] // removed objects not yet handled
+	// awaiting holds the keys whose reconcile found a write of this
+	// program not yet in the cache: the update that brings it passes the
+	// update filters, whatever it changed. See awaitOwnWrite.
+	awaiting  map[Key]struct{}
+	nAwaiting atomic.Int32
+	// finalized holds the objects whose finalize succeeded and whose
+	// finalizer is still to be seen gone: a retry of the removal (after a
+	// conflict, say) does not run finalize again.
+	finalized map[Key]types.UID
 
 	// active is set while the controller runs its workers: while this
 	// replica leads. Handlers queue nothing and keep no tombstones before.
@@ -200,7 +210,15 @@ func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 //
 // A finalizer is the way to guarantee cleanup: unlike [Controller.OnDelete],
 // it holds the deletion until finalize succeeds, across restarts and
-// failovers. An object that leaves the controller's cache selector while it
+// failovers.
+//
+// finalize runs at least once per deletion, and once as long as the
+// process lives: a removal of the finalizer that fails (a conflict, an
+// outage) is retried without calling finalize again, and a reconcile that
+// finds its own removal not yet in the cache waits for it. A process that
+// dies between finalize's success and the removal calls it again after
+// the restart (or in the replica that takes over), so finalize must be
+// idempotent: deleting what is already gone succeeds. An object that leaves the controller's cache selector while it
 // carries the finalizer is finalized too, whether or not it is being
 // deleted: leaving the selector ends the controller's responsibility for
 // it, and nobody else would ever remove the finalizer.
@@ -280,6 +298,7 @@ func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters(
 
 // forget drops the tombstones and waiting keys of a member that left: its
 // objects were not deleted, and its server is not coming back for them.
+// Keys of other clusters that waited for its server are retried.
 func (c *Controller[T]) forget(cluster string) {
 	c.mu.Lock()
 	for k := range c.tombstones {
@@ -287,19 +306,22 @@ func (c *Controller[T]) forget(cluster string) {
 			delete(c.tombstones, k)
 		}
 	}
+	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
-	if c.q != nil {
-		c.metrics.Waiting.Sub(float64(c.q.dropWaiting(cluster)))
+	if q != nil {
+		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
+		c.releaseWaiting(cluster)
 	}
 }
 
 // prepare freezes the wiring and creates the queue, before the caches start.
 func (c *Controller[T]) prepare() {
+	q := newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
 	c.mu.Lock()
 	c.wired = true
-	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	c.q = q
 	c.stop = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // start activates the controller, queues every cached object through the

@@ -65,9 +65,11 @@
 //     fleet does not list at once. A connection that dies silently is noticed within twice
 //     Options.ConnectionCheck (6 s). A watch whose position was compacted
 //     away (410 Gone) relists, turning missed changes and deletions into
-//     events. Reconciles that fail because the server is unreachable wait
-//     for it instead of the retry budget, and are retried within two
-//     seconds of its return; they are summarized in the log, not dumped.
+//     events. Reconciles that fail because the manager's own requests got
+//     no answer from an API server wait for that server instead of the
+//     retry budget, and are retried within two seconds of its return; they
+//     are summarized in the log, not dumped. Any other error, such as an
+//     outside service that cannot be reached, is retried with backoff.
 //   - Answered: every webhook request gets an answer. A review that cannot
 //     be read is refused with 400 and a message; a webhook function's
 //     error, panic, or overrun of the request's timeout denies that request

@@ -55,7 +55,7 @@ type member struct {
 	name     string
 	cluster  Cluster
 	clients  binding.Clients
-	own      bool // clients.HTTP's transport is the member's alone
+	conns    *connSet // of clients.HTTP's transport, if it is the member's alone
 	ctx      context.Context
 	cancel   context.CancelFunc
 	bindings map[bindingID]any
@@ -94,10 +94,9 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	mb.clients = binding.Clients{Clientset: c.FakeClientset, Dynamic: c.FakeDynamic}
 	if cfg := c.Config; cfg != nil {
 		var err error
-		if mb.clients.Config, mb.clients.HTTP, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
+		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
 			return fmt.Errorf("ctrl: Engage %q: %w", name, err)
 		}
-		mb.own = cfg.Dial == nil && mb.clients.Config.Dial != nil
 	}
 	mb.ctx, mb.cancel = context.WithCancel(context.Background())
 	m.mu.Lock()
@@ -155,9 +154,7 @@ func (m *Manager) Disengage(name string) {
 		c.forget(name)
 	}
 	m.stopEventsIn(name)
-	if mb.own {
-		mb.clients.HTTP.CloseIdleConnections()
-	}
+	mb.conns.closeAll()
 	m.log.Info("member cluster disengaged", "cluster", name)
 	m.activity.Add(1)
 }

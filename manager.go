@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
-	"net/http"
 	"reflect"
 	"slices"
 	"sync"
@@ -19,12 +17,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
@@ -35,15 +31,21 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches a real API server. Built-in types travel as protobuf,
-	// custom resources as JSON. A positive QPS (with Burst) limits the
+	// Config reaches a real API server: the manager's own cluster, the hub
+	// of a fleet, where the caches and clients that name no member cluster
+	// work, and where leader election's and sharding's Leases live.
+	// Built-in types travel as protobuf, custom resources as JSON. A
+	// positive QPS (with Burst) limits the
 	// requests per second that all of the manager's requests share; zero
 	// QPS means no limit on this side: API Priority and Fairness, on since
 	// Kubernetes 1.29, queues and sheds load on the server, fairly between
 	// clients, and answers 429 with Retry-After, which the client honours.
 	// A limit of 20 requests/s (controller-runtime's default) makes 200
 	// creates take 8.5 s against a local server that serves them in 0.4 s
-	// without it (BenchmarkCreate200).
+	// without it (BenchmarkCreate200). A manager whose every cache is a
+	// fleet's (Options.Clusters, CacheOptions.Fleet) may leave Config and
+	// the fakes unset: it has no cluster of its own, and cannot elect a
+	// leader or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
@@ -66,7 +68,11 @@ type Options struct {
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
 	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply. Default: "ctrl".
+	// Patch and Apply, so that `kubectl get -o yaml --show-managed-fields`
+	// tells which program set a field, and server-side apply tells two
+	// programs apart. Default: the program's name, as client-go's user
+	// agent takes it (the base name of os.Args[0]), or "ctrl" if that is
+	// empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -168,11 +174,11 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
-	election     *leader.Config // nil without leader election
-	sharding     *sharding      // nil without sharding
-	probe        serverProbe
-	ownTransport bool     // the HTTP client's transport is the manager's alone
-	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
+	election    *leader.Config // nil without leader election
+	sharding    *sharding      // nil without sharding
+	probe       serverProbe
+	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
+	lostCreates lostCreates
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
@@ -221,11 +227,15 @@ type managedController interface {
 // is configured, the Config is invalid, or leader election's durations
 // cannot keep two leaders apart.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Config == nil && opts.FakeClientset == nil && opts.FakeDynamic == nil {
+	own := opts.Config != nil || opts.FakeClientset != nil || opts.FakeDynamic != nil
+	switch {
+	case !own && opts.Clusters == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
+	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
+		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
-		opts.FieldManager = "ctrl"
+		opts.FieldManager = programName()
 	}
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 2 * time.Minute
@@ -270,63 +280,11 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
 	if cfg := opts.Config; cfg != nil {
-		if m.clients.Config, m.clients.HTTP, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
+		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
-		m.ownTransport = cfg.Dial == nil && m.clients.Config.Dial != nil
 	}
 	return m, nil
-}
-
-// restClients returns the manager's copy of cfg with ctrl's defaults, and
-// the HTTP client every request of the manager shares.
-func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest.Config, *http.Client, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.DisableCompression = cfg.DisableCompression || !compression
-	if check == 0 {
-		check = 3 * time.Second
-	}
-	if check > 0 && cfg.Transport == nil && cfg.Dial == nil {
-		// A transport of the manager's own: client-go shares one per TLS
-		// configuration in the process, and the ping settings below would
-		// reach every client of the program. A dialer opts out of sharing.
-		cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	switch {
-	case cfg.RateLimiter != nil:
-	case cfg.QPS > 0:
-		if cfg.Burst <= 0 {
-			cfg.Burst = int(cfg.QPS * 1.5)
-		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	default:
-		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if t := httpTransport(hc.Transport); t != nil && check > 0 {
-		// client-go's HTTP/2 transport reads these when it opens a
-		// connection, over its own settings.
-		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check, PingTimeout: check}
-	}
-	return cfg, hc, nil
-}
-
-// httpTransport finds the *http.Transport under client-go's wrappers.
-func httpTransport(rt http.RoundTripper) *http.Transport {
-	for rt != nil {
-		switch t := rt.(type) {
-		case *http.Transport:
-			return t
-		case utilnet.RoundTripperWrapper:
-			rt = t.WrappedRoundTripper()
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // bindingID identifies a binding: a Go type, and the resource for types
@@ -449,13 +407,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
-		if m.ownTransport {
-			m.clients.HTTP.CloseIdleConnections()
-		}
+		m.conns.closeAll()
 		for _, mb := range members {
-			if mb.own {
-				mb.clients.HTTP.CloseIdleConnections()
-			}
+			mb.conns.closeAll()
 		}
 	}()
 	m.runProvider(cacheCtx)

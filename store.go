@@ -339,6 +339,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
 		c.observe(k, old, false, f.b.Fake())
 	}
+	c.settlePassed()
 	c.mu.Unlock()
 	for _, h := range c.handlers {
 		if len(changes) > 0 {
@@ -369,8 +370,15 @@ func (f *feed[T]) Resync() error { return nil }
 // Bookmark and UpdateResourceVersion record how far the watch has seen, so
 // that a write the cache will never see (it is outside the selector) is not
 // waited for past this point.
+//
+// A bookmark, which the server sends about once a minute, also settles the
+// expectations the feed has passed: so that they do not wait for a
+// WaitIdle to drop them, in a program that never calls it.
 func (f *feed[T]) Bookmark(rv string) error {
 	f.UpdateResourceVersion(rv)
+	f.c.mu.Lock()
+	f.c.settlePassed()
+	f.c.mu.Unlock()
 	return nil
 }
 

@@ -85,6 +85,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		if res.RequeueAfter > 0 {
 			log.V(1).Info("reconcile returned both a result and an error: the result is ignored")
 		}
+		cluster, down := serverUnreachable(err)
 		switch {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
@@ -95,10 +96,10 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 			// reads the newer state; it spends no shared retry budget.
 			c.q.retryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
-		case unreachable(err):
+		case down:
 			// Not the object's failure: the key waits for the server, with
 			// neither its own backoff nor the shared budget touched.
-			c.waitForServer(key, err)
+			c.waitForServer(key, cluster, err)
 		default:
 			c.q.retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")

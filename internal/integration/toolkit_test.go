@@ -14,6 +14,9 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -355,7 +358,8 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 		if op != ctrl.OperationCreated || cm.UID == "" || cm.Data["mine"] != "1" {
 			t.Errorf("got %s, uid %q, data %v; want created with mine=1", op, cm.UID, cm.Data)
 		}
-		want := []string{"POST /api/v1/namespaces/" + ns + "/configmaps?fieldManager=ctrl"}
+		// The default field manager is the program's name.
+		want := []string{"POST /api/v1/namespaces/" + ns + "/configmaps?fieldManager=" + url.QueryEscape(filepath.Base(os.Args[0]))}
 		if !slices.Equal(requests, want) {
 			t.Errorf("requests: got %q, want %q (the read is the cache's)", requests, want)
 		}
@@ -389,7 +393,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 		if fs := fieldsOf(cm.ManagedFields, "other"); len(fs) != 1 || !ownsField(fs[0], "f:data.f:theirs") {
 			t.Errorf("fields of the other manager: got %v, want f:data.f:theirs still its own", fs)
 		}
-		if fs := fieldsOf(cm.ManagedFields, "ctrl"); len(fs) != 1 || ownsField(fs[0], "f:data.f:theirs") || !ownsField(fs[0], "f:data.f:mine") {
+		if fs := fieldsOf(cm.ManagedFields, filepath.Base(os.Args[0])); len(fs) != 1 || ownsField(fs[0], "f:data.f:theirs") || !ownsField(fs[0], "f:data.f:mine") {
 			t.Errorf("fields of ctrl: got %v, want f:data.f:mine and not f:data.f:theirs", fs)
 		}
 	})
