@@ -87,7 +87,7 @@ func ExampleOwns_index() {
 	var mu sync.Mutex
 	children := map[string]int{}
 	c, err := ctrl.NewController(mgr, "web", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		owned, err := deployments.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace, Index: "owner", IndexValue: cm.Name})
+		owned, err := deployments.List(ctx, ctrl.ListParams{Namespace: cm.Namespace, Index: "owner", IndexValue: cm.Name})
 		mu.Lock()
 		children[ctrl.KeyOf(cm).String()] = len(owned)
 		mu.Unlock()

@@ -60,7 +60,7 @@ func TestNamespacedIndex(t *testing.T) {
 					t.Errorf("%s: ByIndex(%q, app, %q): got %v, want %v", when, l.namespace, l.value, got, l.want)
 				}
 			}
-			objs, err := client.List(ctx, ctrl.ListOptions{Namespace: l.namespace, Index: "app", IndexValue: l.value, LabelSelector: l.selector})
+			objs, err := client.List(ctx, ctrl.ListParams{Namespace: l.namespace, Index: "app", IndexValue: l.value, LabelSelector: l.selector})
 			must(t, err)
 			if got := names(objs); !slices.Equal(got, l.want) {
 				t.Errorf("%s: List(%q, app=%q, %v): got %v, want %v", when, l.namespace, l.value, l.selector, got, l.want)
@@ -115,11 +115,11 @@ func TestNamespacedIndex(t *testing.T) {
 		"no such index": {func() error { _, err := cache.ByIndex("a", "nope", "x"); return err }(),
 			`ctrl: *v1.ConfigMap (configmaps) has no index "nope"`},
 		"a list by a missing index": {func() error {
-			_, err := client.List(ctx, ctrl.ListOptions{Namespace: "a", Index: "nope", IndexValue: "x"})
+			_, err := client.List(ctx, ctrl.ListParams{Namespace: "a", Index: "nope", IndexValue: "x"})
 			return err
 		}(), `no cache of *v1.ConfigMap (configmaps) that holds namespace "a" has index "nope" (caches: *v1.ConfigMap (configmaps)): add it with Cache.AddIndex`},
 		"an uncached list by an index": {func() error {
-			_, err := client.Uncached().List(ctx, ctrl.ListOptions{Index: "app", IndexValue: "web"})
+			_, err := client.Uncached().List(ctx, ctrl.ListParams{Index: "app", IndexValue: "web"})
 			return err
 		}(), `index "app": indexes are in caches`},
 	} {

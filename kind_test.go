@@ -49,7 +49,7 @@ func TestTypeMeta(t *testing.T) {
 	got, err = client.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "a"})
 	must(t, err)
 	check("uncached Client.Get", got.TypeMeta)
-	list, err := client.Uncached().List(ctx, ctrl.ListOptions{})
+	list, err := client.Uncached().List(ctx, ctrl.ListParams{})
 	must(t, err)
 	check("uncached Client.List", list[0].TypeMeta)
 	created, err := client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}})
@@ -63,7 +63,7 @@ func TestTypeMeta(t *testing.T) {
 	must(t, err)
 	check("Client.Patch", patched.TypeMeta)
 	waitIdle(t, mgr)
-	list, err = client.List(ctx, ctrl.ListOptions{})
+	list, err = client.List(ctx, ctrl.ListParams{})
 	must(t, err)
 	for _, cm := range list {
 		check("Client.List "+cm.Name, cm.TypeMeta)

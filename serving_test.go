@@ -71,7 +71,7 @@ func TestSecureMetrics(t *testing.T) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true} //nolint:gosec
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
-	url := "https://" + mgr.Endpoints().Metrics + "/metrics"
+	url := "https://" + mgr.Addresses().Metrics + "/metrics"
 	for _, tt := range []struct {
 		token string
 		code  int
@@ -91,7 +91,7 @@ func TestSecureMetrics(t *testing.T) {
 		}
 	}
 	// Go's TLS server answers plain HTTP with 400.
-	if resp, err := http.Get("http://" + mgr.Endpoints().Metrics + "/metrics"); err == nil {
+	if resp, err := http.Get("http://" + mgr.Addresses().Metrics + "/metrics"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("plain HTTP: got %d, want 400", resp.StatusCode)
@@ -125,7 +125,7 @@ func TestServingTLSOptions(t *testing.T) {
 		t.Cleanup(tr.CloseIdleConnections)
 		return &http.Client{Transport: tr}
 	}
-	for name, addr := range map[string]string{"metrics": mgr.Endpoints().Metrics, "webhook": mgr.Endpoints().Webhook} {
+	for name, addr := range map[string]string{"metrics": mgr.Addresses().Metrics, "webhook": mgr.Addresses().Webhook} {
 		t.Run(name, func(t *testing.T) {
 			url := "https://" + addr + "/metrics"
 			resp, _ := scrape(t, client(&tls.Config{}), url, "prom")
@@ -151,7 +151,7 @@ func TestServingTLSOptions(t *testing.T) {
 	must(t, err)
 	roots = x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca)
-	if resp, _ := scrape(t, client(&tls.Config{}), "https://"+mgr.Endpoints().Metrics+"/metrics", "prom"); resp.StatusCode != 200 {
+	if resp, _ := scrape(t, client(&tls.Config{}), "https://"+mgr.Addresses().Metrics+"/metrics", "prom"); resp.StatusCode != 200 {
 		t.Errorf("with the new certificate: got %d, want 200", resp.StatusCode)
 	}
 }

@@ -185,7 +185,7 @@ func (c *Controller[T]) release(ctx context.Context, obj T) (bool, error) {
 	lbls := maps.Clone(let.GetLabels())
 	delete(lbls, s.label)
 	let.SetLabels(lbls)
-	_, err := c.client.In(ClusterFrom(ctx)).PatchFrom(ctx, obj, let)
+	_, err := c.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, obj, let)
 	if err == nil {
 		c.log.V(1).Info("let an object go to another replica", "object", KeyOf(obj))
 	}

@@ -124,7 +124,7 @@ func TestSecureMetrics(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)                                            // before the managers stop
 	get := func(m *ctrl.Manager, token string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest("GET", "https://"+m.Endpoints().Metrics+"/metrics", nil)
+		req, err := http.NewRequest("GET", "https://"+m.Addresses().Metrics+"/metrics", nil)
 		must(t, err)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -207,7 +207,7 @@ func TestNamespacedIndexLookups(t *testing.T) {
 	var mu sync.Mutex
 	counted := map[string]int{}
 	c, err := ctrl.NewController(mgr, "web-owner", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		children, err := deployments.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace, Index: "owner", IndexValue: cm.Name})
+		children, err := deployments.List(ctx, ctrl.ListParams{Namespace: cm.Namespace, Index: "owner", IndexValue: cm.Name})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -242,7 +242,7 @@ func TestNamespacedIndexLookups(t *testing.T) {
 			t.Errorf("across namespaces: got %d children, want %d", len(all), wantAll)
 		}
 		for ns, n := range want {
-			list, err := deployments.List(ctx, ctrl.ListOptions{Namespace: ns, Index: "owner", IndexValue: "web"})
+			list, err := deployments.List(ctx, ctrl.ListParams{Namespace: ns, Index: "owner", IndexValue: "web"})
 			must(t, err)
 			if len(list) != n || slices.ContainsFunc(list, func(d *appsv1.Deployment) bool { return d.Namespace != ns }) {
 				t.Errorf("List in %s: got %d children, want %d of that namespace", ns, len(list), n)
@@ -301,7 +301,7 @@ func TestTypeMetaRealServer(t *testing.T) {
 	cm, err = configMaps.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, []byte(`{"data":{"k":"w"}}`))
 	must(t, err)
 	check("ConfigMap Patch", cm.TypeMeta, cmKind)
-	cm, err = configMaps.Apply(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}, Data: map[string]string{"applied": "yes"}}, ctrl.ApplyOptions{})
+	cm, err = configMaps.Apply(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}, Data: map[string]string{"applied": "yes"}}, ctrl.ApplyParams{})
 	must(t, err)
 	check("ConfigMap Apply", cm.TypeMeta, cmKind)
 	w, err := widgets.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w"}, Spec: WidgetSpec{Size: 1}})
@@ -327,10 +327,10 @@ func TestTypeMetaRealServer(t *testing.T) {
 	cm, err = configMaps.Uncached().Get(ctx, ctrl.KeyOf(cm))
 	must(t, err)
 	check("ConfigMap uncached Get", cm.TypeMeta, cmKind)
-	ws, err := widgets.Uncached().List(ctx, ctrl.ListOptions{})
+	ws, err := widgets.Uncached().List(ctx, ctrl.ListParams{})
 	must(t, err)
 	check("Widget uncached List", ws[0].TypeMeta, wKind)
-	ws, err = widgets.List(ctx, ctrl.ListOptions{})
+	ws, err = widgets.List(ctx, ctrl.ListParams{})
 	must(t, err)
 	check("Widget List", ws[0].TypeMeta, wKind)
 
