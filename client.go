@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -30,7 +31,8 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A Client is safe for concurrent use.
+// them. The objects it returns carry their apiVersion and kind. A Client is
+// safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -130,8 +132,29 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
+	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
+
+// requestError is the error of a request about one object. It names the
+// object's resource and key, so that a controller can tell a NotFound of
+// the object it reconciles from any other (see Controller.vanished).
+type requestError struct {
+	verb     string // "get", "create", "update status of", ...
+	typ      reflect.Type
+	resource schema.GroupResource
+	key      Key
+	err      error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("ctrl: %s %s %s: %v", e.verb, e.typ, e.key, e.err)
+}
+
+func (e *requestError) Unwrap() error { return e.err }
+
+// written reports whether the request wrote an object that should exist:
+// not a read, and not a create, whose NotFound is about its namespace.
+func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
 // cache returns the cache of T that covers what covers reports, waiting for
 // it to sync, or an error that says which cache to add.
@@ -172,7 +195,11 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		if err != nil {
+			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		}
+		stamp(obj, typeMetaOf(c.b.Info))
+		return obj, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -204,6 +231,15 @@ type ListParams struct {
 	// Cluster lists a member cluster of the fleet. Default: the client's
 	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
+	// Index lists only the objects that the cache's index of this name
+	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
+	// every namespace if Namespace is "": controller-runtime's
+	// MatchingFields on a field index, with InNamespace. Its cost grows
+	// with the objects found, not with the namespace. Selectors apply
+	// after it. A cached list only. Default: no index.
+	Index string
+	// IndexValue is the value looked up in Index.
+	IndexValue string
 }
 
 // List returns the matching objects: copies the caller owns, in no
@@ -219,6 +255,9 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
 	if c.uncached {
+		if opts.Index != "" {
+			return nil, wrap(fmt.Errorf("index %q: indexes are in caches: list with a cached client", opts.Index))
+		}
 		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
@@ -232,11 +271,32 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	if opts.Cluster != "" {
 		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
+	covers := func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) }
+	if opts.Index != "" {
+		if err := c.checkIndex(opts, what, covers); err != nil {
+			return nil, wrap(err)
+		}
+		what += fmt.Sprintf(" with index %q", opts.Index)
+		covers = func(cc *Cache[T]) bool {
+			return cc.coversNamespace(opts.Cluster, opts.Namespace) && cc.hasIndex(opts.Index)
+		}
+	}
+	cc, err := c.cache(ctx, what, covers)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	var objs []T
+	if opts.Index == "" {
+		objs = cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	} else {
+		inCluster := func(k Key) bool { return k.Cluster == opts.Cluster }
+		if objs, err = cc.byIndex(opts.Namespace, opts.Index, opts.IndexValue, inCluster); err != nil {
+			return nil, wrap(err)
+		}
+		if sel := opts.LabelSelector; sel != nil {
+			objs = slices.DeleteFunc(objs, func(o T) bool { return !sel.Matches(labels.Set(o.GetLabels())) })
+		}
+	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -245,6 +305,25 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 		objs[i] = o.DeepCopyObject().(T)
 	}
 	return objs, nil
+}
+
+// checkIndex returns an error that says how to add the index opts names,
+// if some cache covers the list but none of them has it.
+func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
+	var covering []*Cache[T]
+	for _, cc := range cachesOf(c.m, c.b) {
+		if covers(cc) {
+			if cc.hasIndex(opts.Index) {
+				return nil
+			}
+			covering = append(covering, cc)
+		}
+	}
+	if len(covering) == 0 {
+		return nil // the cache lookup says which cache to add
+	}
+	return fmt.Errorf("no cache of %s that holds %s has index %q (caches: %s): add it with Cache.AddIndex",
+		c.b.Info, what, opts.Index, describeScope(covering))
 }
 
 // listPages lists from the server, a page of opts.Limit at a time.
@@ -261,10 +340,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error)
 		return nil, err
 	}
 	var items []T
+	tm := typeMetaOf(c.b.Info)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
 			return nil, tagUnreachable(ctx, opts.Cluster, err)
+		}
+		for _, obj := range l.Items {
+			stamp(obj, tm)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -292,6 +375,9 @@ func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b
 		done = append(done, cc.expectWrite(key))
 	}
 	obj, err := do(b)
+	if err == nil && !deleting {
+		stamp(obj, typeMetaOf(c.b.Info))
+	}
 	for _, d := range done {
 		d(obj, deleting, err)
 	}

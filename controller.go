@@ -124,7 +124,12 @@ type Controller[T Object] struct {
 //
 // If reconcile returns an error, the key is retried with backoff and the
 // Result is ignored. An object that is gone when its key comes up is not
-// passed to reconcile; see [Controller.OnDelete].
+// passed to reconcile; see [Controller.OnDelete]. One error is not retried:
+// a NotFound from a write (not a create) to the reconciled object itself,
+// through a [Client] of its resource, when the API server, asked once
+// more, no longer holds that object (or holds a new one of the same name).
+// The object was deleted during its reconcile, and its deletion is an event
+// of its own; the reconcile counts as a success and is logged at V(1).
 func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
 	if name == "" {
 		return nil, errors.New("ctrl: NewController: empty name")

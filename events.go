@@ -68,18 +68,10 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	if rec == nil || !r.m.acting() {
 		return
 	}
-	gvk := r.info.GVK()
 	// A reference built from the binding: client-go's recorder uses it as it
 	// is, with no Scheme to look the type up in.
-	ref := &corev1.ObjectReference{
-		APIVersion:      gvk.GroupVersion().String(),
-		Kind:            gvk.Kind,
-		Namespace:       obj.GetNamespace(),
-		Name:            obj.GetName(),
-		UID:             obj.GetUID(),
-		ResourceVersion: obj.GetResourceVersion(),
-	}
-	rec.Eventf(ref, eventType, reason, format, args...)
+	ref := reference(r.info.GVK(), obj)
+	rec.Eventf(&ref, eventType, reason, format, args...)
 }
 
 // eventSink is the manager's side of events: while Start runs, per

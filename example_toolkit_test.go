@@ -48,7 +48,7 @@ func ExampleOwns_filter() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
+	if _, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
 		panic(err)
 	}
 	deployments, err := ctrl.NewClient[*appsv1.Deployment](mgr, ctrl.ClientOptions{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -215,6 +216,10 @@ func (m *Manager) runProvider(ctx context.Context) {
 type reconcileInfo struct {
 	key    Key
 	causes *Causes
+	// reconciled says the reconcile function was called, with the object
+	// of uid: what a NotFound of its own writes is checked against.
+	reconciled bool
+	uid        types.UID
 }
 
 type reconcileKey struct{}

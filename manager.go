@@ -116,17 +116,31 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as
-	// ":8080". Default: off. It needs the default registry or a Registerer
-	// that is also a Gatherer.
+	// ":8443". By default it serves them as the kubebuilder scaffold does:
+	// over HTTPS, only to clients that send a bearer token the API server
+	// authenticates (a TokenReview) and whose user it authorizes to get the
+	// path (a SubjectAccessReview for nonResourceURLs ["/metrics"], verbs
+	// ["get"]); MetricsServing changes that. The manager's identity then
+	// needs to create tokenreviews and subjectaccessreviews. The API
+	// server's answers are cached: a token's for a minute, an allowed
+	// access for five, a denied one for 30 seconds. Default: off. It needs
+	// the default registry or a Registerer that is also a Gatherer.
 	MetricsAddress string
+	// MetricsServing says how MetricsAddress serves: where its certificate
+	// is, or plain HTTP by explicit choice. Default: HTTPS with
+	// authentication and authorization, and a self-signed certificate.
+	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced), such as ":8081". Default: off.
+	// (every cache has synced), such as ":8081", over plain HTTP to anyone:
+	// kubelet's probes carry no credentials. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
 	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
-	// a check that it completes a TLS handshake to /readyz. Default: off.
+	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
+	// as ":9443", and adds a check that it completes a TLS handshake to
+	// /readyz. Start fails if webhooks are registered and neither this nor
+	// [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook server's certificate and key as
 	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
@@ -134,6 +148,10 @@ type Options struct {
 	// handshake serves the new pair. Default:
 	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
 	WebhookCertDir string
+	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
+	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
+	// suites, HTTP/1.1 only.
+	TLS TLSOptions
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -226,6 +244,9 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if err := opts.TLS.check(); err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 	}
 	m := &Manager{
 		opts:        opts,

@@ -40,7 +40,9 @@ func TestAddresses(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, func(e ctrl.Addresses) string { return e.Metrics }, "/metrics", []string{
+		{"metrics", func(a string) ctrl.Options {
+			return ctrl.Options{MetricsAddress: a, MetricsServing: ctrl.MetricsServing{Insecure: true}}
+		}, func(e ctrl.Addresses) string { return e.Metrics }, "/metrics", []string{
 			`controller_runtime_reconcile_total{controller="endpoints",result="success"} 1`,
 			`controller_runtime_max_concurrent_reconciles{controller="endpoints"} 1`,
 			`workqueue_adds_total{controller="endpoints",name="endpoints"} 1`,

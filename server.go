@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // servers are the manager's HTTP endpoints, each on its own listener.
@@ -62,10 +61,12 @@ func (m *Manager) listen() (*servers, error) {
 		return nil
 	}
 	gatherer, err := m.gatherer()
-	if err == nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, &m.addresses.Metrics, mux, nil)
+	if err == nil && m.opts.MetricsAddress != "" {
+		var h http.Handler
+		var wrap func(net.Listener) net.Listener
+		if h, wrap, err = m.metricsEndpoint(gatherer); err == nil {
+			err = add(m.opts.MetricsAddress, &m.addresses.Metrics, h, wrap)
+		}
 	}
 	if err == nil {
 		mux := http.NewServeMux()

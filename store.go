@@ -167,9 +167,9 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 }
 
 // prepare turns what the reflector hands over into the object to store:
-// projected, if the server sends another type, then transformed. An object
-// may be prepared twice (a streamed list's are), which projections and
-// transforms must allow.
+// projected, if the server sends another type, given its apiVersion and
+// kind, then transformed. An object may be prepared twice (a streamed
+// list's are), which projections and transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if !ok && f.b.Project != nil {
@@ -178,6 +178,7 @@ func (f *feed[T]) prepare(obj any) (T, error) {
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
+	stamp(t, f.c.typeMeta)
 	if f.c.transform != nil {
 		t = f.c.transform(t)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -78,7 +79,8 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
 	ctx = logr.NewContext(ctx, log)
-	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
+	ri := &reconcileInfo{key: key, causes: item.causes}
+	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
@@ -86,6 +88,13 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// longer act, and whoever leads next reconciles every object.
 		c.q.forget(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
+	case err != nil && c.vanished(ctx, key, ri, err):
+		// Routine, as a conflict is: the object was deleted while it was
+		// reconciled. Its deletion is its own event (OnDelete, the
+		// finalizer); nothing is left to retry.
+		c.metrics.Success.Inc()
+		c.q.forget(key)
+		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
 		c.metrics.Errors.Inc()
@@ -162,6 +171,9 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !ok {
 		return Result{}, nil
 	}
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		ri.reconciled, ri.uid = true, cached.GetUID()
+	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
 		obj = cached.DeepCopyObject().(T)
@@ -176,4 +188,32 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 		}
 	}
 	return c.reconcile(ctx, obj)
+}
+
+// vanished reports whether err says that the object being reconciled is
+// gone: a write to it (its key, through a client of its resource) failed
+// with NotFound, and the server, asked once more, no longer holds it, or
+// holds a new object of the same name. The second question is needed
+// because the API server also answers NotFound for a subresource the
+// resource does not have, which is a mistake to report, not a deletion.
+func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo, err error) bool {
+	var re *requestError
+	if !ri.reconciled || !errors.As(err, &re) || !re.written() || re.key != key ||
+		re.resource != c.cache.b.GVR.GroupResource() || !apierrors.IsNotFound(re.err) {
+		return false
+	}
+	b, berr := c.client.backend(key.Cluster)
+	if berr != nil || b == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	obj, gerr := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return true
+	case gerr != nil:
+		return false
+	}
+	return ri.uid != "" && obj.GetUID() != "" && obj.GetUID() != ri.uid
 }

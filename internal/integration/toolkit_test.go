@@ -166,13 +166,15 @@ func TestToolkitOwnsGenerationChanged(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged))
+	_, err = ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+	must(t, err)
 	c2, err := ctrl.NewController(mgr, "app-unfiltered", func(ctx context.Context, w *Widget) (ctrl.Result, error) {
 		unfiltered.add(ctx, w)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*appsv1.Deployment](c2))
+	_, err = ctrl.Owns[*appsv1.Deployment](c2)
+	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
 
@@ -767,7 +769,8 @@ func TestToolkitUnstructured(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Resource: res}})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.ConfigMap](c))
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	must(t, err)
 	ctx := start(t, mgr)
 	typed := outsideWidgets(t)
 
