@@ -114,6 +114,9 @@ func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if f.b.Stream != nil {
+		return f.b.Stream(ctx, f.namespace, f.options(opts), f.c.opts.KeepManagedFields)
+	}
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()

@@ -164,6 +164,11 @@ type Binding[T Object] struct {
 	Wire runtime.Object
 	// Project turns an object the watch sends into T; nil when it sends T.
 	Project func(any) (T, bool)
+	// Stream opens a watch of a real API server whose events are decoded
+	// on the goroutine that reads them (a *Stream), decoding managedFields
+	// only if keepManaged, and for a projection only what it reads; nil for
+	// fakes, whose Watch serves instead.
+	Stream func(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error)
 }
 
 // unstructuredType is the one type that serves any resource, named at run
@@ -208,7 +213,7 @@ func For[T Object](c Clients, res *Info) (*Binding[T], error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", info, err)
 		}
-		b.Backend = rb
+		b.Backend, b.Stream = rb, rb.stream
 	case info.Builtin:
 		return nil, fmt.Errorf("%s: no client serves built-in types: set Options.Config or Options.FakeClientset", info)
 	default:

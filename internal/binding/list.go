@@ -78,7 +78,7 @@ func (l *List[T]) Unmarshal(data []byte) error {
 	return nil
 }
 
-var errBadProto = errors.New("malformed protobuf list")
+var errBadProto = errors.New("malformed protobuf")
 
 func uvarint(b []byte) (uint64, int) {
 	var x uint64

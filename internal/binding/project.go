@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/typedctrl/ctrl/internal/builtin"
 )
@@ -27,17 +32,21 @@ import (
 // projection is a registered projection: how to make its binding.
 type projection struct {
 	source reflect.Type
+	fields string                       // the fields it reads, joined, to compare registrations
 	bind   func(c Clients) (any, error) // *Binding[P]
 	info   func() (Info, error)
 }
 
 var projections sync.Map // reflect.Type of P -> projection
 
-// RegisterProjection records that P is fn applied to the objects of S.
-// Registering P again with a function of the same source does nothing; with
-// another source it is an error. Built-in and registered types cannot be
-// projections.
-func RegisterProjection[S, P Object](fn func(S) P) error {
+// RegisterProjection records that P is fn applied to the objects of S, and
+// that fn reads of S only its metadata and the fields named by their JSON
+// paths in fields ("spec.nodeName", "status.conditions"); no fields: all
+// of them. Registering P again with the same source and fields does
+// nothing; with others it is an error. Built-in and registered types
+// cannot be projections; fields are for projections of built-in types,
+// whose objects travel as protobuf and can be decoded in part.
+func RegisterProjection[S, P Object](fn func(S) P, fields ...string) error {
 	s, p := reflect.TypeFor[S](), reflect.TypeFor[P]()
 	if p.Kind() != reflect.Pointer || p.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("project %s: the projection must be a pointer to a struct", p)
@@ -45,14 +54,22 @@ func RegisterProjection[S, P Object](fn func(S) P) error {
 	if _, err := Lookup[P](); err == nil {
 		return fmt.Errorf("project %s: it is an API type of its own", p)
 	}
-	pr := projection{source: s, bind: func(c Clients) (any, error) { return bindProjection[S, P](c, fn) },
+	if len(fields) > 0 {
+		if _, ok := builtin.Lookup(s); !ok {
+			return fmt.Errorf("project %s: fields name what to decode of a built-in type's protobuf; %s travels as JSON, decoded whole", p, s)
+		}
+		if _, err := fieldsetFor(s, fields, false); err != nil {
+			return fmt.Errorf("project %s: %w", p, err)
+		}
+	}
+	pr := projection{source: s, fields: strings.Join(fields, ","), bind: func(c Clients) (any, error) { return bindProjection[S, P](c, fn, fields) },
 		info: func() (Info, error) {
 			info, err := InfoFor[S](nil)
 			info.Type, info.Status, info.Projection = p, false, s
 			return info, err
 		}}
-	if prev, loaded := projections.LoadOrStore(p, pr); loaded && prev.(projection).source != s {
-		return fmt.Errorf("project %s: already a projection of %s", p, prev.(projection).source)
+	if prev, loaded := projections.LoadOrStore(p, pr); loaded && (prev.(projection).source != s || prev.(projection).fields != pr.fields) {
+		return fmt.Errorf("project %s: already a projection of %s reading fields %q", p, prev.(projection).source, prev.(projection).fields)
 	}
 	return nil
 }
@@ -83,7 +100,7 @@ func InfoFor[T Object](res *Info) (Info, error) {
 	return Lookup[T]()
 }
 
-func bindProjection[S, P Object](c Clients, fn func(S) P) (*Binding[P], error) {
+func bindProjection[S, P Object](c Clients, fn func(S) P, fields []string) (*Binding[P], error) {
 	src, err := For[S](c, nil)
 	if err != nil {
 		return nil, err
@@ -98,12 +115,32 @@ func bindProjection[S, P Object](c Clients, fn func(S) P) (*Binding[P], error) {
 		}
 		return fn(s), true
 	}
-	return &Binding[P]{
+	b := &Binding[P]{
 		Info:    info,
 		Backend: &projecting[S, P]{src: src.Backend, project: project},
 		Project: project,
 		Wire:    src.Wire,
-	}, nil
+	}
+	if rb, ok := src.Backend.(*restBackend[S]); ok {
+		// The watch sends P itself, decoded from the protobuf of S (or S,
+		// from JSON, which the store projects): no type to check.
+		b.Wire = nil
+		b.Stream = func(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
+			if !rb.info.Builtin {
+				return rb.stream(ctx, namespace, opts, keepManaged)
+			}
+			fs, err := fieldsetFor(src.Type, fields, keepManaged)
+			if err != nil {
+				return nil, err
+			}
+			body, err := rb.open(ctx, namespace, opts)
+			if err != nil {
+				return nil, err
+			}
+			return newStream(body, rb.codec, projectingDecoder(fs, fn)), nil
+		}
+	}
+	return b, nil
 }
 
 // ErrReadOnly is returned by the writes of a projection's binding.
@@ -222,7 +259,16 @@ func forMetadata[T Object](c Clients, res *Info) (*Binding[T], error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", info, err)
 		}
-		b.Backend = &metadataBackend[T]{info: info, client: mc.Resource(info.GVR)}
+		// The watch is read by a Stream over a client configured as the
+		// metadata client configures its own.
+		cfg := metadata.ConfigFor(c.Config)
+		cfg.GroupVersion, cfg.APIPath = &schema.GroupVersion{}, "/this-value-should-never-be-sent"
+		rc, err := rest.RESTClientForConfigAndClient(cfg, c.HTTP)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", info, err)
+		}
+		mb := &metadataBackend[T]{info: info, client: mc.Resource(info.GVR), rest: rc, codec: cfg.NegotiatedSerializer}
+		b.Backend, b.Stream = mb, mb.stream
 	default:
 		return nil, fmt.Errorf("%s: no client serves it: set Options.Config, or the fakes", info)
 	}
@@ -233,6 +279,8 @@ func forMetadata[T Object](c Clients, res *Info) (*Binding[T], error) {
 type metadataBackend[T Object] struct {
 	info   Info
 	client metadata.Getter
+	rest   *rest.RESTClient // for watches
+	codec  runtime.NegotiatedSerializer
 }
 
 func (b *metadataBackend[T]) Fake() bool { return false }
@@ -261,8 +309,50 @@ func (b *metadataBackend[T]) List(ctx context.Context, namespace string, opts me
 	return out, nil
 }
 
+// Watch opens a Stream that decodes whole metadata.
 func (b *metadataBackend[T]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	return b.ri(namespace).Watch(ctx, opts)
+	return b.stream(ctx, namespace, opts, true)
+}
+
+// metadataAccept asks for metadata only, as client-go's metadata client does.
+const metadataAccept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+// metadataParams encodes ListOptions as the metadata client does.
+var metadataParams = func() runtime.ParameterCodec {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return runtime.NewParameterCodec(s)
+}()
+
+func (b *metadataBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
+	fs, err := fieldsetFor(metadataType, nil, keepManaged)
+	if err != nil {
+		return nil, err
+	}
+	var timeout time.Duration
+	if opts.TimeoutSeconds != nil {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	opts.Watch = true
+	path := []string{"api"}
+	if b.info.GVR.Group != "" {
+		path = []string{"apis", b.info.GVR.Group}
+	}
+	path = append(path, b.info.GVR.Version)
+	if b.info.Namespaced && namespace != "" {
+		path = append(path, "namespaces", namespace)
+	}
+	body, err := b.rest.Get().
+		AbsPath(append(path, b.info.GVR.Resource)...).
+		SetHeader("Accept", metadataAccept).
+		SpecificallyVersionedParams(&opts, metadataParams, schema.GroupVersion{Version: "v1"}).
+		Timeout(timeout).
+		Throttle(nil).
+		Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newStream(body, b.codec, protoDecoder[T](fs)), nil
 }
 
 func (b *metadataBackend[T]) Create(context.Context, T, metav1.CreateOptions) (T, error) {

@@ -2,7 +2,9 @@ package binding
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +22,7 @@ type restBackend[T Object] struct {
 	info   Info
 	client *rest.RESTClient
 	params runtime.ParameterCodec
+	codec  runtime.NegotiatedSerializer
 	opts   []gentype.Option[T]
 }
 
@@ -50,7 +53,7 @@ func newRESTBackend[T Object](info Info, config *rest.Config, httpClient *http.C
 	if err != nil {
 		return nil, err
 	}
-	b := &restBackend[T]{info: info, client: client, params: runtime.NewParameterCodec(scheme)}
+	b := &restBackend[T]{info: info, client: client, params: runtime.NewParameterCodec(scheme), codec: cfg.NegotiatedSerializer}
 	if info.Builtin {
 		b.opts = []gentype.Option[T]{gentype.PrefersProtobuf[T]()}
 	}
@@ -75,8 +78,44 @@ func (b *restBackend[T]) List(ctx context.Context, namespace string, opts metav1
 	return b.typed(namespace).List(ctx, opts)
 }
 
+// Watch opens a Stream that decodes whole objects.
 func (b *restBackend[T]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	return b.typed(namespace).Watch(ctx, opts)
+	return b.stream(ctx, namespace, opts, true)
+}
+
+// stream opens a watch whose objects keep managedFields only if
+// keepManaged.
+func (b *restBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
+	var fs *fieldset
+	if b.info.Builtin {
+		var err error
+		if fs, err = fieldsetFor(b.info.Type, nil, keepManaged); err != nil {
+			return nil, err
+		}
+	}
+	body, err := b.open(ctx, namespace, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStream(body, b.codec, protoDecoder[T](fs)), nil
+}
+
+// open starts a watch request and returns its body. Watches are not rate
+// limited, as client-go's are not: a watch is one long request.
+func (b *restBackend[T]) open(ctx context.Context, namespace string, opts metav1.ListOptions) (io.ReadCloser, error) {
+	var timeout time.Duration
+	if opts.TimeoutSeconds != nil {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	opts.Watch = true
+	return b.client.Get().
+		UseProtobufAsDefaultIfPreferred(b.info.Builtin).
+		NamespaceIfScoped(namespace, b.info.Namespaced && namespace != "").
+		Resource(b.info.GVR.Resource).
+		VersionedParams(&opts, b.params).
+		Timeout(timeout).
+		Throttle(nil).
+		Stream(ctx)
 }
 
 func (b *restBackend[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {

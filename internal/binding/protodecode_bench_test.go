@@ -1,0 +1,118 @@
+package binding
+
+import (
+	"io"
+	"maps"
+	"reflect"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// loop reads the same bytes over and over: a watch stream that never ends.
+type loop struct {
+	data []byte
+	off  int
+}
+
+func (l *loop) Read(p []byte) (int, error) {
+	n := copy(p, l.data[l.off:])
+	l.off = (l.off + n) % len(l.data)
+	return n, nil
+}
+
+// benchView is what a controller of Pods typically reads, as the scale
+// benchmark's projection.
+type benchView struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	Phase corev1.PodPhase
+	Node  string
+	Ready bool
+	Round int32
+}
+
+func (v *benchView) DeepCopyObject() runtime.Object { out := *v; return &out }
+
+func project(pod *corev1.Pod) *benchView {
+	r, _ := strconv.Atoi(pod.Annotations["bench/round"])
+	v := &benchView{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, Labels: maps.Clone(pod.Labels)},
+		Phase: pod.Status.Phase, Node: pod.Spec.NodeName, Round: int32(r),
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			v.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	return v
+}
+
+// BenchmarkDecodePodEvent decodes one watch event of a 5 KiB Pod with its
+// managedFields (one op), framed as the API server frames it:
+//
+//   - client-go: client-go's watch decoder (what a reflector reads through
+//     its StreamWatcher), whole Pod;
+//   - client-go-project: the same, then the projection, as ctrl did;
+//   - whole: a Stream keeping everything;
+//   - no-managed: a Stream without managedFields (a cache's default);
+//   - project-whole: a Stream decoding the Pod without managedFields into a
+//     reused Pod, then the projection (Project without fields);
+//   - project: the same, decoding only the fields the projection reads;
+//   - meta-client-go, meta: a metadata-only watch's event
+//     (PartialObjectMetadata), by client-go's decoder and by a Stream
+//     without managedFields.
+func BenchmarkDecodePodEvent(b *testing.B) {
+	pod := testPod(1)
+	podWire := frame(b, watch.Modified, pod)
+	metaWire := frame(b, watch.Modified, &metav1.PartialObjectMetadata{ObjectMeta: pod.ObjectMeta})
+	b.Logf("event: Pod %d bytes, metadata %d bytes", len(podWire), len(metaWire))
+	fields := []string{"spec.nodeName", "status.phase", "status.conditions"}
+	fsFor := func(t reflect.Type, paths []string, keepManaged bool) *fieldset {
+		fs, err := fieldsetFor(t, paths, keepManaged)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return fs
+	}
+	clientGo := func(wire []byte, then func(runtime.Object)) func(b *testing.B) {
+		return func(b *testing.B) {
+			d := clientGoDecoder(&loop{data: wire})
+			b.SetBytes(int64(len(wire)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_, obj, err := d.Decode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				then(obj)
+			}
+		}
+	}
+	stream := func(wire []byte, next func() (watch.Event, error)) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.SetBytes(int64(len(wire)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := next(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	codec := testCodecs.WithoutConversion()
+	podType := reflect.TypeFor[*corev1.Pod]()
+	b.Run("client-go", clientGo(podWire, func(runtime.Object) {}))
+	b.Run("client-go-project", clientGo(podWire, func(o runtime.Object) { project(o.(*corev1.Pod)) }))
+	b.Run("whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, protoDecoder[*corev1.Pod](nil)).Next))
+	b.Run("no-managed", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, protoDecoder[*corev1.Pod](fsFor(podType, nil, false))).Next))
+	b.Run("project-whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, projectingDecoder(fsFor(podType, nil, false), project)).Next))
+	b.Run("project", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, projectingDecoder(fsFor(podType, fields, false), project)).Next))
+	b.Run("meta-client-go", clientGo(metaWire, func(runtime.Object) {}))
+	b.Run("meta", stream(metaWire, newStream(io.NopCloser(&loop{data: metaWire}), codec, protoDecoder[*metav1.PartialObjectMetadata](fsFor(metadataType, nil, false))).Next))
+}
