@@ -29,7 +29,7 @@ import (
 // channel as client-go's StreamWatcher does.
 type Stream[T Object] struct {
 	body   io.ReadCloser
-	decode func(raw []byte) (T, error) // a protobuf object, without its envelope
+	decode func(raw []byte) (T, error)  // a protobuf object, without its envelope
 	codec  runtime.NegotiatedSerializer // for JSON streams
 
 	buf        []byte // read from body; frames are slices of it
