@@ -59,7 +59,6 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
 	watcher.Run(ctx, watcher.Config{
 		Name:        name,
-		Type:        f.b.Wire,
 		ListerWatch: f,
 		Store:       f,
 		Logger:      log,

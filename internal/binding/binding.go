@@ -158,10 +158,6 @@ type Backend[T Object] interface {
 type Binding[T Object] struct {
 	Info
 	Backend[T]
-	// Wire is an empty object of the type the server's watch sends, for
-	// the reflector to check events against; nil: no check (a fake that
-	// sends objects of a Go type not known here).
-	Wire runtime.Object
 	// Project turns an object the watch sends into T; nil when it sends T.
 	Project func(any) (T, bool)
 	// Stream opens a watch of a real API server whose events are decoded
@@ -202,7 +198,7 @@ func For[T Object](c Clients, res *Info) (*Binding[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Binding[T]{Info: info, Wire: New[T]()}
+	b := &Binding[T]{Info: info}
 	switch {
 	case info.Builtin && c.Clientset != nil:
 		b.Backend = &fakeBackend[T]{info: info, fake: c.Clientset}
@@ -234,7 +230,7 @@ func forUnstructured[T Object](c Clients, res *Info) (*Binding[T], error) {
 	if _, ok := builtin.LookupGVR(info.GVR); ok {
 		info.Builtin = true
 	}
-	b := &Binding[T]{Info: info, Wire: New[T]()}
+	b := &Binding[T]{Info: info}
 	switch {
 	case c.Dynamic != nil:
 		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR), fake: true}

@@ -119,12 +119,10 @@ func bindProjection[S, P Object](c Clients, fn func(S) P, fields []string) (*Bin
 		Info:    info,
 		Backend: &projecting[S, P]{src: src.Backend, project: project},
 		Project: project,
-		Wire:    src.Wire,
 	}
 	if rb, ok := src.Backend.(*restBackend[S]); ok {
 		// The watch sends P itself, decoded from the protobuf of S (or S,
-		// from JSON, which the store projects): no type to check.
-		b.Wire = nil
+		// from JSON, which the store projects).
 		b.Stream = func(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
 			if !rb.info.Builtin {
 				return rb.stream(ctx, namespace, opts, keepManaged)
@@ -242,18 +240,18 @@ func forMetadata[T Object](c Clients, res *Info) (*Binding[T], error) {
 		pom.SetGroupVersionKind(info.GVK())
 		return any(pom).(T), true
 	}
-	b := &Binding[T]{Info: info, Wire: New[T]()}
+	b := &Binding[T]{Info: info}
 	switch {
 	case info.Builtin && c.Clientset != nil, !info.Builtin && c.Dynamic != nil:
 		// A fake sends full objects of a Go type known only to it: the
-		// store turns them into metadata, and the reflector checks no type.
+		// store turns them into metadata.
 		f := &fakeMetadata[T]{info: info, toT: toT}
 		if info.Builtin {
 			f.fake = c.Clientset
 		} else {
 			f.dynamic = c.Dynamic.Resource(info.GVR)
 		}
-		b.Backend, b.Project, b.Wire = f, toT, nil
+		b.Backend, b.Project = f, toT
 	case c.Config != nil:
 		mc, err := metadata.NewForConfigAndClient(c.Config, c.HTTP)
 		if err != nil {

@@ -1,6 +1,7 @@
-// Package watcher runs a client-go Reflector for one cache: list, then
-// watch, then relist when the watch cannot resume. It replaces the
-// Reflector's own run loop so that ctrl decides how fast to retry and what
+// Package watcher lists and watches for one cache: list, then watch, then
+// relist when the watch cannot resume. Its reflector is client-go's
+// without the goroutine between the connection and the cache (watch.go);
+// its run loop is ctrl's, so that ctrl decides how fast to retry and what
 // to log: one line when the cache loses the API server, one when it is back.
 //
 // Retries are fast: a failed list or watch is retried after 100 ms, doubling
@@ -33,8 +34,7 @@ import (
 
 // Config describes one reflector.
 type Config struct {
-	Name        string         // for logs: the type and scope
-	Type        runtime.Object // an example object of the expected type
+	Name        string // for logs: the type and scope
 	ListerWatch cache.ListerWatcher
 	Store       cache.ReflectorStore
 	Logger      logr.Logger
@@ -69,21 +69,12 @@ const RelistSpread = 2 * time.Second
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
-	// The reflector's own logging is detail: demote it one level. It logs
-	// both to its Logger option and to the logger in ctx.
-	log := cfg.Logger.V(1)
-	ctx = logr.NewContext(ctx, log)
-	reflectorBackoff := Backoff // for retrying watches within a cycle
-	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
-		Name:            cfg.Name,
-		TypeDescription: cfg.Name,
-		Logger:          &log,
-		Backoff:         &reflectorBackoff,
-	})
+	// The reflector's own logging is detail: demote it one level.
+	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff)
 	backoff := Backoff // for retrying list-and-watch cycles
 	var lastReturn time.Time
 	for {
-		err := r.ListAndWatchWithContext(ctx)
+		err := r.listAndWatch(ctx)
 		if ctx.Err() != nil {
 			return
 		}

@@ -162,7 +162,6 @@ func TestRunRecoversAndLogsEachOutageOnce(t *testing.T) {
 		defer close(done)
 		Run(ctx, Config{
 			Name:        "*v1.ConfigMap",
-			Type:        &corev1.ConfigMap{},
 			ListerWatch: srv.listerWatcher(),
 			Store:       cache.NewStore(cache.MetaNamespaceKeyFunc),
 			Logger:      log.logger(),
@@ -241,7 +240,6 @@ func TestDeadStream(t *testing.T) {
 		defer close(done)
 		Run(ctx, Config{
 			Name:        "*v1.ConfigMap",
-			Type:        &corev1.ConfigMap{},
 			ListerWatch: srv.listerWatcher(),
 			Store:       cache.NewStore(cache.MetaNamespaceKeyFunc),
 			Logger:      log.logger(),

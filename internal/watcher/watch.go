@@ -1,0 +1,452 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	clientfeatures "k8s.io/client-go/features"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
+	"k8s.io/client-go/util/watchlist"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// reflector is client-go's Reflector without its hand-off: a watch event
+// is read, decoded, stored and dispatched by one goroutine, this one, when
+// the watch can be read that way (a binding.Stream, whose Next decodes the
+// next event from the connection). client-go's StreamWatcher decodes on a
+// goroutine of its own and hands each event over a channel, one more
+// wake-up per event. Everything else is client-go's: a streamed initial
+// list (sendInitialEvents) where the server and client allow it, else a
+// paged list; a watch from the last resourceVersion seen, with bookmarks;
+// a relist after 410 Gone or a watch that ends in an error; retries with
+// backoff when the server refuses connections or answers 429.
+type reflector struct {
+	name  string
+	lw    cache.ListerWatcherWithContext
+	store cache.ReflectorStore
+	log   logr.Logger
+	delay wait.DelayFunc
+
+	useWatchList  bool
+	lastRV        string // of the last list, event or bookmark stored
+	rvUnavailable bool   // the last list or watch at lastRV got 410 Gone or "too large"
+	paginated     bool   // a list at resourceVersion "0" came in pages
+}
+
+// The bounds of a watch's timeout, random between them so that a fleet of
+// watches does not restart at once: client-go's.
+const (
+	minWatchTimeout = 5 * time.Minute
+	maxWatchTimeout = 2 * minWatchTimeout
+)
+
+// events is a watch read on the caller's goroutine: binding.Stream. Next
+// returns io.EOF when the watch ends normally.
+type events interface {
+	Next() (watch.Event, error)
+	Stop()
+}
+
+// chanEvents reads a watch.Interface that delivers on a channel, as the
+// fakes' do.
+type chanEvents struct {
+	ctx context.Context
+	w   watch.Interface
+}
+
+func (c chanEvents) Next() (watch.Event, error) {
+	select {
+	case ev, ok := <-c.w.ResultChan():
+		if !ok {
+			return ev, io.EOF
+		}
+		return ev, nil
+	case <-c.ctx.Done():
+		return watch.Event{}, c.ctx.Err()
+	}
+}
+
+func (c chanEvents) Stop() { c.w.Stop() }
+
+var errStopped = errors.New("stop requested")
+
+func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStore, log logr.Logger, backoff wait.Backoff) *reflector {
+	r := &reflector{
+		name:  name,
+		lw:    cache.ToListerWatcherWithContext(lw),
+		store: store,
+		log:   log,
+		delay: backoff.DelayWithReset(clock.RealClock{}, 2*time.Minute),
+	}
+	r.useWatchList = clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) && !watchlist.DoesClientNotSupportWatchListSemantics(lw)
+	return r
+}
+
+// openWatch opens a watch with opts.
+func (r *reflector) openWatch(ctx context.Context, opts metav1.ListOptions) (events, error) {
+	w, err := r.lw.WatchWithContext(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := w.(events); ok {
+		return e, nil
+	}
+	return chanEvents{ctx: ctx, w: w}, nil
+}
+
+func timeoutSeconds() *int64 {
+	s := int64((minWatchTimeout + rand.N(maxWatchTimeout-minWatchTimeout)).Seconds())
+	return &s
+}
+
+// wait sleeps for the next backoff delay; false if ctx ended first.
+func (r *reflector) wait(ctx context.Context) bool {
+	t := time.NewTimer(r.delay())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// listAndWatch lists, then watches until the watch cannot resume, as
+// client-go's ListAndWatchWithContext: it returns an error only when it
+// could not list.
+func (r *reflector) listAndWatch(ctx context.Context) error {
+	var w events
+	if r.useWatchList {
+		var err error
+		w, err = r.watchList(ctx)
+		if w == nil && err == nil {
+			return nil // stopped
+		}
+		if err != nil {
+			r.log.V(4).Info("cannot stream the initial list; listing instead", "err", err.Error())
+			w = nil
+		}
+	}
+	if w == nil {
+		if err := r.list(ctx); err != nil {
+			return err
+		}
+	}
+	return r.watch(ctx, w)
+}
+
+// retriable reports whether a watch that could not start is retried
+// after a backoff: the server refused the connection, or answered 429.
+func retriable(err error) bool {
+	return utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err)
+}
+
+// tooLarge reports whether the server does not have the resourceVersion
+// asked for yet.
+func tooLarge(err error) bool {
+	return apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
+}
+
+// relistRV is where a list starts: "0" (the server's cache) the first
+// time, the last resourceVersion seen after, "" (a consistent read) once
+// that is gone.
+func (r *reflector) relistRV() string {
+	switch {
+	case r.rvUnavailable:
+		return ""
+	case r.lastRV == "":
+		return "0"
+	}
+	return r.lastRV
+}
+
+// watchList streams the initial list: a watch with sendInitialEvents that
+// begins with an ADDED event per object and a bookmark marking their end.
+// It replaces the store's contents with them and returns the watch, which
+// goes on with the changes.
+func (r *reflector) watchList(ctx context.Context) (events, error) {
+	var transform cache.TransformFunc
+	if ts, ok := r.store.(cache.TransformingStore); ok {
+		transform = ts.Transformer()
+	}
+	for {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		rv := r.lastRV
+		if r.rvUnavailable {
+			rv = ""
+		}
+		start := time.Now()
+		w, err := r.openWatch(ctx, metav1.ListOptions{
+			ResourceVersion:      rv,
+			AllowWatchBookmarks:  true,
+			SendInitialEvents:    ptr.To(true),
+			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+			TimeoutSeconds:       timeoutSeconds(),
+		})
+		if err == nil {
+			initial := &listed{items: map[string]any{}, transform: transform}
+			var ended bool
+			ended, err = r.consume(ctx, start, w, initial, true, func(string, bool) {})
+			if err == nil && ended {
+				r.rvUnavailable = false
+				if err := r.store.Replace(initial.list(), initial.rv); err != nil {
+					w.Stop()
+					return nil, fmt.Errorf("unable to sync watch-list result: %w", err)
+				}
+				r.lastRV = initial.rv
+				return w, nil
+			}
+			w.Stop()
+			if errors.Is(err, errStopped) {
+				return nil, nil
+			}
+			if err == nil {
+				continue // the stream ended before the list did: again
+			}
+		}
+		switch {
+		case retriable(err):
+			r.log.V(2).Info("streamed list failed; backing off", "err", err.Error())
+			if !r.wait(ctx) {
+				return nil, nil
+			}
+		case expired(err) || tooLarge(err):
+			// The resourceVersion is gone, or not there yet: start over
+			// from a consistent snapshot.
+			r.rvUnavailable = true
+		default:
+			return nil, err
+		}
+	}
+}
+
+// listed collects a streamed initial list, as client-go's temporary store.
+type listed struct {
+	items     map[string]any
+	rv        string
+	transform cache.TransformFunc
+}
+
+func (l *listed) put(obj any) error {
+	if l.transform != nil {
+		var err error
+		if obj, err = l.transform(obj); err != nil {
+			return err
+		}
+	}
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return err
+	}
+	l.items[key] = obj
+	return nil
+}
+
+func (l *listed) Add(obj any) error    { return l.put(obj) }
+func (l *listed) Update(obj any) error { return l.put(obj) }
+func (l *listed) Delete(obj any) error {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return err
+	}
+	delete(l.items, key)
+	return nil
+}
+func (l *listed) Bookmark(rv string) error { l.rv = rv; return nil }
+
+func (l *listed) list() []any {
+	out := make([]any, 0, len(l.items))
+	for _, obj := range l.items {
+		out = append(out, obj)
+	}
+	return out
+}
+
+// list lists in pages and replaces the store's contents.
+func (r *reflector) list(ctx context.Context) error {
+	opts := metav1.ListOptions{ResourceVersion: r.relistRV()}
+	p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) {
+		return r.lw.ListWithContext(ctx, opts)
+	}))
+	switch {
+	case r.paginated:
+		// The server pages lists at "0": its watch cache is off.
+	case opts.ResourceVersion != "" && opts.ResourceVersion != "0":
+		p.PageSize = 0 // one list, from the watch cache, as fresh as asked
+	}
+	list, paginated, err := p.ListWithAlloc(ctx, opts)
+	if expired(err) || tooLarge(err) {
+		r.rvUnavailable = true
+		list, paginated, err = p.ListWithAlloc(ctx, metav1.ListOptions{ResourceVersion: r.relistRV()})
+	}
+	if err != nil {
+		return fmt.Errorf("failed to list %s: %w", r.name, err)
+	}
+	if opts.ResourceVersion == "0" && paginated {
+		r.paginated = true
+	}
+	r.rvUnavailable = false
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return fmt.Errorf("unable to understand list result %T: %w", list, err)
+	}
+	items, err := meta.ExtractListWithAlloc(list)
+	if err != nil {
+		return fmt.Errorf("unable to understand list result %T: %w", list, err)
+	}
+	found := make([]any, len(items))
+	for i, it := range items {
+		found[i] = it
+	}
+	if err := r.store.Replace(found, lm.GetResourceVersion()); err != nil {
+		return fmt.Errorf("unable to sync list result: %w", err)
+	}
+	r.lastRV = lm.GetResourceVersion()
+	return nil
+}
+
+// watch reads w (or a new watch from the last resourceVersion seen) into
+// the store, and watches again when a watch ends normally. It returns
+// when the watch cannot resume: the store must relist.
+func (r *reflector) watch(ctx context.Context, w events) error {
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		start := time.Now()
+		// A watch from "" or "0" begins with synthetic ADDED events in no
+		// order of resourceVersion: none is recorded until they are over.
+		fromStart := true
+		if w == nil {
+			opts := metav1.ListOptions{ResourceVersion: r.lastRV, TimeoutSeconds: timeoutSeconds(), AllowWatchBookmarks: true}
+			fromStart = opts.ResourceVersion != "" && opts.ResourceVersion != "0"
+			var err error
+			if w, err = r.openWatch(ctx, opts); err != nil {
+				if retriable(err) {
+					r.log.V(4).Info("watch failed; backing off", "err", err.Error())
+					if !r.wait(ctx) {
+						return nil
+					}
+					continue
+				}
+				return err
+			}
+		}
+		_, err := r.consume(ctx, start, w, r.store, false, func(rv string, pastAdded bool) {
+			if fromStart || pastAdded {
+				r.lastRV = rv
+				if u, ok := r.store.(cache.ResourceVersionUpdater); ok {
+					u.UpdateResourceVersion(rv)
+				}
+			}
+		})
+		w.Stop()
+		w = nil
+		switch {
+		case err == nil:
+			continue // ended normally: watch on from where it ended
+		case errors.Is(err, errStopped):
+		case expired(err):
+			r.log.V(4).Info("watch closed", "err", err.Error())
+		case apierrors.IsTooManyRequests(err):
+			r.log.V(2).Info("watch returned 429; backing off")
+			if !r.wait(ctx) {
+				return nil
+			}
+			continue
+		default:
+			r.log.Info("watch ended with error", "err", err.Error())
+		}
+		return nil
+	}
+}
+
+// eventStore is what consume writes to: the feed, or a streamed list.
+type eventStore interface {
+	Add(obj any) error
+	Update(obj any) error
+	Delete(obj any) error
+}
+
+// consume stores the events of w, in order, until it ends: it returns nil
+// when it ended normally, and errStopped when ctx did. With listing, it
+// returns (true, nil) at the bookmark that ends a streamed list's initial
+// events, leaving w open. setRV gets each event's resourceVersion, and
+// whether an event other than ADDED came since w began.
+func (r *reflector) consume(ctx context.Context, start time.Time, w events, store eventStore, listing bool, setRV func(rv string, pastAdded bool)) (bool, error) {
+	count := 0
+	pastAdded := false
+	for {
+		ev, err := w.Next()
+		if ctx.Err() != nil {
+			return false, errStopped
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false, err
+		}
+		if ev.Type == watch.Error {
+			return false, apierrors.FromObject(ev.Object)
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			r.log.Error(err, "unable to understand watch event", "type", ev.Type)
+			continue
+		}
+		rv := m.GetResourceVersion()
+		ended := false
+		switch ev.Type {
+		case watch.Added:
+			err = store.Add(ev.Object)
+		case watch.Modified:
+			pastAdded = true
+			err = store.Update(ev.Object)
+		case watch.Deleted:
+			pastAdded = true
+			err = store.Delete(ev.Object)
+		case watch.Bookmark:
+			pastAdded = true
+			ended = m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+			if bs, ok := store.(cache.ReflectorBookmarkStore); ok {
+				err = bs.Bookmark(rv)
+			}
+		default:
+			err = fmt.Errorf("unknown watch event type %q", ev.Type)
+		}
+		if err != nil {
+			r.log.Error(err, "unable to store watch event", "type", ev.Type, "namespace", m.GetNamespace(), "name", m.GetName())
+		}
+		setRV(rv, pastAdded)
+		count++
+		if listing && ended {
+			return true, nil
+		}
+	}
+	if count == 0 && time.Since(start) < time.Second {
+		return false, &cache.VeryShortWatchError{Name: r.name}
+	}
+	return false, nil
+}
