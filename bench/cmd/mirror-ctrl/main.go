@@ -27,7 +27,7 @@ func main() {
 	}
 	c, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
 		dst := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: mirror.Name(src.Name)}, Data: src.Data}
-		_, err := cms.Apply(ctx, dst, ctrl.ApplyOptions{Force: true})
+		_, err := cms.Apply(ctx, dst, ctrl.ApplyParams{Force: true})
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Workers: mirror.Workers, Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{mirror.SourceLabel: mirror.SourceValue})}})
 	if err != nil {

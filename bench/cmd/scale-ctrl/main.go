@@ -5,7 +5,8 @@
 //	full-nocopy  full with ControllerOptions.UnsafeDisableDeepCopy: a diagnostic
 //	meta     a controller of *metav1.PartialObjectMetadata for Pods (CacheOptions.Resource):
 //	         the server sends metadata only
-//	project  a controller of podView, a projection of Pods (ctrl.Project)
+//	project  a controller of podView, a projection of Pods (ctrl.Project) that
+//	         declares the fields it reads, so only those are decoded
 //	cm       a controller of *corev1.ConfigMap: the reference for shard
 //	shard    cm as one replica of a ring (Options.Sharding)
 //
@@ -60,7 +61,7 @@ func init() {
 			}
 		}
 		return v
-	})
+	}, "spec.nodeName", "status.phase", "status.conditions")
 	if err != nil {
 		panic(err)
 	}

@@ -34,7 +34,7 @@ var impls = []impl{
 	{"ctrl-full", "scale-ctrl", "full", "`ctrl.NewController` for `*corev1.Pod`: the cache holds whole Pods, managedFields dropped (ctrl's default)"},
 	{"ctrl-full-nocopy", "scale-ctrl", "full-nocopy", "ctrl-full with `ControllerOptions.UnsafeDisableDeepCopy`: reconcile gets the cached Pod, not its own copy; a diagnostic"},
 	{"ctrl-meta", "scale-ctrl", "meta", "`ctrl.NewController` for `*metav1.PartialObjectMetadata` with `CacheOptions.Resource` naming pods: the server sends metadata only (client-go's metadata client, protobuf); managedFields dropped"},
-	{"ctrl-project", "scale-ctrl", "project", "`ctrl.NewController` for `*podView`, a projection of Pods registered with `ctrl.Project`: metadata (name, namespace, UID, resourceVersion, labels), phase, node, readiness and the round annotation; the server sends whole Pods"},
+	{"ctrl-project", "scale-ctrl", "project", "`ctrl.NewController` for `*podView`, a projection of Pods registered with `ctrl.Project` naming the fields it reads (spec.nodeName, status.phase, status.conditions): metadata (name, namespace, UID, resourceVersion, labels), phase, node, readiness and the round annotation; the server sends whole Pods, ctrl decodes only metadata and those fields"},
 	{"cr-default", "scale-cr", "default", "controller-runtime manager, cache restricted to the namespace, `builder.For(&corev1.Pod{})`, reconcile `client.Get`s from the cache"},
 	{"cr-strip", "scale-cr", "strip", "cr-default with `cache.Options{DefaultTransform: cache.TransformStripManagedFields()}`"},
 	{"cr-meta", "scale-cr", "meta", "`builder.For(&corev1.Pod{}, builder.OnlyMetadata)`: a cache of `metav1.PartialObjectMetadata`, with `TransformStripManagedFields` as in cr-strip; reconcile `client.Get`s the metadata"},

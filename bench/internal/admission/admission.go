@@ -138,7 +138,7 @@ func Start(impl, dir string) (*Server, error) {
 			cancel()
 			return nil, err
 		}
-		addr = mgr.Endpoints().Webhook
+		addr = mgr.Addresses().Webhook
 	case "controller-runtime":
 		ctrllog.SetLogger(logr.Discard())
 		port, err := freePort()
