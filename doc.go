@@ -83,6 +83,12 @@
 //     state its step saw (the write carries that resourceVersion), and is
 //     followed by its Event; a deleted object's finalizer stays until the
 //     machine's cleanup path has ended.
+//   - Bounded: a cache decodes only what it keeps: managedFields only when
+//     kept, and of a projection that names its fields ([Project]) only
+//     those. In a container with a memory limit the collector paces itself
+//     by four fifths of that limit ([Options.MemoryLimit]) instead of by
+//     twice the heap, so a cache that fits is neither killed for the
+//     garbage beside it nor collected every few thousand events.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
 //   - Guarded: metrics are served over HTTPS only to clients whose token

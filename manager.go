@@ -102,6 +102,28 @@ type Options struct {
 	// defaults. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
+	// MemoryLimit is the memory the process may use, in bytes: Start sets
+	// it as the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit,
+	// which counts the heap, stacks and the runtime's own memory), for the
+	// whole process, and turns off the collector's proportional pacing
+	// unless the GOGC environment variable is set. The collector then runs
+	// when the process nears the limit, not each time its heap has doubled:
+	// a cache small beside the limit is collected rarely, trading the memory
+	// it is allowed for CPU; one that nears it is collected as often as it
+	// must to stay under it, at up to half the CPU, instead of being killed
+	// at twice its heap. The process's memory grows toward the limit, which
+	// is what monitoring then shows; a program that shares its container
+	// with other large processes, or runs several managers, sets it itself.
+	// The GOMEMLIMIT environment variable, when set, wins: the runtime's
+	// settings are left alone. Negative: leave them alone too. Default:
+	// with Options.Config (not the fakes), four fifths of the memory limit
+	// of the container the process runs in (cgroup v2 memory.max, v1
+	// memory.limit_in_bytes, the smallest of its cgroup and the cgroup's
+	// ancestors), the fifth left for what the runtime does not count (the
+	// binary's pages, memory outside Go) and its overshoot; none outside a
+	// container with a limit.
+	MemoryLimit int64
+
 	// ClusterProvider finds the member clusters of a fleet, which caches with
 	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
 	// directly with [Manager.Engage]. Default: none.
@@ -387,6 +409,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		close(m.stopped)
 	}()
 
+	m.applyMemoryLimit()
 	servers, err := m.listen()
 	if err != nil {
 		return err

@@ -50,9 +50,14 @@ func (res *results) findings() string {
 		if !ok {
 			continue
 		}
-		knobLines = append(knobLines, fmt.Sprintf("%s with %s: peak RSS %s MiB against %s (%s of its heap against %s), CPU until synced %.1f s against %.1f, CPU per 1k updates %.3f against %.3f",
+		line := fmt.Sprintf("%s with %s: peak RSS %s MiB against %s (%s of its heap against %s), CPU until synced %.1f s against %.1f, CPU per 1k updates %.3f against %.3f",
 			r.Impl, r.Variant, mibI(r.peakRSS()), mibI(def.peakRSS()), ratio(float64(r.peakRSS()), float64(r.Synced.HeapInuse)),
-			ratio(float64(def.peakRSS()), float64(def.Synced.HeapInuse)), r.Synced.CPU, def.Synced.CPU, r.cpuPer1k(), def.cpuPer1k()))
+			ratio(float64(def.peakRSS()), float64(def.Synced.HeapInuse)), r.Synced.CPU, def.Synced.CPU, r.cpuPer1k(), def.cpuPer1k())
+		if r.Limit > 0 {
+			line += fmt.Sprintf(" (%s); the cgroup was charged at most %s MiB of its %s MiB limit (%s), %d OOM kills",
+				ratio(r.cpuPer1k(), def.cpuPer1k()), mibI(r.CgroupPeak), mibI(r.Limit), ratio(float64(r.CgroupPeak), float64(r.Limit)), r.OOMKills)
+		}
+		knobLines = append(knobLines, line)
 	}
 	if len(knobLines) > 0 {
 		b.WriteString("- **Peak RSS.** With the default GOGC of 100, the heap may grow to twice what the last collection left live before the\n")

@@ -185,6 +185,17 @@ func (d *driver) phases() error {
 				limit := int64(base*1.2) >> 20
 				v.name = fmt.Sprintf("GOMEMLIMIT=%dMiB", limit)
 				v.env = []string{v.name}
+			case strings.HasPrefix(setting, "container="):
+				f, err := strconv.ParseFloat(strings.TrimPrefix(setting, "container="), 64)
+				if err != nil {
+					return err
+				}
+				base, ok := d.res.median(d.res.Upd, name, top, mHeapSync)
+				if !ok {
+					return fmt.Errorf("%s: a container run needs the default update runs of the same implementation", name)
+				}
+				v.limit = int64(base * f)
+				v.name = fmt.Sprintf("container limit %.1fx heap (%d MiB), ctrl's default budget", f, v.limit>>20)
 			case strings.HasPrefix(setting, "sync-gogc="):
 				n := strings.TrimPrefix(setting, "sync-gogc=")
 				v.name = "GOGC=" + n + " until all reconciled once"
@@ -229,9 +240,10 @@ func (d *driver) phases() error {
 
 // variant is a run of an implementation with other runtime settings.
 type variant struct {
-	name string
-	env  []string // GOGC, GOMEMLIMIT
-	Args []string
+	name  string
+	env   []string // GOGC, GOMEMLIMIT
+	Args  []string
+	limit int64 // run in a memory cgroup of this limit
 }
 
 // memRun is one process of one implementation.
@@ -249,6 +261,10 @@ type memRun struct {
 	GCs      uint32
 	RoundsS  []float64
 	PatchesS float64
+	// In a memory cgroup: its limit, the most it was charged, and the
+	// processes the kernel killed for it.
+	Limit, CgroupPeak int64
+	OOMKills          int
 }
 
 // runOnce runs impl over n Pods until each was reconciled once, measures
@@ -266,7 +282,17 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 	}
 	logf("%s: %d Pods%s", label, n, map[bool]string{true: fmt.Sprintf(", %d rounds over %d of them", d.c.G, d.c.UpdateN)}[updates])
 	logPath := filepath.Join(d.c.Work, "logs", fmt.Sprintf("%s-%d-%s.log", im.name, n, tag))
-	p, err := probe.Start(d.bins[im.bin], args, v.env, logPath)
+	bin := d.bins[im.bin]
+	var cg *memCgroup
+	if v.limit > 0 {
+		var err error
+		if cg, err = newMemCgroup(fmt.Sprintf("ctrlbench-%d-%s", os.Getpid(), im.name), v.limit); err != nil {
+			return r, err
+		}
+		defer cg.remove()
+		bin, args = cg.wrap(bin, args)
+	}
+	p, err := probe.Start(bin, args, v.env, logPath)
 	if err != nil {
 		return r, err
 	}
@@ -310,6 +336,10 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 	}
 	if err := p.Exit(); err != nil {
 		return r, fmt.Errorf("exit: %w", err)
+	}
+	if cg != nil {
+		r.Limit, r.CgroupPeak, r.OOMKills = v.limit, cg.peak(), cg.oomKills()
+		logf("  container limit %s MiB, most charged %s MiB, OOM kills %d", mibI(r.Limit), mibI(r.CgroupPeak), r.OOMKills)
 	}
 	logf("  all once %.1fs, heap %s (%s) MiB, rss %s MiB, peak rss %s MiB%s", r.First, mib(r.Synced.HeapInuse), mib(r.Synced.HeapAlloc),
 		mibI(r.Synced.RSS), mibI(r.peakRSS()), map[bool]string{true: fmt.Sprintf(", %.3f CPU s per 1k updates, %d GCs", r.cpuPer1k(), r.GCs)}[updates])
