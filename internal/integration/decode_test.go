@@ -171,8 +171,8 @@ func richPod(name string) *corev1.Pod {
 			InitContainers: []corev1.Container{{Name: "init", Image: "registry.example/init:1", Command: []string{"/init", "--wait"}}},
 			Containers: []corev1.Container{
 				{Name: "server", Image: "registry.example/server:1", Args: []string{"--listen=:8080"},
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					Env: []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+					Ports:     []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					Env:       []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Resources: res, LivenessProbe: probe, ReadinessProbe: probe,
 					VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: "/etc/rich", ReadOnly: true}},
 					SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}},
