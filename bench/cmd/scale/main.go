@@ -102,6 +102,7 @@ func main() {
 	flag.StringVar(&c.Charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
 	flag.StringVar(&apiFlags, "apiserver-flags", "--etcd-compaction-interval=30s", "extra kube-apiserver flags, space-separated; the default compacts etcd often, so that the update rounds' old revisions of 100k Pods free their space before etcd's 2 GiB quota is reached")
 	flag.BoolVar(&c.Write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
+	flag.Var(extraCtrl{}, "ctrl-bin", "another build of scale-ctrl, as tag=path (repeatable): each ctrl-* implementation also runs as <name>@<tag> with it, to compare builds (a change before and after) in one run")
 	render := flag.String("render", "", "run nothing: render the section (and with -write, write it and the charts) from the results.json of an earlier run")
 	flag.Parse()
 	c.Args = strings.Join(os.Args[1:], " ")
@@ -150,6 +151,33 @@ func main() {
 		fatal(err)
 	}
 }
+
+// extraCtrl adds the implementations of another scale-ctrl binary.
+type extraCtrl struct{}
+
+func (extraCtrl) String() string { return "" }
+
+func (extraCtrl) Set(v string) error {
+	tag, path, ok := strings.Cut(v, "=")
+	if !ok || tag == "" || path == "" {
+		return fmt.Errorf("want tag=path, got %q", v)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	for _, im := range slices.Clone(impls) {
+		if im.bin == "scale-ctrl" {
+			impls = append(impls, impl{name: im.name + "@" + tag, bin: "scale-ctrl@" + tag, mode: im.mode, what: im.what + " (the build " + tag + ")"})
+		}
+	}
+	extraBins["scale-ctrl@"+tag] = abs
+	return nil
+}
+
+// extraBins are the binaries of -ctrl-bin, by the bin name of their
+// implementations.
+var extraBins = map[string]string{}
 
 func ints(s string) ([]int, error) {
 	var out []int

@@ -64,6 +64,9 @@ func run(c config) error {
 		}
 		d.bins[bin] = out
 	}
+	for bin, path := range extraBins {
+		d.bins[bin] = path
+	}
 
 	logf("starting the control plane")
 	cp, err := controlplane.Start(cpBin, filepath.Join(c.Work, "logs", "controlplane.log"), c.APIServerFlags)
