@@ -22,7 +22,7 @@ type profileRun struct {
 var categories = []struct{ name, focus string }{
 	{"reading the connection (HTTP/2 frames, TLS, syscalls)", `http2\.\(\*ClientConn\)\.readLoop`},
 	{"gzip", `^compress/`},
-	{"decoding watch events (protobuf)", `rest/watch\.\(\*Decoder\)\.Decode`},
+	{"decoding watch events (protobuf)", `rest/watch\.\(\*Decoder\)\.Decode|binding\.\(\*Stream\[.*\]\)\.Next`},
 	{"the cache's store and event handlers", `ctrl\.\(\*feed|ctrl\.\(\*Cache|cache\.\(\*threadSafeMap|cache\.\(\*sharedIndexInformer|cache\.\(\*processorListener|cache\.\(\*RealFIFO|cache\.\(\*DeltaFIFO`},
 	{"the queue, workers and reconcile", `ctrl\.\(\*Controller|ctrl\.\(\*queue|workqueue|main\.main\.func`},
 	{"allocation (mallocgc, with GC assists)", `runtime\.mallocgc`},
