@@ -32,7 +32,7 @@
 //  6. decoding: the watch decoder's goroutine and the serializers
 //     (k8s.io/apimachinery/pkg/watch.(*StreamWatcher), k8s.io/client-go/rest/watch,
 //     k8s.io/apimachinery/pkg/runtime/serializer, .../util/framer,
-//     encoding/json, sigs.k8s.io/json, protobuf, any *.Unmarshal method),
+//     encoding/json, sigs.k8s.io/json, protobuf, ctrl's binding.Stream, any *.Unmarshal method),
 //     the allocations it makes included.
 //  7. library: the controller library's code and what it calls (ctrl and
 //     its internal packages, controller-runtime, client-go's tools/cache,
@@ -151,6 +151,7 @@ var rules = []rule{
 			"k8s.io/apimachinery/pkg/runtime/serializer", "k8s.io/apimachinery/pkg/util/framer",
 			"encoding/json.", "sigs.k8s.io/json", "k8s.io/apimachinery/pkg/util/json",
 			"github.com/gogo/protobuf", "google.golang.org/protobuf",
+			"github.com/typedctrl/ctrl/internal/binding.(*Stream[",
 		},
 		contains: []string{").Unmarshal"},
 	},
