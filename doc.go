@@ -102,7 +102,8 @@
 // Objects in a cache are shared by every reader and must not be modified;
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
 // speed. [Client.Get] and [Client.List] return copies. Managed fields are
-// removed from cached objects unless CacheOptions.KeepManagedFields is set.
+// removed from cached objects (of protobuf, not even decoded) unless
+// CacheOptions.KeepManagedFields is set.
 // Objects from caches and clients carry their apiVersion and kind, which
 // client-go's typed decoding drops (a stamp of two strings, no allocation);
 // [ReferenceOf] builds a corev1.ObjectReference to any of them.

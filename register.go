@@ -97,9 +97,10 @@ func MustRegister[T Object](r APIResource) {
 // least the name and namespace; ownerReferences for [Owns]; the
 // resourceVersion) and a DeepCopyObject method. fn must copy what it keeps
 // rather than point into the object it is given, so that nothing of that
-// object stays alive, and must accept its own output's source again (an
-// object may be projected twice). Clients of P read only; write through a
-// client of T.
+// object stays alive: the object itself is reused for the next one, so
+// the address of a field of it must not be kept. fn must accept its own
+// output's source again (an object may be projected twice). Clients of P
+// read only; write through a client of T.
 //
 // fields names what fn reads of T besides its metadata, by JSON path
 // ("spec.nodeName", "status.conditions"). The server still sends whole

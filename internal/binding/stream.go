@@ -110,6 +110,9 @@ func (s *Stream[T]) fill(n int) error {
 	if s.end-s.start >= n {
 		return nil
 	}
+	if s.start == s.end && len(s.buf) > 1<<20 && n <= 32<<10 {
+		s.buf, s.start, s.end = nil, 0, 0 // let a large event's buffer go
+	}
 	if s.start+n > len(s.buf) { // make room: move the unread bytes to the front, grow
 		if n > len(s.buf) {
 			nb := make([]byte, max(n, 2*len(s.buf), 32<<10))
