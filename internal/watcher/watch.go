@@ -353,12 +353,12 @@ func (r *reflector) watch(ctx context.Context, w events) error {
 				return err
 			}
 		}
+		// The store records the resourceVersion of each object it stores
+		// and of each bookmark; the reflector keeps its own, to resume
+		// from, without a call per event.
 		_, err := r.consume(ctx, start, w, r.store, false, func(rv string, pastAdded bool) {
 			if fromStart || pastAdded {
 				r.lastRV = rv
-				if u, ok := r.store.(cache.ResourceVersionUpdater); ok {
-					u.UpdateResourceVersion(rv)
-				}
 			}
 		})
 		w.Stop()
