@@ -37,32 +37,10 @@ type protoUnmarshaler interface{ Unmarshal([]byte) error }
 
 // Unmarshal decodes the protobuf encoding of a Kubernetes list.
 func (l *List[T]) Unmarshal(data []byte) error {
-	for len(data) > 0 {
-		key, n := uvarint(data)
-		if n <= 0 {
-			return errBadProto
-		}
-		data = data[n:]
-		field, wire := key>>3, key&7
-		if wire != 2 { // every field we know is length-delimited; skip others
-			m := skip(data, wire)
-			if m < 0 {
-				return errBadProto
-			}
-			data = data[m:]
-			continue
-		}
-		size, n := uvarint(data)
-		if n <= 0 || uint64(len(data)-n) < size {
-			return errBadProto
-		}
-		body := data[n : n+int(size)]
-		data = data[n+int(size):]
-		switch field {
+	return fields(data, func(num uint64, body []byte) error {
+		switch num {
 		case 1:
-			if err := l.ListMeta.Unmarshal(body); err != nil {
-				return err
-			}
+			return l.ListMeta.Unmarshal(body)
 		case 2:
 			item := New[T]()
 			u, ok := any(item).(protoUnmarshaler)
@@ -74,8 +52,8 @@ func (l *List[T]) Unmarshal(data []byte) error {
 			}
 			l.Items = append(l.Items, item)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 var errBadProto = errors.New("malformed protobuf")
@@ -89,24 +67,4 @@ func uvarint(b []byte) (uint64, int) {
 		}
 	}
 	return 0, -1
-}
-
-// skip returns the length of a field's value of the given wire type.
-func skip(b []byte, wire uint64) int {
-	switch wire {
-	case 0:
-		_, n := uvarint(b)
-		return n
-	case 1:
-		if len(b) < 8 {
-			return -1
-		}
-		return 8
-	case 5:
-		if len(b) < 4 {
-			return -1
-		}
-		return 4
-	}
-	return -1
 }

@@ -380,8 +380,8 @@ func fields(data []byte, fn func(num uint64, body []byte) error) error {
 		}
 		data = data[n:]
 		if wire := key & 7; wire != 2 {
-			m := skip(data, wire)
-			if m < 0 || m > len(data) {
+			m := skipValue(data, 0, wire)
+			if m < 0 {
 				return errBadProto
 			}
 			data = data[m:]
@@ -410,12 +410,9 @@ func protoDecoder[T Object](fs *fieldset) func([]byte) (T, error) {
 		if !ok {
 			return obj, fmt.Errorf("%T cannot be decoded from protobuf", obj)
 		}
-		if fs != nil {
-			var err error
-			if buf, err = fs.filter(buf[:0], raw); err != nil {
-				return obj, err
-			}
-			raw = buf
+		raw, err := fs.keep(&buf, raw)
+		if err != nil {
+			return obj, err
 		}
 		return obj, u.Unmarshal(raw)
 	}
@@ -437,12 +434,9 @@ func projectingDecoder[S, P Object](fs *fieldset, project func(S) P) func([]byte
 		if !ok {
 			return zero, fmt.Errorf("%T cannot be decoded from protobuf", scratch)
 		}
-		if fs != nil {
-			var err error
-			if buf, err = fs.filter(buf[:0], raw); err != nil {
-				return zero, err
-			}
-			raw = buf
+		raw, err := fs.keep(&buf, raw)
+		if err != nil {
+			return zero, err
 		}
 		u.Reset()
 		if err := u.Unmarshal(raw); err != nil {
@@ -450,4 +444,15 @@ func projectingDecoder[S, P Object](fs *fieldset, project func(S) P) func([]byte
 		}
 		return project(scratch), nil
 	}
+}
+
+// keep returns raw without the fields fs does not keep, filtered into
+// *buf; raw itself for a nil fs, which keeps everything.
+func (fs *fieldset) keep(buf *[]byte, raw []byte) ([]byte, error) {
+	if fs == nil {
+		return raw, nil
+	}
+	var err error
+	*buf, err = fs.filter((*buf)[:0], raw)
+	return *buf, err
 }
