@@ -108,7 +108,10 @@ func MustRegister[T Object](r APIResource) {
 // type, which travels as protobuf, skipping the rest unread: the CPU and
 // garbage of an event are then those of what fn reads. fn sees every other
 // field empty, so a field it reads that fields does not name is a mistake
-// no compiler catches. No fields: fn sees whole objects. Project returns an
+// no compiler catches: a cache projects the first object of each watch
+// both from the fields named and from the whole object, and logs an error
+// naming P and the object when the two differ. No fields: fn sees whole
+// objects. Project returns an
 // error for a path T does not have, and for fields of a custom resource,
 // which travels as JSON and is decoded whole.
 //

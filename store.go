@@ -114,7 +114,7 @@ func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	if f.b.Stream != nil {
-		return f.b.Stream(ctx, f.namespace, f.options(opts), f.c.opts.KeepManagedFields)
+		return f.b.Stream(ctx, f.namespace, f.options(opts), binding.StreamOptions{KeepManagedFields: f.c.opts.KeepManagedFields, Report: f.report})
 	}
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
 	if err == nil && f.b.Fake() {
@@ -126,6 +126,12 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		f.markSynced()
 	}
 	return w, err
+}
+
+// report logs what a watch finds wrong in the cache's wiring but decodes
+// nonetheless.
+func (f *feed[T]) report(err error) {
+	f.c.log.Error(err, "cache decodes objects wrongly", "cluster", f.cluster, "namespace", f.namespace)
 }
 
 // IsWatchListSemanticsUnSupported tells the reflector that fakes cannot

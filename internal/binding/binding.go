@@ -161,10 +161,22 @@ type Binding[T Object] struct {
 	// Project turns an object the watch sends into T; nil when it sends T.
 	Project func(any) (T, bool)
 	// Stream opens a watch of a real API server whose events are decoded
-	// on the goroutine that reads them (a *Stream), decoding managedFields
-	// only if keepManaged, and for a projection only what it reads; nil for
-	// fakes, whose Watch serves instead.
-	Stream func(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error)
+	// on the goroutine that reads them (a *Stream), as so says, and for a
+	// projection only what it reads; nil for fakes, whose Watch serves
+	// instead.
+	Stream func(ctx context.Context, namespace string, opts metav1.ListOptions, so StreamOptions) (watch.Interface, error)
+}
+
+// StreamOptions say how a Stream decodes.
+type StreamOptions struct {
+	// KeepManagedFields decodes metadata.managedFields, which are skipped
+	// otherwise.
+	KeepManagedFields bool
+	// Report receives what a Stream finds wrong but decodes nonetheless:
+	// the function of a projection that reads a field its registration
+	// does not name, found by projecting the first object of each watch
+	// twice, from the fields named and from the whole object.
+	Report func(error)
 }
 
 // unstructuredType is the one type that serves any resource, named at run

@@ -123,11 +123,15 @@ func bindProjection[S, P Object](c Clients, fn func(S) P, fields []string) (*Bin
 	if rb, ok := src.Backend.(*restBackend[S]); ok {
 		// The watch sends P itself, decoded from the protobuf of S (or S,
 		// from JSON, which the store projects).
-		b.Stream = func(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
+		b.Stream = func(ctx context.Context, namespace string, opts metav1.ListOptions, so StreamOptions) (watch.Interface, error) {
 			if !rb.info.Builtin {
-				return rb.stream(ctx, namespace, opts, keepManaged)
+				return rb.stream(ctx, namespace, opts, so)
 			}
-			fs, err := fieldsetFor(src.Type, fields, keepManaged)
+			fs, err := fieldsetFor(src.Type, fields, so.KeepManagedFields)
+			if err != nil {
+				return nil, err
+			}
+			whole, err := fieldsetFor(src.Type, nil, so.KeepManagedFields)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +139,11 @@ func bindProjection[S, P Object](c Clients, fn func(S) P, fields []string) (*Bin
 			if err != nil {
 				return nil, err
 			}
-			return newStream(body, rb.codec, projectingDecoder(fs, fn)), nil
+			dec := projectingDecoder(fs, fn)
+			if len(fields) > 0 && so.Report != nil {
+				dec = checkedOnce(dec, protoDecoder[S](whole), fn, so.Report)
+			}
+			return newStream(body, rb.codec, dec), nil
 		}
 	}
 	return b, nil
@@ -309,7 +317,7 @@ func (b *metadataBackend[T]) List(ctx context.Context, namespace string, opts me
 
 // Watch opens a Stream that decodes whole metadata.
 func (b *metadataBackend[T]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	return b.stream(ctx, namespace, opts, true)
+	return b.stream(ctx, namespace, opts, StreamOptions{KeepManagedFields: true})
 }
 
 // metadataAccept asks for metadata only, as client-go's metadata client does.
@@ -322,8 +330,8 @@ var metadataParams = func() runtime.ParameterCodec {
 	return runtime.NewParameterCodec(s)
 }()
 
-func (b *metadataBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
-	fs, err := fieldsetFor(metadataType, nil, keepManaged)
+func (b *metadataBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, so StreamOptions) (watch.Interface, error) {
+	fs, err := fieldsetFor(metadataType, nil, so.KeepManagedFields)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -455,4 +456,29 @@ func (fs *fieldset) keep(buf *[]byte, raw []byte) ([]byte, error) {
 	var err error
 	*buf, err = fs.filter((*buf)[:0], raw)
 	return *buf, err
+}
+
+// checkedOnce returns dec, which projects the fields a projection names,
+// checking its first object against the projection of the whole object
+// (decoded by whole): if they differ, the projection's function reads a
+// field it does not name, and report says so. The objects decode as dec
+// decodes them either way.
+func checkedOnce[S, P Object](dec func([]byte) (P, error), whole func([]byte) (S, error), project func(S) P, report func(error)) func([]byte) (P, error) {
+	checked := false
+	return func(raw []byte) (P, error) {
+		p, err := dec(raw)
+		if err != nil || checked {
+			return p, err
+		}
+		checked = true
+		s, err := whole(raw)
+		if err != nil {
+			return p, nil
+		}
+		if want := project(s); !apiequality.Semantic.DeepEqual(p, want) {
+			report(fmt.Errorf("ctrl: projection %T of %T reads fields its Project call does not name: for %s/%s it returns\n%+v\nfrom the fields named, and\n%+v\nfrom the whole object; name every field the function reads",
+				p, s, s.GetNamespace(), s.GetName(), p, want))
+		}
+		return p, nil
+	}
 }

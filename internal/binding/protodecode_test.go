@@ -484,3 +484,51 @@ func TestProjectingDecoder(t *testing.T) {
 		t.Errorf("projected %v, want %v", views, want)
 	}
 }
+
+// TestProjectionCheck projects the first object of a watch twice, from
+// the fields named and from the whole object: a function that reads a
+// field it does not name is reported, once; one that names what it reads
+// is not.
+func TestProjectionCheck(t *testing.T) {
+	podType := reflect.TypeFor[*corev1.Pod]()
+	whole, _ := fieldsetFor(podType, nil, false)
+	node := func(p *corev1.Pod) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}
+	}
+	var raws [][]byte
+	for i := range 2 {
+		e, err := unwrap(encodeObject(t, testPod(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, e.raw)
+	}
+	for _, tt := range []struct {
+		name    string
+		fields  []string
+		reports int
+	}{
+		{"named", []string{"spec.nodeName"}, 0},
+		{"not named", []string{"status.phase"}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, err := fieldsetFor(podType, tt.fields, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reports []error
+			dec := checkedOnce(projectingDecoder(fs, node), protoDecoder[*corev1.Pod](whole), node, func(err error) { reports = append(reports, err) })
+			for _, raw := range raws {
+				if _, err := dec(raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(reports) != tt.reports {
+				t.Fatalf("%d reports, want %d: %v", len(reports), tt.reports, reports)
+			}
+			if tt.reports > 0 && !strings.Contains(reports[0].Error(), "reads fields its Project call does not name: for scale/pod-000000") {
+				t.Errorf("report: %v", reports[0])
+			}
+		})
+	}
+}

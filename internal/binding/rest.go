@@ -80,16 +80,15 @@ func (b *restBackend[T]) List(ctx context.Context, namespace string, opts metav1
 
 // Watch opens a Stream that decodes whole objects.
 func (b *restBackend[T]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	return b.stream(ctx, namespace, opts, true)
+	return b.stream(ctx, namespace, opts, StreamOptions{KeepManagedFields: true})
 }
 
-// stream opens a watch whose objects keep managedFields only if
-// keepManaged.
-func (b *restBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, keepManaged bool) (watch.Interface, error) {
+// stream opens a watch whose objects keep managedFields only if asked.
+func (b *restBackend[T]) stream(ctx context.Context, namespace string, opts metav1.ListOptions, so StreamOptions) (watch.Interface, error) {
 	var fs *fieldset
 	if b.info.Builtin {
 		var err error
-		if fs, err = fieldsetFor(b.info.Type, nil, keepManaged); err != nil {
+		if fs, err = fieldsetFor(b.info.Type, nil, so.KeepManagedFields); err != nil {
 			return nil, err
 		}
 	}
