@@ -176,6 +176,13 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
+		// A copy of its own, so that a reconcile that changes its object
+		// cannot change the cache's. Nothing cheaper is safe in Go: a pooled
+		// copy, reused once the reconcile returns, would change under
+		// whatever the reconcile kept of it (a goroutine, a closure, an
+		// error), which nothing can tell; no write to a struct's field can
+		// be intercepted, so there is no copy on write; and decoding the
+		// object anew costs more than copying it (BenchmarkReconcileCopy).
 		obj = cached.DeepCopyObject().(T)
 	}
 	if released, err := c.release(ctx, obj); released || err != nil {
