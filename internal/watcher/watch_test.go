@@ -226,4 +226,3 @@ func TestReflectorFallsBackToList(t *testing.T) {
 		t.Errorf("watches %v, want %v first", watches, want)
 	}
 }
-
