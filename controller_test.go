@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -568,5 +569,60 @@ func TestListBacklog(t *testing.T) {
 	}
 	if got := metricValue(t, reg, depth); got != 0 {
 		t.Errorf("%s = %v once idle, want 0", depth, got)
+	}
+}
+
+// TestOnFinalizeOnFakes deletes objects that carry the controller's
+// finalizer, through a ctrl client and through the fake clientset itself:
+// the fake holds each until finalize has run and the finalizer is removed,
+// as the API server does.
+func TestOnFinalizeOnFakes(t *testing.T) {
+	cs := fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+	var mu sync.Mutex
+	var finalized []string
+	c, err := ctrl.NewController(mgr, "finalizing", noop, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.OnFinalize("example.com/cleanup", func(ctx context.Context, cm *corev1.ConfigMap) error {
+		mu.Lock()
+		defer mu.Unlock()
+		finalized = append(finalized, fmt.Sprintf("%s deleting=%t", ctrl.KeyOf(cm), cm.DeletionTimestamp != nil))
+		return nil
+	}))
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	for _, name := range []string{"a", "b"} {
+		cm, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		if !slices.Equal(cm.Finalizers, []string{"example.com/cleanup"}) {
+			t.Fatalf("%s: got finalizers %v, want the controller's", name, cm.Finalizers)
+		}
+	}
+
+	must(t, client.Delete(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+	if _, err := client.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "a"}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the delete through ctrl: got %v, want NotFound", err)
+	}
+
+	// WaitIdle does not track writes made with other clients: poll.
+	must(t, cs.CoreV1().ConfigMaps("ns").Delete(ctx, "b", metav1.DeleteOptions{}))
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, "b", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b still there a minute after its delete: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the fake, which WaitIdle does not track
+	}
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"ns/a deleting=true", "ns/b deleting=true"}; !slices.Equal(finalized, want) {
+		t.Errorf("got finalized %q, want %q", finalized, want)
 	}
 }

@@ -250,6 +250,8 @@ func ExampleClient_UpdateStatus() {
 
 // A finalizer: the controller adds it to every Widget, and when a Widget is
 // deleted, cleans up before the finalizer is removed and the Widget goes.
+// The fakes hold a deletion while finalizers remain, as the API server does,
+// so the whole path runs in a unit test.
 func ExampleController_OnFinalize() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
@@ -271,48 +273,42 @@ func ExampleController_OnFinalize() {
 		panic(err)
 	}
 	err = c.OnFinalize("example.com/cleanup", func(ctx context.Context, w *Widget) error {
-		fmt.Printf("cleaning up after %s\n", w.Name)
+		fmt.Printf("cleaning up after %s, deleted at a time: %t\n", w.Name, w.DeletionTimestamp != nil)
 		return nil
 	})
 	if err != nil {
 		panic(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	if _, err := client.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w1"}}); err != nil {
+	key := ctrl.Key{Namespace: "default", Name: "w1"}
+	if _, err := client.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	// The fake does not implement deletion with finalizers: mark the Widget
-	// deleted the way the API server would.
-	w, err := client.Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
-	if err != nil {
-		panic(err)
-	}
-	w.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	if _, err := client.Update(ctx, w); err != nil {
+	// The Widget carries the finalizer: the delete only marks it, and the
+	// controller finalizes it.
+	if err := client.Delete(ctx, key, metav1.DeleteOptions{}); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	w, err = client.Uncached().Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("finalizers left:", len(w.Finalizers))
+	_, err = client.Uncached().Get(ctx, key)
+	fmt.Println("gone:", apierrors.IsNotFound(err))
 	cancel()
 	if err := <-done; err != nil {
 		panic(err)
 	}
 	// Output:
 	// reconcile w1, finalizers [example.com/cleanup]
-	// cleaning up after w1
-	// finalizers left: 0
+	// cleaning up after w1, deleted at a time: true
+	// gone: true
 }
 
 // An index: find Pods by the node they run on.

@@ -50,6 +50,14 @@ type Options struct {
 	// built-in types. The fake does not replay deletions made between a
 	// cache's list and its watch, so ctrl reports a cache synced only once
 	// its watch is open.
+	//
+	// Client-go's fakes delete an object at once; ctrl adds reactors to
+	// this one and to FakeDynamic so that they delete as the API server
+	// does, whoever deletes: an object with finalizers gets a
+	// deletionTimestamp and stays, writes keep that timestamp, and the
+	// write that removes its last finalizer removes it. So
+	// [Controller.OnFinalize] runs in a unit test. A reactor added to the
+	// fake before NewManager does not see those writes.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and *unstructured.Unstructured in
 	// tests: pass client-go's dynamicfake.NewSimpleDynamicClient(scheme,
@@ -248,6 +256,8 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
+	binding.DeleteLikeServer(opts.FakeClientset)
+	binding.DeleteLikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
 		if m.clients.Config, m.clients.HTTP, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
