@@ -71,7 +71,10 @@ func TestDeleteLikeServer(t *testing.T) {
 			delete: func(name string, opts metav1.DeleteOptions) error { return typedB.Delete(ctx, "ns", name, opts) },
 		},
 		"dynamic": {
-			create: func(c *corev1.ConfigMap) error { _, err := dynB.Create(ctx, toU(c), metav1.CreateOptions{}); return err },
+			create: func(c *corev1.ConfigMap) error {
+				_, err := dynB.Create(ctx, toU(c), metav1.CreateOptions{})
+				return err
+			},
 			get: func(name string) (metav1.Object, error) {
 				return dynB.Get(ctx, "ns", name, metav1.GetOptions{})
 			},
