@@ -30,7 +30,9 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A Client is safe for concurrent use.
+// them. A key or object without a namespace for a namespaced type is an
+// error on every method, never a NotFound. A Client is safe for concurrent
+// use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -160,6 +162,9 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
 	key = c.at(key)
+	if err := c.checkKey("get", key); err != nil {
+		return zero, err
+	}
 	if c.uncached {
 		b, err := c.backend(key.Cluster)
 		if err != nil {
@@ -305,6 +310,16 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 	return nil
 }
 
+// checkKey rejects a key without a namespace for a namespaced resource:
+// the request would go to the cluster-scoped URL and come back NotFound,
+// which reads like success after a Delete.
+func (c *Client[T]) checkKey(verb string, key Key) error {
+	if c.b.Namespaced && key.Namespace == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
+	}
+	return nil
+}
+
 // Create creates obj and returns the object the server stored.
 //
 // A create whose reply is lost (the connection died after the request was
@@ -425,6 +440,9 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	if sub != "" {
 		verb = "patch " + sub + " of"
 	}
+	if err := c.checkKey(verb, key); err != nil {
+		return binding.New[T](), err
+	}
 	switch {
 	case pt == types.StrategicMergePatchType && !c.b.Builtin:
 		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: custom resources do not support strategic merge patch: use a merge or JSON patch", verb, c.b.Type, key)
@@ -497,6 +515,9 @@ const (
 // reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
 	key = c.at(key)
+	if err := c.checkKey("create or patch", key); err != nil {
+		return binding.New[T](), OperationUnchanged, err
+	}
 	if mutate == nil {
 		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
@@ -641,6 +662,9 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 // until they are removed.
 func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
 	key = c.at(key)
+	if err := c.checkKey("delete", key); err != nil {
+		return err
+	}
 	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
 		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
 	})
