@@ -96,6 +96,7 @@ type Controller[T Object] struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	outage   outageLog
+	failures failures // keys whose last reconcile failed, with its error
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -283,6 +284,7 @@ func (c *Controller[T]) forget(cluster string) {
 		}
 	}
 	c.mu.Unlock()
+	c.failures.forgetCluster(cluster)
 	if c.q != nil {
 		c.metrics.Waiting.Sub(float64(c.q.dropWaiting(cluster)))
 	}

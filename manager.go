@@ -198,13 +198,14 @@ type managedCache interface {
 // managedController is the manager's view of a controller.
 type managedController interface {
 	name() string
-	prepare()                             // freezes wiring, creates the queue
-	start(reconcileCtx context.Context)   // activates it and starts its workers
-	shutdown(timeout time.Duration) error // stops them, waits bounded
-	busy(horizon time.Duration) string    // why the controller is not idle, or ""
-	waitingClusters() []string            // whose servers keys wait for
-	releaseWaiting(cluster string)        // queues them: the server is back
-	forget(cluster string)                // a member left: drop what is kept of it
+	prepare()                                // freezes wiring, creates the queue
+	start(reconcileCtx context.Context)      // activates it and starts its workers
+	shutdown(timeout time.Duration) error    // stops them, waits bounded
+	busy(requeueWithin time.Duration) string // why the controller is not idle, or ""
+	failing() error                          // its failing keys and their last errors, or nil
+	waitingClusters() []string               // whose servers keys wait for
+	releaseWaiting(cluster string)           // queues them: the server is back
+	forget(cluster string)                   // a member left: drop what is kept of it
 }
 
 // NewManager returns a manager for opts. It returns an error if no client

@@ -58,6 +58,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
 			c.q.forget(key)
+			c.failures.ok(key)
 			return
 		}
 		var cancel context.CancelFunc
@@ -79,27 +80,33 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
 			c.q.forget(key)
+			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state; it spends no shared retry budget.
+			c.failures.failed(key, err)
 			c.q.retryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case unreachable(err):
 			// Not the object's failure: the key waits for the server, with
 			// neither its own backoff nor the shared budget touched.
+			c.failures.failed(key, err)
 			c.waitForServer(key, err)
 		default:
+			c.failures.failed(key, err)
 			c.q.retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 	}
 }
 
