@@ -60,8 +60,13 @@ type Options struct {
 	// fake before NewManager does not see those writes.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and *unstructured.Unstructured in
-	// tests: pass client-go's dynamicfake.NewSimpleDynamicClient(scheme,
-	// objects...). It takes precedence over Config for them.
+	// tests: pass ctrltest.NewFakeDynamic(objects...), which serves every
+	// type registered with [Register]. It takes precedence over Config for
+	// them. Client-go's own constructors need the list kind of every
+	// resource the fake lists: dynamicfake.NewSimpleDynamicClient knows
+	// none of a custom resource's, and
+	// NewSimpleDynamicClientWithCustomListKinds needs them in a map; a
+	// cache of a resource whose list kind the fake lacks makes Start fail.
 	FakeDynamic dynamic.Interface
 
 	// Namespace restricts caches of namespaced types to one namespace.
@@ -545,8 +550,12 @@ func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error 
 				}
 				return err
 			case <-poll.C:
-				if last := c.lastError(); last != nil && apierrors.IsNotFound(last) {
+				switch last := c.lastError(); {
+				case last == nil:
+				case apierrors.IsNotFound(last):
 					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
+				case errors.Is(last, binding.ErrNoListKind):
+					return fmt.Errorf("ctrl: %s cannot be listed: %w", c.describe(), last)
 				}
 			}
 		}

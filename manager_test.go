@@ -131,6 +131,21 @@ func TestSyncErrors(t *testing.T) {
 	}
 }
 
+// TestFakeDynamicWithoutListKind starts a manager on a fake dynamic client
+// that does not know the Widget's list kind, made as Options.FakeDynamic's
+// doc warns against: Start fails at once, saying what to do, where the fake
+// would panic in the cache's goroutine.
+func TestFakeDynamicWithoutListKind(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeDynamic: dynamicfake.NewSimpleDynamicClient(kruntime.NewScheme())})
+	_, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{})
+	must(t, err)
+	err = mgr.Start(context.Background())
+	want := "ctrl: *ctrl_test.Widget (widgets.example.com/v1) cannot be listed: *ctrl_test.Widget (widgets.example.com/v1): the fake dynamic client does not know the resource's list kind: create it with ctrltest.NewFakeDynamic"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want %q...", err, want)
+	}
+}
+
 func TestBindError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
