@@ -415,10 +415,13 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 }
 
 func (c *Client[T]) noStatus() error {
-	if c.b.Builtin {
+	switch {
+	case c.b.Builtin:
 		return errors.New("the resource has no status subresource")
+	case c.b.StatusUnknown: // the fakes' default
+		return errors.New("the resource has no status subresource on the fakes, since the type has no status field: set APIResource.Status to have one")
 	}
-	return errors.New("the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one")
+	return errors.New("the resource has no status subresource: its CustomResourceDefinition has no `subresources: {status: {}}`")
 }
 
 // Patch applies a patch to the object with key and returns the result. pt

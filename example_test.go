@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // A first controller: it labels every ConfigMap with the number of its keys.
@@ -153,17 +154,14 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
+	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets"}); err != nil {
 		panic(err)
 	}
 }
 
 // newWidgetFake returns client-go's fake dynamic client, set up to serve
-// Widgets.
-func newWidgetFake() *dynamicfake.FakeDynamicClient {
-	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{widgets: "WidgetList"})
-}
+// Widgets, and every other registered type.
+func newWidgetFake() *dynamicfake.FakeDynamicClient { return ctrltest.NewFakeDynamic() }
 
 // A custom resource type, registered once, served in tests by client-go's
 // fake dynamic client and in production by a real API server.

@@ -166,7 +166,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
-	info, err := binding.Lookup[T]()
+	info, err := resolve[T](m)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}

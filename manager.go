@@ -268,6 +268,7 @@ func NewManager(opts Options) (*Manager, error) {
 		if m.clients.Config, m.clients.HTTP, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
+		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
 		m.ownTransport = cfg.Dial == nil && m.clients.Config.Dial != nil
 	}
 	return m, nil
@@ -342,6 +343,9 @@ func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
 	var info *binding.Info
 	if res != (APIResource{}) {
+		if err := res.check(); err != nil {
+			return nil, fmt.Errorf("ctrl: %w", err)
+		}
 		i := res.info(reflect.TypeFor[T]())
 		info = &i
 	}

@@ -138,6 +138,9 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 		return gvk, u.GetNamespace() != "", nil
 	}
 	info, err := binding.Lookup[O]()
+	if info.ScopeUnknown { // known to the manager, not here: the owner says
+		return info.GVK(), owner.GetNamespace() != "", err
+	}
 	return info.GVK(), info.Namespaced, err
 }
 

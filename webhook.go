@@ -76,7 +76,7 @@ func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error) err
 }
 
 func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T]) error {
-	info, err := binding.Lookup[T]()
+	info, err := resolve[T](m)
 	if err != nil {
 		return fmt.Errorf("ctrl: %s: %w", verb, err)
 	}

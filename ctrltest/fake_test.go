@@ -89,7 +89,7 @@ func TestNewFakeDynamic(t *testing.T) {
 		t.Fatal(err)
 	}
 	things, err := ctrl.NewCache[*unstructured.Unstructured](mgr, ctrl.CacheOptions{
-		Resource: ctrl.APIResource{Group: "things.example.com", Version: "v1", Resource: "things", Kind: "Thing"}})
+		Resource: ctrl.APIResource{Group: "things.example.com", Version: "v1", Resource: "things", Kind: "Thing", ClusterScoped: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
