@@ -67,18 +67,19 @@ func (i Info) fromBuiltin(r builtin.Resource) (Info, error) {
 }
 
 // Discover returns the resources the server serves in a group and version
-// (its discovery document, /apis/<group>/<version>).
-type Discover func(gv schema.GroupVersion) ([]metav1.APIResource, error)
+// (its discovery document, /apis/<group>/<version>): an answer it
+// remembers, unless fresh is set.
+type Discover func(gv schema.GroupVersion, fresh bool) ([]metav1.APIResource, error)
 
-// NewDiscover returns a Discover that asks the server at cfg once per group
-// and version and remembers the answers, not errors.
+// NewDiscover returns a Discover that asks the server at cfg and remembers
+// its answers, not its errors.
 func NewDiscover(cfg *rest.Config, hc *http.Client) Discover {
 	var mu sync.Mutex
 	known := map[schema.GroupVersion][]metav1.APIResource{}
-	return func(gv schema.GroupVersion) ([]metav1.APIResource, error) {
+	return func(gv schema.GroupVersion, fresh bool) ([]metav1.APIResource, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if list, ok := known[gv]; ok {
+		if list, ok := known[gv]; ok && !fresh {
 			return list, nil
 		}
 		list, err := discover(cfg, hc, gv)
@@ -122,24 +123,27 @@ func discover(cfg *rest.Config, hc *http.Client, gv schema.GroupVersion) ([]meta
 // learn fills in what info leaves unsaid from the server's discovery, and
 // checks what it declares against it.
 func (i Info) learn(d Discover) (Info, error) {
-	list, err := d(i.GVR.GroupVersion())
-	if err != nil {
-		return i, fmt.Errorf("%s: learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): %w", i, err)
-	}
-	var found *metav1.APIResource
-	status := false
-	for k := range list {
-		switch list[k].Name {
-		case i.GVR.Resource:
-			found = &list[k]
-		case i.GVR.Resource + "/status":
-			status = true
+	// A remembered answer may predate the resource's CRD: ask again once.
+	for _, fresh := range []bool{false, true} {
+		list, err := d(i.GVR.GroupVersion(), fresh)
+		if err != nil {
+			return i, fmt.Errorf("%s: learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): %w", i, err)
+		}
+		status := false
+		var found *metav1.APIResource
+		for k := range list {
+			switch list[k].Name {
+			case i.GVR.Resource:
+				found = &list[k]
+			case i.GVR.Resource + "/status":
+				status = true
+			}
+		}
+		if found != nil {
+			return i.settle(found.Namespaced, status, found.Kind, "the API server's")
 		}
 	}
-	if found == nil {
-		return i, fmt.Errorf("%s: the API server does not serve the resource (is its CustomResourceDefinition installed?)", i)
-	}
-	return i.settle(found.Namespaced, status, found.Kind, "the API server's")
+	return i, fmt.Errorf("%s: the API server does not serve the resource (is its CustomResourceDefinition installed?)", i)
 }
 
 // settle fills in what info leaves unsaid with what the server says, and

@@ -24,7 +24,7 @@ func (g *sprocket) DeepCopyObject() runtime.Object { out := *g; return &out }
 func TestLearn(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: "example.dev", Version: "v1", Resource: "gadgets"}
 	served := func(namespaced, status bool) Discover {
-		return func(gv schema.GroupVersion) ([]metav1.APIResource, error) {
+		return func(gv schema.GroupVersion, _ bool) ([]metav1.APIResource, error) {
 			if gv != gvr.GroupVersion() {
 				t.Errorf("discovery of %s, want %s", gv, gvr.GroupVersion())
 			}
@@ -58,9 +58,9 @@ func TestLearn(t *testing.T) {
 			"APIResource.Status is set, but the API server's gadgets.example.dev has no status subresource"},
 		{"other kind", Info{Type: reflect.TypeFor[*sprocket](), GVR: gvr, Kind: "gadget", ScopeUnknown: true, StatusUnknown: true}, served(true, true), false, false,
 			`its kind is "gadget" (APIResource.Kind, or the Go type's name), but the API server's gadgets.example.dev is of kind "Gadget"`},
-		{"not served", info(false, false, false), func(schema.GroupVersion) ([]metav1.APIResource, error) { return nil, nil }, false, false,
+		{"not served", info(false, false, false), func(schema.GroupVersion, bool) ([]metav1.APIResource, error) { return nil, nil }, false, false,
 			"the API server does not serve the resource (is its CustomResourceDefinition installed?)"},
-		{"discovery fails", info(false, false, false), func(schema.GroupVersion) ([]metav1.APIResource, error) { return nil, errors.New("refused") }, false, false,
+		{"discovery fails", info(false, false, false), func(schema.GroupVersion, bool) ([]metav1.APIResource, error) { return nil, errors.New("refused") }, false, false,
 			"learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): refused"},
 		{"fakes: defaults", info(false, false, false), nil, true, true, ""},
 		{"fakes: declared", info(false, true, false), nil, false, true, ""},
