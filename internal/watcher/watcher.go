@@ -66,6 +66,19 @@ var Backoff = wait.Backoff{
 // outage.
 const RelistSpread = 2 * time.Second
 
+// Forbidden is the delay between list-and-watch cycles the server refuses
+// (403 Forbidden): the server answered, so this is no outage, and asking
+// again soon only helps once someone grants the permission. A cache
+// allowed to list but not to watch relists the whole type each cycle:
+// that is why the delay grows to half a minute.
+var Forbidden = wait.Backoff{
+	Duration: time.Second,
+	Factor:   2,
+	Jitter:   0.1,
+	Cap:      30 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
@@ -86,6 +99,7 @@ func Run(ctx context.Context, cfg Config) {
 		Backoff:         &reflectorBackoff,
 	})
 	backoff := Backoff // for retrying list-and-watch cycles
+	forbidden := Forbidden
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -113,6 +127,11 @@ func Run(ctx context.Context, cfg Config) {
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
+		}
+		if apierrors.IsForbidden(err) {
+			pause = max(pause, forbidden.Step())
+		} else {
+			forbidden = Forbidden
 		}
 		lastReturn = time.Now()
 		if pause > 0 {
@@ -252,6 +271,12 @@ func (t *tracking) record(ctx context.Context, err error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if apierrors.IsForbidden(err) {
+		// The server answered, and refused: no outage begins or ends
+		// here, whatever worked before. The caller reports refusals.
+		t.lastErr = err
+		return
+	}
 	if err != nil {
 		t.lastErr = err
 		t.refused = true
