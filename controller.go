@@ -75,6 +75,7 @@ type Controller[T Object] struct {
 	reconcile func(context.Context, T) (Result, error)
 	opts      ControllerOptions
 	cache     *Cache[T]
+	sources   []managedCache // the caches of Owns and Watches
 	client    *Client[T]
 	q         *queue
 	log       logr.Logger
@@ -211,6 +212,8 @@ func (c *Controller[T]) OnFinalize(name string, finalize func(ctx context.Contex
 		if c.finalizer != "" {
 			return fmt.Errorf("ctrl: %s: OnFinalize %q: the controller already owns finalizer %q", c, name, c.finalizer)
 		}
+		// Finalizers are patched; a removal the cache cannot tell is read.
+		c.mgr.need(c.cache.b.GVR.GroupResource(), "patch", "get")
 		c.finalizer, c.finalize = name, finalize
 		c.tombstones = map[Key]tombstone[T]{}
 		return nil
@@ -299,10 +302,40 @@ func (c *Controller[T]) prepare() {
 	c.stop = make(chan struct{})
 }
 
-// start activates the controller, queues every cached object through the
-// backlog, and starts the workers. Called once the caches have synced and,
-// with leader election, once this replica leads.
+// start waits for the controller's caches to sync, then activates it,
+// queues every cached object through the backlog, and starts the workers.
+// It does not block: a cache the server forbids to list holds up its own
+// controllers only. Called once Start has waited for the caches and, with
+// leader election, once this replica leads.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.wg.Go(func() {
+		for _, cc := range append([]managedCache{c.cache}, c.sources...) {
+			select {
+			case <-cc.syncedChan():
+			case <-c.stop:
+				return
+			}
+		}
+		if !c.stopping.Load() {
+			c.activate(reconcileCtx)
+		}
+	})
+}
+
+// waitingFor names a cache of the controller that has not synced, and why,
+// or returns "".
+func (c *Controller[T]) waitingFor() string {
+	for _, cc := range append([]managedCache{c.cache}, c.sources...) {
+		select {
+		case <-cc.syncedChan():
+		default:
+			return cc.describe() + ": " + cc.notReady()
+		}
+	}
+	return ""
+}
+
+func (c *Controller[T]) activate(reconcileCtx context.Context) {
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)

@@ -103,7 +103,7 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 		select {
 		case <-c.syncedChan():
 		default:
-			return c.describe() + ": not synced"
+			return c.describe() + ": " + c.notReady()
 		}
 		if b := c.busy(); b != "" {
 			return b
@@ -164,6 +164,12 @@ func (c *Cache[T]) busy() string {
 
 // busy says why the controller is not idle, or returns "".
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {
+	if !c.active.Load() {
+		if waiting := c.waitingFor(); waiting != "" {
+			return fmt.Sprintf("%s: waiting for %s", c, waiting)
+		}
+		return fmt.Sprintf("%s: starting", c)
+	}
 	switch {
 	case c.q.backlogLen.Load() != 0: // read first: the backlog empties into the queue
 		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.backlogLen.Load())

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -172,6 +173,11 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	}
 	if !info.Status {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %s has no status subresource, where the machine writes its moves", name, info)
+	}
+	gr := info.GVR.GroupResource()
+	m.need(schema.GroupResource{Group: gr.Group, Resource: gr.Resource + "/status"}, "patch")
+	if machine.Finalizer != "" {
+		m.need(gr, "patch")
 	}
 	reg := m.opts.Registerer
 	if m.registry != nil {

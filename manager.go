@@ -189,6 +189,7 @@ type Manager struct {
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
+	grants      grants         // RBAC verbs the manager's own work needs
 }
 
 // managedCache is the manager's view of a cache.
@@ -197,7 +198,10 @@ type managedCache interface {
 	run(ctx context.Context, log logr.Logger)
 	syncedChan() <-chan struct{}
 	lastError() error
-	busy() string // why the cache is not idle, or ""
+	busy() string                                // why the cache is not idle, or ""
+	notReady() string                            // why it is not ready, or ""
+	forbidden() error                            // why the server refuses it a list or watch, or nil
+	groupResource() (schema.GroupResource, bool) // what it lists and watches, and whether in the own cluster
 }
 
 // managedController is the manager's view of a controller.
@@ -239,17 +243,20 @@ func NewManager(opts Options) (*Manager, error) {
 		startedCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
+	leases := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 	if opts.LeaderElection.Name != "" {
 		var err error
 		if m.election, err = electionConfig(opts); err != nil {
 			return nil, err
 		}
+		m.need(leases, "get", "create", "update")
 	}
 	if opts.Sharding.Name != "" {
 		var err error
 		if m.sharding, err = shardingConfig(opts); err != nil {
 			return nil, err
 		}
+		m.need(leases, "get", "create", "update")
 	}
 	reg := opts.Registerer
 	if reg == nil {
@@ -534,27 +541,44 @@ func (m *Manager) startCache(c managedCache) {
 }
 
 // waitForSync waits for every cache's first list. A resource the server
-// does not serve fails at once, since waiting will not help.
+// does not serve fails at once, since waiting will not help. A cache the
+// server forbids to list or watch is not waited for: it said why, and its
+// controllers wait for it while the others start.
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
+	expired := false
 	for _, c := range caches {
 		for synced := false; !synced; {
+			if expired {
+				select {
+				case <-c.syncedChan():
+					synced = true
+					continue
+				default:
+				}
+				if c.forbidden() != nil {
+					break // reported, and waited for by its controllers
+				}
+				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
+				if last := c.lastError(); last != nil {
+					err = fmt.Errorf("%w: %w", err, last)
+				}
+				return err
+			}
 			select {
 			case <-c.syncedChan():
 				synced = true
 			case <-ctx.Done():
 				return nil
 			case <-timer.C:
-				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
-				if last := c.lastError(); last != nil {
-					err = fmt.Errorf("%w: %w", err, last)
-				}
-				return err
+				expired = true
 			case <-poll.C:
 				switch last := c.lastError(); {
+				case c.forbidden() != nil:
+					synced = true // reported, and waited for by its controllers
 				case last == nil:
 				case apierrors.IsNotFound(last):
 					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)

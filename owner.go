@@ -38,7 +38,10 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 	gvk := c.cache.b.GVK()
 	h := &ownerHandler[O]{to: c, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced,
 		srcKind: owned.kind, filters: changed, log: c.log}
-	return c.wire("Owns", func() error { return owned.addHandler(h) })
+	return c.wire("Owns", func() error {
+		c.sources = append(c.sources, owned)
+		return owned.addHandler(h)
+	})
 }
 
 // ownerHandler queues the controlling owner of each changed object.

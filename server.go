@@ -145,27 +145,26 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz reports ready once every cache has synced, naming the caches that
-// have not, and the webhook server, if any, completes a TLS handshake. A
-// cache that synced stays ready while its watch reconnects after an API
-// server outage: restarting the process would not bring the server back,
-// and the cache resumes where it stopped.
+// readyz reports ready once every cache has synced and none is forbidden
+// to list or watch, and the webhook server, if any, completes a TLS
+// handshake; otherwise it names each cache that is not ready, a line each,
+// with why. A cache that synced stays ready while its watch reconnects
+// after an API server outage: restarting the process would not bring the
+// server back, and the cache resumes where it stopped.
 func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
-	var waiting []string
+	var notReady []string
 	for _, c := range caches {
-		select {
-		case <-c.syncedChan():
-		default:
-			waiting = append(waiting, c.describe())
+		if why := c.notReady(); why != "" {
+			notReady = append(notReady, c.describe()+": "+why)
 		}
 	}
-	if len(waiting) > 0 {
+	if len(notReady) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		fmt.Fprintf(w, "not ready:\n%s\n", strings.Join(notReady, "\n"))
 		return
 	}
 	if err := m.webhookReady(r.Context()); err != nil {

@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,10 @@ type feed[T Object] struct {
 	fakeEvents atomic.Pointer[<-chan watch.Event]
 	relists    prometheus.Counter // set by run
 	labels     []string           // of the feed's series: resource, namespace, cluster
+	log        logr.Logger        // set by run
+
+	accessMu sync.Mutex
+	denials  map[string]*denial // verbs the server refuses now
 }
 
 // run lists and watches the feed's namespace until ctx is done.
@@ -54,6 +59,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
 	}
 	f.labels = []string{res, f.namespace, f.cluster}
+	f.log = log
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
@@ -110,11 +116,17 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return f.b.List(ctx, f.namespace, f.options(opts))
+	l, err := f.b.List(ctx, f.namespace, f.options(opts))
+	f.access("list", err)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return l, nil
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
+	f.access("watch", err)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)

@@ -30,7 +30,10 @@ func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key, cha
 		return fmt.Errorf("ctrl: %s: Watches: %s belongs to another manager", c, src)
 	}
 	h := &mapHandler[O]{to: c, fn: fn, filters: changed, srcKind: src.kind, log: c.log}
-	return c.wire("Watches", func() error { return src.addHandler(h) })
+	return c.wire("Watches", func() error {
+		c.sources = append(c.sources, src)
+		return src.addHandler(h)
+	})
 }
 
 // mapHandler queues the keys a user function maps each changed object to.

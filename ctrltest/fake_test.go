@@ -102,8 +102,10 @@ func TestNewFakeDynamic(t *testing.T) {
 			t.Errorf("Start: %v", err)
 		}
 	}()
-	if err := things.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
+	for _, c := range []*ctrl.Cache[*unstructured.Unstructured]{configMaps, things} {
+		if err := c.WaitForSync(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, ok := configMaps.Get(ctrl.Key{Namespace: "ns", Name: "a"}); !ok {
 		t.Error("the seeded ConfigMap is not in the cache")
