@@ -629,3 +629,36 @@ func ExampleKey_In() {
 	// Output:
 	// default/web eu-west:default/web
 }
+
+// The RBAC rules of what the manager does itself: here the caches of a
+// controller of Widgets with a finalizer and of the ConfigMaps it owns,
+// its Events, and leader election. The writes the reconcile makes are the
+// program's to add.
+func ExampleManager_RBACRules() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), FakeDynamic: ctrltest.NewFakeDynamic(),
+		LeaderElection: ctrl.LeaderElection{Name: "widgets"}})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "widgets", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil }, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	if err := c.OnFinalize("example.com/cleanup", func(context.Context, *Widget) error { return nil }); err != nil {
+		panic(err)
+	}
+	if err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
+		panic(err)
+	}
+	if _, err := ctrl.NewRecorder[*Widget](mgr, "widgets"); err != nil {
+		panic(err)
+	}
+	for _, r := range mgr.RBACRules() {
+		fmt.Printf("apiGroups: %q, resources: %q, verbs: %q\n", r.APIGroups, r.Resources, r.Verbs)
+	}
+	// Output:
+	// apiGroups: [""], resources: ["configmaps"], verbs: ["list" "watch"]
+	// apiGroups: [""], resources: ["events"], verbs: ["create" "patch" "update"]
+	// apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create" "get" "update"]
+	// apiGroups: ["example.com"], resources: ["widgets"], verbs: ["get" "list" "patch" "watch"]
+}

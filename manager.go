@@ -200,6 +200,7 @@ type managedCache interface {
 	lastError() error
 	busy() string                                // why the cache is not idle, or ""
 	notReady() string                            // why it is not ready, or ""
+	warning() string                             // what the server refuses it though it is ready, or ""
 	forbidden() error                            // why the server refuses it a list or watch, or nil
 	groupResource() (schema.GroupResource, bool) // what it lists and watches, and whether in the own cluster
 }

@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -58,6 +60,9 @@ func (f *feed[T]) access(verb string, err error) {
 		d = &denial{err: err, since: now, logged: now, count: 1}
 		f.denials[verb] = d
 		f.log.Error(f.forbiddenErr(verb, d), "forbidden: grant the RBAC rule; retrying meanwhile")
+		if verb == "list" && f.ctx != nil {
+			f.rechecks.Go(f.recheckList)
+		}
 	default:
 		d.err = err
 		d.count++
@@ -69,15 +74,65 @@ func (f *feed[T]) access(verb string, err error) {
 	}
 }
 
+// probeList asks for one object, once, before the first streamed list: a
+// cache that lists by watching (client-go's streaming lists) never lists
+// otherwise, and a missing list permission would go unnoticed until the
+// day it falls back to listing.
+func (f *feed[T]) probeList(ctx context.Context) {
+	f.accessMu.Lock()
+	probed := f.probed
+	f.probed = true
+	f.accessMu.Unlock()
+	if !probed {
+		_, err := f.b.List(ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		f.access("list", err)
+	}
+}
+
+// recheckList asks for one object every forbiddenReminder while the server
+// refuses the feed its list, until it allows it: a cache whose watch works
+// lists no more, and would otherwise neither remind nor notice the
+// permission coming.
+func (f *feed[T]) recheckList() {
+	t := time.NewTicker(forbiddenReminder)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.accessMu.Lock()
+		_, denied := f.denials["list"]
+		f.accessMu.Unlock()
+		if !denied {
+			return
+		}
+		_, err := f.b.List(f.ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		if f.ctx.Err() != nil {
+			return
+		}
+		f.access("list", err)
+	}
+}
+
 // forbidden returns the error of the feed's refusal, if the server refuses
 // it a verb now: the list first.
 func (f *feed[T]) forbidden() error {
+	for _, verb := range []string{"list", "watch"} {
+		if err := f.forbiddenTo(verb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forbiddenTo returns the error of the feed's refusal of verb, or nil.
+func (f *feed[T]) forbiddenTo(verb string) error {
 	f.accessMu.Lock()
 	defer f.accessMu.Unlock()
-	for _, verb := range []string{"list", "watch"} {
-		if d := f.denials[verb]; d != nil {
-			return f.forbiddenErr(verb, d)
-		}
+	if d := f.denials[verb]; d != nil {
+		return f.forbiddenErr(verb, d)
 	}
 	return nil
 }
@@ -114,18 +169,35 @@ func (c *Cache[T]) forbidden() error {
 }
 
 // notReady says why the cache is not ready, or returns "": it has not
-// synced yet, or the server forbids it to list or watch.
+// synced yet, or the server forbids it to watch.
 func (c *Cache[T]) notReady() string {
+	if !c.HasSynced() {
+		if err := c.forbidden(); err != nil {
+			return err.Error()
+		}
+		if last := c.lastError(); last != nil {
+			return "not synced: " + last.Error()
+		}
+		return "not synced yet"
+	}
+	for _, f := range c.feeds {
+		if err := f.forbiddenTo("watch"); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// warning says what the server refuses a cache that is ready nonetheless:
+// a cache that lists by watching, refused the list, or "".
+func (c *Cache[T]) warning() string {
+	if c.notReady() != "" {
+		return ""
+	}
 	if err := c.forbidden(); err != nil {
 		return err.Error()
 	}
-	if c.HasSynced() {
-		return ""
-	}
-	if last := c.lastError(); last != nil {
-		return "not synced: " + last.Error()
-	}
-	return "not synced yet"
+	return ""
 }
 
 // grants are the RBAC verbs the manager's own work needs beyond its caches:

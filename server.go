@@ -173,6 +173,14 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	// A cache that lists by watching works without the list permission,
+	// until it must fall back to listing: reported, not a reason to
+	// restart the process.
+	for _, c := range caches {
+		if warn := c.warning(); warn != "" {
+			fmt.Fprintf(w, "%s: %s\n", c.describe(), warn)
+		}
+	}
 	// Members of a fleet come and go; one that is down is reported, not a
 	// reason to restart the process.
 	m.mu.Lock()

@@ -38,9 +38,12 @@ type feed[T Object] struct {
 	relists    prometheus.Counter // set by run
 	labels     []string           // of the feed's series: resource, namespace, cluster
 	log        logr.Logger        // set by run
+	ctx        context.Context    // set by run
 
 	accessMu sync.Mutex
 	denials  map[string]*denial // verbs the server refuses now
+	probed   bool               // the list permission was checked
+	rechecks sync.WaitGroup
 }
 
 // run lists and watches the feed's namespace until ctx is done.
@@ -59,7 +62,10 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
 	}
 	f.labels = []string{res, f.namespace, f.cluster}
-	f.log = log
+	f.accessMu.Lock()
+	f.log, f.ctx = log, ctx
+	f.accessMu.Unlock()
+	defer f.rechecks.Wait()
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
@@ -125,6 +131,9 @@ func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		f.probeList(ctx)
+	}
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
 	f.access("watch", err)
 	if err == nil && f.b.Fake() {

@@ -201,7 +201,7 @@ func (t *tracking) beforeList(ctx context.Context) error {
 	}
 	_, err := cache.ToListerWithContext(t.ListerWatcher).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
 	t.record(ctx, err)
-	if err != nil {
+	if err != nil && !apierrors.IsForbidden(err) { // a refusal is an answer: the server is back
 		return err
 	}
 	t.recovered() // this is the spread, if any
