@@ -13,8 +13,10 @@
 //	go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane
 //
 // It builds the Kubernetes release that matches your k8s.io/client-go (v1.37.2
-// for v0.37.2) into the user cache directory, where ctrltest looks for it;
-// $CTRL_CONTROLPLANE_BIN names another directory to both. The first build
+// for v0.37.2) into the user cache directory, where ctrltest looks for it
+// from any module; $CTRL_CONTROLPLANE_BIN names another directory to both.
+// A module whose go.mod replaces ctrl with a checkout also finds what `make
+// controlplane` built in that checkout's bin directory. The first build
 // takes several minutes; later runs return at once. A test that finds no
 // binaries fails, saying which command to run: it is not skipped.
 //

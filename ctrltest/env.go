@@ -64,8 +64,10 @@ type Options struct {
 	// Default: $CTRL_CONTROLPLANE_BIN if set; else the directory that
 	// `go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane` fills for
 	// the k8s.io/client-go the test binary is built with, if it holds both;
-	// else, inside a checkout of ctrl, its bin directory (`make
-	// controlplane`).
+	// else the bin directory (`make controlplane`) of the checkout of ctrl
+	// that ctrltest is compiled from (a replace directive's target), or of
+	// the one that holds the working directory; else, if the test binary's
+	// release cannot be told, the newest release the command built.
 	BinDir string
 
 	// Stdout and Stderr also receive the output of etcd and kube-apiserver,
