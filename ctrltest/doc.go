@@ -5,6 +5,18 @@
 // conflicts, generation, the status subresource, finalizers, server-side
 // apply, validation.
 //
+// # Unit tests on fakes
+//
+// [NewFakeDynamic] is client-go's fake dynamic client set up to serve every
+// type registered with ctrl.Register, for ctrl.Options.FakeDynamic, with no
+// map of list kinds to write. [Logger] sends a manager's log to the test:
+//
+//	mgr, err := ctrl.NewManager(ctrl.Options{
+//		FakeClientset: fake.NewClientset(),
+//		FakeDynamic:   ctrltest.NewFakeDynamic(&Widget{...}),
+//		Logger:        ctrltest.Logger(t),
+//	})
+//
 // # Binaries
 //
 // kube-apiserver and etcd are built from the Go module proxy, no downloads,
