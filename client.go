@@ -659,17 +659,25 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 	return out, c.wrap("apply", key, err)
 }
 
-// Delete deletes the object with key. opts carries preconditions (UID,
-// resourceVersion) and the propagation policy; the zero value is the
-// server's default. An object with finalizers is only marked for deletion
-// until they are removed.
-func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
+// Delete deletes the object with key. opts, at most one, carries
+// preconditions (UID, resourceVersion) and the propagation policy; none is
+// the server's default. An object with finalizers is only marked for
+// deletion until they are removed: Delete returns nil then, and the object
+// is still there.
+func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOptions) error {
 	key = c.at(key)
 	if err := c.checkKey("delete", key); err != nil {
 		return err
 	}
+	if len(opts) > 1 {
+		return fmt.Errorf("ctrl: delete %s %s: %d DeleteOptions, want at most one", c.b.Type, key, len(opts))
+	}
+	var o metav1.DeleteOptions
+	if len(opts) == 1 {
+		o = opts[0]
+	}
 	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
-		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
+		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, o)
 	})
 	return c.wrap("delete", key, err)
 }

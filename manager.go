@@ -73,7 +73,8 @@ type Options struct {
 	// Default: all namespaces.
 	Namespace string
 	// Logger receives the manager's logs, and each reconcile's logger is
-	// derived from it. Default: logs are discarded.
+	// derived from it. In tests, ctrltest.Logger(t) writes them to the
+	// test's output. Default: logs are discarded.
 	Logger logr.Logger
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
