@@ -128,6 +128,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 		}
 		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
+		m.need(info.GVR.GroupResource(), "patch") // the sharder labels the objects
 	}
 	cache, err := NewCache[T](m, opts.Cache)
 	if err != nil {

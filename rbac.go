@@ -225,9 +225,11 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 // RBACRules returns the RBAC rules that what the manager does itself needs,
 // as wired so far, in its own cluster: list and watch for each of its
 // caches (those of controllers, Owns and Watches included); get, create and
-// update of Leases for leader election or sharding; create, update and
-// patch of Events for recorders; patch of the objects whose finalizers a
-// controller or machine owns; patch of the status of a machine's objects.
+// update of Leases for leader election or sharding, and patch of the
+// sharded objects, which the sharder labels; create, update and patch of
+// Events for recorders; patch of the objects whose finalizers a controller
+// or machine owns; patch of the status of a machine's objects. The webhook
+// server needs none: the API server calls it.
 // Put them in a ClusterRole (or, for a manager of one namespace, a Role
 // there, plus the Lease's namespace), and add the verbs of the writes and
 // uncached reads your reconciles make, which the manager cannot know.
