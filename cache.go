@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,7 +60,8 @@ type CacheOptions struct {
 // for the same type with the same [CacheOptions] share one Cache.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
-// every other reader: never modify them; call DeepCopyObject first. The
+// every other reader: never modify them; call DeepCopyObject first. They
+// carry their apiVersion and kind, which typed decoding drops. The
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
@@ -70,6 +72,8 @@ type Cache[T Object] struct {
 	feeds  []*feed[T] // of the own cluster
 	kind   string     // for causes: "ConfigMap"
 	synced chan struct{}
+	// typeMeta is stamped on every object stored: typed decoding drops it.
+	typeMeta metav1.TypeMeta
 
 	// A fleet cache's feeds, per member, started as members join while it
 	// runs.
@@ -129,9 +133,12 @@ const (
 	vanished // missing from a relist of a selective cache: deleted or left
 )
 
+// index files objects under the values its function returns, and under
+// their namespaces: a lookup within one namespace touches only the objects
+// there, and one across all namespaces touches every object with the value.
 type index[T Object] struct {
 	fn     func(T) []string
-	values map[string]map[Key]struct{}
+	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
 // NewCache returns the manager's cache of T for opts, creating it on first
@@ -197,6 +204,7 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		synced:  make(chan struct{}),
 		userTF:  trim,
 	}
+	c.typeMeta = typeMetaOf(b.Info)
 	if h != nil {
 		c.handlers = append(c.handlers, h)
 	}
@@ -305,9 +313,13 @@ func (c *Cache[T]) keys() []Key {
 }
 
 // AddIndex adds an index named name. fn returns the values under which an
-// object is found by [Cache.ByIndex]; it must be fast, must not block, and
-// must not modify the object. Objects already cached are indexed at once.
-// It returns an error if the name is taken.
+// object is found by [Cache.ByIndex] and by a [Client]'s List with
+// ListOptions.Index; it must be fast, must not block, and must not modify
+// the object. The values of a namespaced object are filed under its
+// namespace too, as controller-runtime's field indexes are: a lookup finds
+// them within one namespace or across all, with no namespace encoded in
+// the values. Objects already cached are indexed at once. It returns an
+// error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
@@ -317,7 +329,7 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if _, ok := c.indexes[name]; ok {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
-	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
+	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
 	for k, obj := range c.items.all() {
 		idx.add(k, obj)
 	}
@@ -325,24 +337,53 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	return nil
 }
 
-// ByIndex returns the cached objects that the index named name files under
-// value. The objects are shared: do not modify them. It returns an error if
-// there is no such index.
-func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
+// ByIndex returns the cached objects in namespace ("" for all namespaces;
+// in a fleet cache, of every member) that the index named name files under
+// value, in no particular order. The objects are shared: do not modify
+// them; [Client.List] with ListOptions.Index returns copies. Its cost grows
+// with the objects it returns. It returns an error if there is no such
+// index, or if a namespace is given for a cluster-scoped type.
+func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
+	return c.byIndex(namespace, name, value, nil)
+}
+
+// byIndex is ByIndex for the keys that keep accepts (nil: all).
+func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
+	if namespace != "" && !c.b.Namespaced {
+		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	idx, ok := c.indexes[name]
 	if !ok {
 		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
 	}
-	keys := idx.values[value]
-	out := make([]T, 0, len(keys))
-	for k := range keys {
-		if obj, ok := c.items.get(k); ok {
-			out = append(out, obj)
+	var out []T
+	add := func(keys map[Key]struct{}) {
+		for k := range keys {
+			if keep != nil && !keep(k) {
+				continue
+			}
+			if obj, ok := c.items.get(k); ok {
+				out = append(out, obj)
+			}
 		}
 	}
+	if namespace != "" {
+		add(idx.values[value][namespace])
+		return out, nil
+	}
+	for _, keys := range idx.values[value] {
+		add(keys)
+	}
 	return out, nil
+}
+
+// hasIndex reports whether the cache has an index named name.
+func (c *Cache[T]) hasIndex(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.indexes[name] != nil
 }
 
 // SetTransform makes the cache pass every object through fn before storing
@@ -372,8 +413,8 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 // addition to the manager's logging; a later call replaces it. A watch that
 // ends because its resourceVersion was compacted away (410 Gone) is not an
 // error here: the cache relists at once and counts it in
-// ctrl_cache_relists_total. fn is called on the cache's goroutine and must
-// not block.
+// ctrl_cache_relists_total. fn is called on the cache's goroutines, one
+// call at a time per watch, and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn
@@ -496,10 +537,15 @@ func stripManagedFields[T Object](obj T) T {
 
 func (idx *index[T]) add(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		set := idx.values[v]
+		byNS := idx.values[v]
+		if byNS == nil {
+			byNS = map[string]map[Key]struct{}{}
+			idx.values[v] = byNS
+		}
+		set := byNS[k.Namespace]
 		if set == nil {
 			set = map[Key]struct{}{}
-			idx.values[v] = set
+			byNS[k.Namespace] = set
 		}
 		set[k] = struct{}{}
 	}
@@ -507,9 +553,15 @@ func (idx *index[T]) add(k Key, obj T) {
 
 func (idx *index[T]) remove(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		if set := idx.values[v]; set != nil {
-			delete(set, k)
-			if len(set) == 0 {
+		byNS := idx.values[v]
+		set := byNS[k.Namespace]
+		if set == nil {
+			continue
+		}
+		delete(set, k)
+		if len(set) == 0 {
+			delete(byNS, k.Namespace)
+			if len(byNS) == 0 {
 				delete(idx.values, v)
 			}
 		}

@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -30,9 +31,9 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A key or object without a namespace for a namespaced type is an
-// error on every method, never a NotFound. A Client is safe for concurrent
-// use.
+// them. The objects it returns carry their apiVersion and kind. A key or
+// object without a namespace for a namespaced type is an error on every
+// method, never a NotFound. A Client is safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -43,6 +44,12 @@ type ClientOptions struct {
 // Writes made through a Client are tracked until the manager's caches of T
 // have observed them, which is what lets [Manager.WaitIdle] return only
 // after their consequences have been reconciled.
+//
+// With leader election, a write made under a reconcile's context (or one
+// derived from it) fails with [ErrLeadershipLost], without a request, once
+// this replica's leadership has ended ([CheckLeadership]); see
+// [LeaderElection]. A write under another context, such as
+// context.Background(), is not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -56,7 +63,7 @@ type Client[T Object] struct {
 // a resource for a typed T.
 //
 // A client reaches the manager's own cluster, and the members of its fleet
-// through [Client.In] or keys that name their cluster. A type that only
+// through [Client.InCluster] or keys that name their cluster. A type that only
 // members serve gets a client too; its use in the own cluster returns the
 // error that binding it there gave.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
@@ -70,18 +77,18 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 		res = &i
 	}
 	info, ierr := binding.InfoFor[T](res)
-	if ierr != nil || m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+	if ierr != nil || m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, err // not a fleet: the error belongs to wiring
 	}
 	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
 }
 
-// In returns a client of T bound to cluster: a member of the fleet, or ""
+// InCluster returns a client of T bound to cluster: a member of the fleet, or ""
 // for the manager's own. Its writes of objects (Create, Update, Apply, ...)
 // go to that cluster, and so do its reads and writes of keys that name no
 // cluster; a key that names one is always served by that one. In a
 // reconcile, [ClusterFrom] names the reconciled object's cluster.
-func (c *Client[T]) In(cluster string) *Client[T] {
+func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
 	return &in
@@ -126,8 +133,29 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
+	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
+
+// requestError is the error of a request about one object. It names the
+// object's resource and key, so that a controller can tell a NotFound of
+// the object it reconciles from any other (see Controller.vanished).
+type requestError struct {
+	verb     string // "get", "create", "update status of", ...
+	typ      reflect.Type
+	resource schema.GroupResource
+	key      Key
+	err      error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("ctrl: %s %s %s: %v", e.verb, e.typ, e.key, e.err)
+}
+
+func (e *requestError) Unwrap() error { return e.err }
+
+// written reports whether the request wrote an object that should exist:
+// not a read, and not a create, whose NotFound is about its namespace.
+func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
 // cache returns the cache of T that covers what covers reports, waiting for
 // it to sync, or an error that says which cache to add.
@@ -171,7 +199,11 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, err)
+		if err != nil {
+			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		}
+		stamp(obj, typeMetaOf(c.b.Info))
+		return obj, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -184,9 +216,9 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	return obj.DeepCopyObject().(T), nil
 }
 
-// ListOptions select objects for [Client.List]. The zero value lists every
+// ListParams select objects for [Client.List]. The zero value lists every
 // object in the manager's scope.
-type ListOptions struct {
+type ListParams struct {
 	// Namespace restricts the list to one namespace. Default: the manager's
 	// Options.Namespace (all namespaces if that is empty).
 	Namespace string
@@ -201,13 +233,22 @@ type ListOptions struct {
 	// huge response at once. Ignored for cached lists. Default: one page.
 	Limit int64
 	// Cluster lists a member cluster of the fleet. Default: the client's
-	// cluster ([Client.In]), or the manager's own.
+	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
+	// Index lists only the objects that the cache's index of this name
+	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
+	// every namespace if Namespace is "": controller-runtime's
+	// MatchingFields on a field index, with InNamespace. Its cost grows
+	// with the objects found, not with the namespace. Selectors apply
+	// after it. A cached list only. Default: no index.
+	Index string
+	// IndexValue is the value looked up in Index.
+	IndexValue string
 }
 
 // List returns the matching objects: copies the caller owns, in no
 // particular order.
-func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	if opts.Namespace == "" && c.b.Namespaced && opts.Cluster == "" && c.cluster == "" {
 		opts.Namespace = c.m.opts.Namespace
 	}
@@ -218,6 +259,9 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
 	if c.uncached {
+		if opts.Index != "" {
+			return nil, wrap(fmt.Errorf("index %q: indexes are in caches: list with a cached client", opts.Index))
+		}
 		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
@@ -231,11 +275,32 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Cluster != "" {
 		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
+	covers := func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) }
+	if opts.Index != "" {
+		if err := c.checkIndex(opts, what, covers); err != nil {
+			return nil, wrap(err)
+		}
+		what += fmt.Sprintf(" with index %q", opts.Index)
+		covers = func(cc *Cache[T]) bool {
+			return cc.coversNamespace(opts.Cluster, opts.Namespace) && cc.hasIndex(opts.Index)
+		}
+	}
+	cc, err := c.cache(ctx, what, covers)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	var objs []T
+	if opts.Index == "" {
+		objs = cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	} else {
+		inCluster := func(k Key) bool { return k.Cluster == opts.Cluster }
+		if objs, err = cc.byIndex(opts.Namespace, opts.Index, opts.IndexValue, inCluster); err != nil {
+			return nil, wrap(err)
+		}
+		if sel := opts.LabelSelector; sel != nil {
+			objs = slices.DeleteFunc(objs, func(o T) bool { return !sel.Matches(labels.Set(o.GetLabels())) })
+		}
+	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -246,8 +311,27 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	return objs, nil
 }
 
+// checkIndex returns an error that says how to add the index opts names,
+// if some cache covers the list but none of them has it.
+func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
+	var covering []*Cache[T]
+	for _, cc := range cachesOf(c.m, c.b) {
+		if covers(cc) {
+			if cc.hasIndex(opts.Index) {
+				return nil
+			}
+			covering = append(covering, cc)
+		}
+	}
+	if len(covering) == 0 {
+		return nil // the cache lookup says which cache to add
+	}
+	return fmt.Errorf("no cache of %s that holds %s has index %q (caches: %s): add it with Cache.AddIndex",
+		c.b.Info, what, opts.Index, describeScope(covering))
+}
+
 // listPages lists from the server, a page of opts.Limit at a time.
-func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error) {
 	lo := metav1.ListOptions{Limit: opts.Limit}
 	if opts.LabelSelector != nil {
 		lo.LabelSelector = opts.LabelSelector.String()
@@ -260,10 +344,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 		return nil, err
 	}
 	var items []T
+	tm := typeMetaOf(c.b.Info)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
-			return nil, err
+			return nil, tagUnreachable(ctx, opts.Cluster, err)
+		}
+		for _, obj := range l.Items {
+			stamp(obj, tm)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -274,8 +362,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects.
-func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+// T that holds that cluster's objects. ctx is the request's. Every write
+// of a Client comes here: one whose context carries a leadership that has
+// ended (a reconcile's, on a replica past its deadline) fails without a
+// request.
+func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	if err := leader.Check(ctx); err != nil {
+		return binding.New[T](), err
+	}
 	b, err := c.backend(key.Cluster)
 	if err != nil {
 		return binding.New[T](), err
@@ -285,10 +379,13 @@ func (c *Client[T]) write(key Key, deleting bool, do func(b binding.Backend[T]) 
 		done = append(done, cc.expectWrite(key))
 	}
 	obj, err := do(b)
+	if err == nil && !deleting {
+		stamp(obj, typeMetaOf(c.b.Info))
+	}
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
-	return obj, err
+	return obj, tagUnreachable(ctx, key.Cluster, err)
 }
 
 func (c *Client[T]) checkNil(verb string, obj T) error {
@@ -323,62 +420,32 @@ func (c *Client[T]) checkKey(verb string, key Key) error {
 // Create creates obj and returns the object the server stored.
 //
 // A create whose reply is lost (the connection died after the request was
-// sent) may have happened. If a later Create of the same name through this
-// manager finds the object, created after the lost attempt and touched by
-// no other field manager, it returns that object instead of an
-// AlreadyExists error: the earlier attempt did reach the server. A create
-// with generateName cannot be recognized so, and may create twice.
+// sent) may have happened. So that a later Create of the same name through
+// this manager can tell, a create of a named object stamps it with the
+// annotation ctrl.dev/create-id, a random value of that request alone: if
+// the later Create finds the object carrying the value of the lost
+// attempt, it returns that object instead of an AlreadyExists error. An
+// object of the same name that anyone else created, this program's other
+// replicas included, is still AlreadyExists. A create with generateName
+// cannot be recognized so, and may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	began := time.Now()
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	var id string
+	if key.Name != "" {
+		obj, id = stampCreate(obj)
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
-	lost := uncertainKey{c.b, key}
-	switch {
-	case err == nil:
-		c.m.uncertain.Delete(lost)
-	case key.Name != "" && unreachable(err):
-		c.m.uncertain.Store(lost, began)
-	case apierrors.IsAlreadyExists(err):
-		if at, ok := c.m.uncertain.LoadAndDelete(lost); ok {
-			if mine, ok := c.createdSince(ctx, key, at.(time.Time)); ok {
-				return mine, nil
-			}
+	if key.Name != "" {
+		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
+			return mine.(T), nil
 		}
 	}
 	return out, c.wrap("create", key, err)
-}
-
-// uncertainKey names a create whose reply was lost.
-type uncertainKey struct {
-	binding any
-	key     Key
-}
-
-// createdSince reads the object with key from the server and returns it if
-// it was created no earlier than at (less a second: creation times have
-// seconds only) and no other field manager has touched it. An object that
-// sets no fields has no managedFields at all, and passes on its creation
-// time alone.
-func (c *Client[T]) createdSince(ctx context.Context, key Key, at time.Time) (T, bool) {
-	b, err := c.backend(key.Cluster)
-	if err != nil {
-		return binding.New[T](), false
-	}
-	obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-	if err != nil || obj.GetCreationTimestamp().Time.Before(at.Truncate(time.Second)) {
-		return obj, false
-	}
-	for _, f := range obj.GetManagedFields() {
-		if f.Manager != c.m.opts.FieldManager {
-			return obj, false
-		}
-	}
-	return obj, true
 }
 
 // Update replaces obj. The resourceVersion of obj is a precondition: if the
@@ -390,7 +457,7 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 		return obj, err
 	}
 	key := c.at(KeyOf(obj))
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update", key, err)
@@ -408,7 +475,7 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if !c.b.Status {
 		return obj, c.wrap("update status of", key, c.noStatus())
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	return out, c.wrap("update status of", key, err)
@@ -458,7 +525,7 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	if sub != "" {
 		subs = []string{sub}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
 	})
 	return out, c.wrap(verb, key, err)
@@ -489,18 +556,17 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	return c.patch(ctx, key, types.MergePatchType, patch, "")
 }
 
-// Operation says what [Client.CreateOrPatch] did.
-type Operation string
+// Outcome says what [Client.CreateOrPatch] did.
+type Outcome string
 
-// The operations of CreateOrPatch. OperationPatched means the object was
-// patched, and its status too if mutate changed it; OperationPatchedStatus
-// means only the status changed, and only the status subresource was
-// patched.
+// The outcomes of CreateOrPatch. Patched means the object was patched, and
+// its status too if mutate changed it; StatusPatched means only the status
+// changed, and only the status subresource was patched.
 const (
-	OperationUnchanged     Operation = "unchanged"
-	OperationCreated       Operation = "created"
-	OperationPatched       Operation = "patched"
-	OperationPatchedStatus Operation = "patchedStatus"
+	Unchanged     Outcome = "unchanged"
+	Created       Outcome = "created"
+	Patched       Outcome = "patched"
+	StatusPatched Outcome = "statusPatched"
 )
 
 // CreateOrPatch makes the object with key what mutate says: mutate receives
@@ -513,16 +579,16 @@ const (
 // a changed status is patched through the subresource after the object
 // (a new object's status is not written: the server ignores it on create).
 // If the object's patch succeeds and the status patch fails, it returns
-// the object as patched, OperationPatched and the error. mutate must not
+// the object as patched, Patched and the error. mutate must not
 // change the name or namespace. Without a cache of T that covers key, it
 // reads the server.
-func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
+func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if err := c.checkKey("create or patch", key); err != nil {
-		return binding.New[T](), OperationUnchanged, err
+		return binding.New[T](), Unchanged, err
 	}
 	if mutate == nil {
-		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
+		return binding.New[T](), Unchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
 	reader := c
 	if !c.uncached && !c.coveredByCache(key) {
@@ -534,46 +600,46 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		obj.SetNamespace(key.Namespace)
 		obj.SetName(key.Name)
 		if err := c.mutate(key, obj, mutate); err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		out, err := c.In(key.Cluster).Create(ctx, obj)
+		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
 		if err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		return out, OperationCreated, nil
+		return out, Created, nil
 	}
 	if err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	changed := cur.DeepCopyObject().(T)
 	if err := c.mutate(key, changed, mutate); err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	if !c.b.Status {
 		patch, err := mergePatch(cur, changed)
 		if err != nil || patch == nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
 		if err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		return out, OperationPatched, nil
+		return out, Patched, nil
 	}
 	rest, status, err := splitPatches(cur, changed)
 	if err != nil {
-		return cur, OperationUnchanged, c.wrap("patch", key, err)
+		return cur, Unchanged, c.wrap("patch", key, err)
 	}
-	out, op := cur, OperationUnchanged
+	out, op := cur, Unchanged
 	if rest != nil {
 		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		op = OperationPatched
+		op = Patched
 	}
 	if status != nil {
 		// The object's own patch, if any, did not touch the status: the
@@ -587,8 +653,8 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 			return out, op, err
 		}
 		out = next
-		if op == OperationUnchanged {
-			op = OperationPatchedStatus
+		if op == Unchanged {
+			op = StatusPatched
 		}
 	}
 	return out, op, nil
@@ -613,8 +679,8 @@ func (c *Client[T]) coveredByCache(key Key) bool {
 	return false
 }
 
-// ApplyOptions configure [Client.Apply].
-type ApplyOptions struct {
+// ApplyParams configure [Client.Apply].
+type ApplyParams struct {
 	// FieldManager owns the applied fields. Default: the manager's
 	// Options.FieldManager.
 	FieldManager string
@@ -630,7 +696,7 @@ type ApplyOptions struct {
 // object, creating it if needed. Build obj with only the fields you mean to
 // own: every field that is set, even to its zero value when the Go type does
 // not omit it, is claimed.
-func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, error) {
+func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, error) {
 	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
 	}
@@ -653,7 +719,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, err
 		}
 		subs = []string{"status"}
 	}
-	out, err := c.write(key, false, func(b binding.Backend[T]) (T, error) {
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
 	})
 	return out, c.wrap("apply", key, err)
@@ -676,7 +742,7 @@ func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOp
 	if len(opts) == 1 {
 		o = opts[0]
 	}
-	_, err := c.write(key, true, func(b binding.Backend[T]) (T, error) {
+	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
 		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, o)
 	})
 	return c.wrap("delete", key, err)

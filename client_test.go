@@ -3,15 +3,22 @@ package ctrl_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
 )
@@ -53,7 +60,7 @@ func TestClient(t *testing.T) {
 		t.Errorf("strategic merge patch: got data %v", patched.Data)
 	}
 	applied, err := cms.Apply(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}, Data: map[string]string{"x": "1"}},
-		ctrl.ApplyOptions{FieldManager: "test"})
+		ctrl.ApplyParams{FieldManager: "test"})
 	must(t, err)
 	if applied.Data["x"] != "1" {
 		t.Errorf("apply: got data %v", applied.Data)
@@ -66,7 +73,7 @@ func TestClient(t *testing.T) {
 	if live.Data["x"] != "1" || cached.Data["x"] != "1" {
 		t.Errorf("after apply: live %v, cached %v, want x=1 in both", live.Data, cached.Data)
 	}
-	list, err := cms.List(ctx, ctrl.ListOptions{Namespace: "ns"})
+	list, err := cms.List(ctx, ctrl.ListParams{Namespace: "ns"})
 	must(t, err)
 	if len(list) != 2 {
 		t.Errorf("List: got %d objects, want 2", len(list))
@@ -114,7 +121,7 @@ func TestClientWithoutCache(t *testing.T) {
 	if _, err := cms.Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("cached Get outside every cache:\ngot  %v\nwant %s", err, want)
 	}
-	if _, err := cms.List(ctx, ctrl.ListOptions{}); err == nil || !strings.Contains(err.Error(), `holds namespace "ns"`) {
+	if _, err := cms.List(ctx, ctrl.ListParams{}); err == nil || !strings.Contains(err.Error(), `holds namespace "ns"`) {
 		t.Errorf("cached List outside every cache: got %v, want an error naming the namespace", err)
 	}
 	if _, err := cms.Uncached().Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err != nil {
@@ -166,5 +173,65 @@ func TestKeyWithoutNamespace(t *testing.T) {
 	// A cluster-scoped type needs none.
 	if _, err := nodes.Uncached().Get(ctx, ctrl.Key{Name: "n"}); !apierrors.IsNotFound(err) {
 		t.Errorf("get of a missing Node: got %v, want NotFound", err)
+	}
+}
+
+// TestLostCreateRecognized checks how Create settles a create whose reply
+// was lost: a retry that finds the object that create made returns it, and
+// one that finds an object of the same name made by anyone else, even with
+// the same field manager and after the lost attempt, is AlreadyExists.
+func TestLostCreateRecognized(t *testing.T) {
+	lostReply := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/ns/configmaps",
+		Err: &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}}
+	for _, tt := range []struct {
+		name     string
+		happened bool // the lost create reached the server
+		wantErr  bool
+	}{
+		{"the lost create happened", true, false},
+		{"someone else created it", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var creates atomic.Int32
+			cs.PrependReactor("create", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if creates.Add(1) > 1 {
+					return false, nil, nil // the tracker answers
+				}
+				if tt.happened {
+					obj := a.(clienttesting.CreateAction).GetObject()
+					if err := cs.Tracker().Create(a.GetResource(), obj, "ns"); err != nil {
+						return true, nil, err
+					}
+				} else {
+					// Another program, with the same field manager, creates
+					// the object meanwhile.
+					other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a",
+						CreationTimestamp: metav1.Now()}, Data: map[string]string{"by": "other"}}
+					if err := cs.Tracker().Create(a.GetResource(), other, "ns"); err != nil {
+						return true, nil, err
+					}
+				}
+				return true, nil, lostReply
+			})
+			mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+			cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+			must(t, err)
+			ctx := context.Background()
+			mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, Data: map[string]string{"by": "me"}}
+			if _, err := cms.Create(ctx, mine); !errors.Is(err, lostReply.Err) {
+				t.Fatalf("first create: got %v, want the lost reply", err)
+			}
+			if mine.Annotations != nil {
+				t.Errorf("Create changed the caller's object: annotations %v", mine.Annotations)
+			}
+			got, err := cms.Create(ctx, mine)
+			switch {
+			case tt.wantErr && !apierrors.IsAlreadyExists(err):
+				t.Errorf("retry: got %v, %v; want AlreadyExists", got, err)
+			case !tt.wantErr && (err != nil || got.Data["by"] != "me"):
+				t.Errorf("retry: got %v, %v; want the object the lost create made", got, err)
+			}
+		})
 	}
 }

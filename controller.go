@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -68,7 +69,11 @@ type ControllerOptions struct {
 //   - an error or a panic requeues the key with the rate limiter's backoff;
 //     nothing stops the controller but the manager;
 //   - with leader election, a replica that does not lead queues nothing; when
-//     it takes over, it reconciles every cached object once.
+//     it takes over, it reconciles every cached object once;
+//   - once leadership has ended (its deadline passed, noticed or not), no
+//     worker takes a key, running reconciles are canceled, and their writes
+//     through ctrl's clients fail with [ErrLeadershipLost]: an error that
+//     ends the reconcile, not retried and not counted as a failure.
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -88,16 +93,29 @@ type Controller[T Object] struct {
 	finalize   func(context.Context, T) error
 	onDelete   func(context.Context, T) error
 	tombstones map[Key]tombstone[T] // removed objects not yet handled
+	// awaiting holds the keys whose reconcile found a write of this
+	// program not yet in the cache: the update that brings it passes the
+	// update filters, whatever it changed. See awaitOwnWrite.
+	awaiting  map[Key]struct{}
+	nAwaiting atomic.Int32
+	// finalized holds the objects whose finalize succeeded and whose
+	// finalizer is still to be seen gone: a retry of the removal (after a
+	// conflict, say) does not run finalize again.
+	finalized map[Key]types.UID
 
 	// active is set while the controller runs its workers: while this
 	// replica leads. Handlers queue nothing and keep no tombstones before.
 	active   atomic.Bool
 	stopping atomic.Bool
-	stop     chan struct{} // closed by the first shutdown
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	outage   outageLog
-	failures failures // keys whose last reconcile failed, with its error
+	// reconcileCtx is the context of reconciles: canceled, and its terms
+	// ended, when this replica stops leading; replaced when it leads again.
+	reconcileCtx atomic.Pointer[context.Context]
+	startOnce    sync.Once     // starts the workers
+	stop         chan struct{} // closed by the first shutdown
+	stopOnce     sync.Once
+	wg           sync.WaitGroup
+	outage       outageLog
+	failures     failures // keys whose last reconcile failed, with its error
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -108,7 +126,12 @@ type Controller[T Object] struct {
 //
 // If reconcile returns an error, the key is retried with backoff and the
 // Result is ignored. An object that is gone when its key comes up is not
-// passed to reconcile; see [Controller.OnDelete].
+// passed to reconcile; see [Controller.OnDelete]. One error is not retried:
+// a NotFound from a write (not a create) to the reconciled object itself,
+// through a [Client] of its resource, when the API server, asked once
+// more, no longer holds that object (or holds a new one of the same name).
+// The object was deleted during its reconcile, and its deletion is an event
+// of its own; the reconcile counts as a success and is logged at V(1).
 func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
 	if name == "" {
 		return nil, errors.New("ctrl: NewController: empty name")
@@ -198,7 +221,15 @@ func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 //
 // A finalizer is the way to guarantee cleanup: unlike [Controller.OnDelete],
 // it holds the deletion until finalize succeeds, across restarts and
-// failovers. An object that leaves the controller's cache selector while it
+// failovers.
+//
+// finalize runs at least once per deletion, and once as long as the
+// process lives: a removal of the finalizer that fails (a conflict, an
+// outage) is retried without calling finalize again, and a reconcile that
+// finds its own removal not yet in the cache waits for it. A process that
+// dies between finalize's success and the removal calls it again after
+// the restart (or in the replica that takes over), so finalize must be
+// idempotent: deleting what is already gone succeeds. An object that leaves the controller's cache selector while it
 // carries the finalizer is finalized too, whether or not it is being
 // deleted: leaving the selector ends the controller's responsibility for
 // it, and nobody else would ever remove the finalizer.
@@ -280,6 +311,7 @@ func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters(
 
 // forget drops the tombstones and waiting keys of a member that left: its
 // objects were not deleted, and its server is not coming back for them.
+// Keys of other clusters that waited for its server are retried.
 func (c *Controller[T]) forget(cluster string) {
 	c.mu.Lock()
 	for k := range c.tombstones {
@@ -287,39 +319,48 @@ func (c *Controller[T]) forget(cluster string) {
 			delete(c.tombstones, k)
 		}
 	}
+	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
 	c.failures.forgetCluster(cluster)
-	if c.q != nil {
-		c.metrics.Waiting.Sub(float64(c.q.dropWaiting(cluster)))
+	if q != nil {
+		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
+		c.releaseWaiting(cluster)
 	}
 }
 
 // prepare freezes the wiring and creates the queue, before the caches start.
 func (c *Controller[T]) prepare() {
+	q := newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
 	c.mu.Lock()
 	c.wired = true
-	c.mu.Unlock()
-	c.q = newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	c.q = q
 	c.stop = make(chan struct{})
+	c.mu.Unlock()
 }
 
 // start waits for the controller's caches to sync, then activates it,
-// queues every cached object through the backlog, and starts the workers.
-// It does not block: a cache the server forbids to list holds up its own
-// controllers only. Called once Start has waited for the caches and, with
-// leader election, once this replica leads.
+// queues every cached object through the backlog, and starts the workers,
+// which reconcile under reconcileCtx. It does not block: a cache the server
+// forbids to list holds up its own controllers only. Called once Start has
+// waited for the caches and, with leader election, each time this replica
+// takes the lead.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.reconcileCtx.Store(&reconcileCtx)
+	if c.waitingFor() == "" {
+		c.activate(reconcileCtx) // the usual case: every cache has synced
+		return
+	}
 	c.wg.Go(func() {
 		for _, cc := range append([]managedCache{c.cache}, c.sources...) {
 			select {
 			case <-cc.syncedChan():
 			case <-c.stop:
 				return
+			case <-reconcileCtx.Done():
+				return // the term ended first
 			}
 		}
-		if !c.stopping.Load() {
-			c.activate(reconcileCtx)
-		}
+		c.activate(reconcileCtx)
 	})
 }
 
@@ -336,21 +377,31 @@ func (c *Controller[T]) waitingFor() string {
 	return ""
 }
 
+// activate runs the controller for the term of reconcileCtx, unless it has
+// ended: pause, which ends a term, deactivates under the same lock.
 func (c *Controller[T]) activate(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if reconcileCtx.Err() != nil || c.stopping.Load() {
+		return
+	}
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
 	c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
 	c.mgr.activity.Add(1)
-	for range c.opts.Workers {
-		c.wg.Go(func() { c.work(reconcileCtx) })
-	}
-	if d := c.opts.ResyncPeriod; d > 0 {
-		c.wg.Go(func() { c.resync(d) })
-	}
+	c.startOnce.Do(func() {
+		for range c.opts.Workers {
+			c.wg.Go(c.work)
+		}
+		if d := c.opts.ResyncPeriod; d > 0 {
+			c.wg.Go(func() { c.resync(d) })
+		}
+	})
 }
 
-// resync queues every cached object every d, until the controller stops.
+// resync queues every cached object every d while the controller is
+// active, until it stops.
 func (c *Controller[T]) resync(d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -360,9 +411,36 @@ func (c *Controller[T]) resync(d time.Duration) {
 			return
 		case <-t.C:
 		}
-		c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
-		c.mgr.activity.Add(1)
+		if c.active.Load() {
+			c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
+			c.mgr.activity.Add(1)
+		}
 	}
+}
+
+// pause deactivates the controller until its next start, after this
+// replica lost the lead and stands by: changes queue nothing, the workers
+// drop the keys still queued (their term has ended), and tombstones go, as
+// they would with a restart: a deletion observed while leading and not yet
+// handled is not seen again. It waits up to timeout for running reconciles,
+// whose context is canceled, to return.
+func (c *Controller[T]) pause(timeout time.Duration) error {
+	c.mu.Lock()
+	c.active.Store(false) // under the lock activate checks the term in
+	clear(c.tombstones)
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for c.q.processing.Load() != 0 {
+		select {
+		case <-t.C:
+			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+		case <-poll.C:
+		}
+	}
+	return nil
 }
 
 func (c *Controller[T]) shutdown(timeout time.Duration) error {

@@ -10,7 +10,7 @@
 //			// cm is this call's own copy of the cached object.
 //			return ctrl.Result{}, nil
 //		}, ctrl.ControllerOptions{Workers: 4})
-//	err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
+//	_, err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
 //	err = mgr.Start(ctx)               // blocks until ctx is done
 //
 // There is no Scheme to register built-in types in: the type parameter is
@@ -48,12 +48,19 @@
 //     rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
-//     return the error and be called again with newer state.
+//     return the error and be called again with newer state. A NotFound on
+//     a write to the reconciled object itself, once the server confirms
+//     the object is gone, ends the reconcile quietly, without a retry.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
-//   - One leader: with leader election, a replica that does not lead keeps
-//     its caches warm and queues nothing; when it takes over it reconciles
-//     every cached object once.
+//   - One leader: with leader election, a replica leads until a deadline on
+//     its own monotonic clock, RenewDeadline after its last successful
+//     renewal of the Lease began, which passes before any other replica may
+//     take over. Past it, even if it was paused (SIGSTOP, a frozen VM) and
+//     has not noticed, it takes no key, its reconciles are canceled, and its
+//     writes through ctrl's clients fail with [ErrLeadershipLost]. A replica
+//     that does not lead keeps its caches warm and queues nothing; when it
+//     takes over it reconciles every cached object once.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, across restarts and failovers, and
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen
@@ -67,9 +74,11 @@
 //     fleet does not list at once. A connection that dies silently is noticed within twice
 //     Options.ConnectionCheck (6 s). A watch whose position was compacted
 //     away (410 Gone) relists, turning missed changes and deletions into
-//     events. Reconciles that fail because the server is unreachable wait
-//     for it instead of the retry budget, and are retried within two
-//     seconds of its return; they are summarized in the log, not dumped.
+//     events. Reconciles that fail because the manager's own requests got
+//     no answer from an API server wait for that server instead of the
+//     retry budget, and are retried within two seconds of its return; they
+//     are summarized in the log, not dumped. Any other error, such as an
+//     outside service that cannot be reached, is retried with backoff.
 //   - Answered: every webhook request gets an answer. A review that cannot
 //     be read is refused with 400 and a message; a webhook function's
 //     error, panic, or overrun of the request's timeout denies that request
@@ -88,14 +97,22 @@
 //     with its last error.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
+//   - Guarded: metrics are served over HTTPS only to clients whose token
+//     the API server authenticates and whose user it allows to get the
+//     path, unless plain HTTP is chosen; the HTTPS servers speak HTTP/2 only
+//     when asked; a manager with webhooks starts only if something serves
+//     them.
 //
 // # Reading objects
 //
 // Objects in a cache are shared by every reader and must not be modified;
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
-// speed, and never fail: Cache.Get(key) says whether the object is cached.
-// [Client.Get] and [Client.List] return copies, wait for the cache to sync,
-// and fail with an error (apierrors.IsNotFound for a missing object) that
-// names the type and key. Managed fields are removed from cached objects
-// unless CacheOptions.KeepManagedFields is set.
+// speed; Cache.Get(key) says whether the object is cached. [Client.Get] and
+// [Client.List] return copies, wait for the cache to sync, and fail with an
+// error (apierrors.IsNotFound for a missing object) that names the type and
+// key. Managed fields are removed from cached objects unless
+// CacheOptions.KeepManagedFields is set. Objects from caches and clients
+// carry their apiVersion and kind, which client-go's typed decoding drops
+// (a stamp of two strings, no allocation); [ReferenceOf] builds a
+// corev1.ObjectReference to any of them.
 package ctrl

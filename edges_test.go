@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/typedctrl/ctrl"
@@ -49,7 +51,7 @@ func TestRecorderAfterStart(t *testing.T) {
 	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
 		must(t, err)
 		if len(list) == 1 && list[0].Message == "seen late" {
 			return
@@ -110,30 +112,58 @@ func (l *countingLimiter) NumRequeues(ctrl.Key) int    { return 0 }
 
 // TestOutageWaitsForServer checks what a reconcile that fails because the
 // API server is unreachable does: its key waits for the server, without
-// touching the rate limiter, and is retried once the server answers; a
-// reconcile that fails on a deadline of its own is an ordinary failure.
+// touching the rate limiter, and is retried once the server answers. Only
+// the manager's own requests to the API server say so: a request that ends
+// on a deadline of the reconcile's own, and an outside service's error of
+// any type (the same *url.Error a failed connection to the API server
+// gives), are ordinary failures, retried with backoff.
 func TestOutageWaitsForServer(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	tests := []struct {
 		name        string
-		err         error
+		serverErr   error // what the API server's request fails with
+		ownDeadline bool  // the reconcile's context has expired
+		outsideErr  error // what reconcile returns instead of reading
 		wantLimiter int32 // uses of the rate limiter
 		wantWaited  float64
 	}{
-		{"unavailable", apierrors.NewServiceUnavailable("starting"), 0, 3},
-		{"connection refused", fmt.Errorf("get: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 0, 3},
-		{"own deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), 3, 0},
+		{name: "unavailable", serverErr: apierrors.NewServiceUnavailable("starting"), wantWaited: 3},
+		{name: "connection refused", serverErr: &url.Error{Op: "Get", URL: "https://127.0.0.1:6443/api", Err: refused}, wantWaited: 3},
+		{name: "client timeout", serverErr: fmt.Errorf("get: %w", context.DeadlineExceeded), wantWaited: 3},
+		{name: "own deadline", serverErr: fmt.Errorf("get: %w", context.DeadlineExceeded), ownDeadline: true, wantLimiter: 3},
+		{name: "outside service", outsideErr: &url.Error{Op: "Get", URL: "https://cloud.example/v1/buckets", Err: refused}, wantLimiter: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
+				cs := fake.NewClientset(configMap("ns", "a"))
+				var failures atomic.Int32
+				cs.PrependReactor("get", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+					if failures.Add(1) <= 3 {
+						return true, nil, tt.serverErr
+					}
+					return true, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}, nil
+				})
+				mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+				secrets, err := ctrl.NewClient[*corev1.Secret](mgr, ctrl.ClientOptions{})
+				must(t, err)
 				limiter := &countingLimiter{}
 				var calls atomic.Int32
-				_, err := ctrl.NewController(mgr, "outage", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-					if calls.Add(1) <= 3 {
-						return ctrl.Result{}, tt.err
+				_, err = ctrl.NewController(mgr, "outage", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+					n := calls.Add(1)
+					if tt.outsideErr != nil {
+						if n <= 3 {
+							return ctrl.Result{}, fmt.Errorf("creating the bucket: %w", tt.outsideErr)
+						}
+						return ctrl.Result{}, nil
 					}
-					return ctrl.Result{}, nil
+					if tt.ownDeadline && n <= 3 {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithDeadline(ctx, time.Now())
+						defer cancel()
+					}
+					_, err := secrets.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "s"})
+					return ctrl.Result{}, err
 				}, ctrl.ControllerOptions{RateLimiter: limiter})
 				must(t, err)
 				ctx := start(t, mgr)
@@ -378,4 +408,29 @@ func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
 	if n := blocked.Load(); n != 20 {
 		t.Errorf("%d reconciles of the slow member, want 20", n)
 	}
+}
+
+// TestDisengageDuringStart engages and disengages a member while Start
+// prepares the controllers: the race detector checks that a member that
+// leaves reads each controller's queue under the lock Start writes it
+// under.
+func TestDisengageDuringStart(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	for i := range 4 {
+		_, err := ctrl.NewController(mgr, fmt.Sprintf("fleet-%d", i), noop,
+			ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
+		must(t, err)
+	}
+	must(t, mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			mgr.Disengage("member")
+			_ = mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()})
+		}
+	}()
+	start(t, mgr)
+	<-done
+	waitIdle(t, mgr)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // finalizeStep adds the controller's finalizer to a live object, or runs the
@@ -27,18 +28,45 @@ func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, er
 		return false, nil
 	case !has:
 		return true, nil // being deleted, and not waiting for us
+	case c.cache.pending(keyFrom(ctx, o)):
+		// A write of ours, such as the removal of the finalizer by the
+		// reconcile before this one, is not in the cache yet: finalizing
+		// this older state would run finalize again. The write's event
+		// queues the key (updates of objects being deleted pass every
+		// filter, and deletions are always queued).
+		return true, nil
 	}
 	return true, c.runFinalizer(ctx, o)
 }
 
 // runFinalizer calls finalize on obj and removes the finalizer once it
-// succeeds. A removal that finds the object gone succeeds.
+// succeeds. A removal that finds the object gone succeeds. A removal that
+// fails (a conflict, an outage) is retried without calling finalize again
+// for the same object.
 func (c *Controller[T]) runFinalizer(ctx context.Context, obj T) error {
-	if err := c.finalize(ctx, obj); err != nil {
-		return fmt.Errorf("finalize: %w", err)
+	key := keyFrom(ctx, obj)
+	c.mu.Lock()
+	uid, done := c.finalized[key]
+	done = done && uid == obj.GetUID()
+	c.mu.Unlock()
+	if !done {
+		if err := c.finalize(ctx, obj); err != nil {
+			return fmt.Errorf("finalize: %w", err)
+		}
+		c.mu.Lock()
+		if c.finalized == nil {
+			c.finalized = map[Key]types.UID{}
+		}
+		c.finalized[key] = obj.GetUID()
+		c.mu.Unlock()
 	}
 	_, err := c.setFinalizer(ctx, obj, false)
-	return IgnoreNotFound(err)
+	if err = IgnoreNotFound(err); err == nil {
+		c.mu.Lock()
+		delete(c.finalized, key)
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // setFinalizer adds or removes the controller's finalizer with a patch from

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -21,7 +22,7 @@ import (
 // with CacheOptions.Fleet holds the objects of every member, under keys
 // that carry the member's name (Key.Cluster); a controller over such a
 // cache reconciles them all, with clients bound to each object's cluster
-// ([Client.In], [ClusterFrom]). Each member has its own connection, watches
+// ([Client.InCluster], [ClusterFrom]). Each member has its own connection, watches
 // and recovery: one that is slow or gone does not hold up the others.
 
 // Cluster says how to reach a member cluster: Config for a real one, or
@@ -44,7 +45,7 @@ type Fleet interface {
 // A Provider finds the member clusters of a fleet: its Run calls Engage
 // for each cluster that appears or changes and Disengage for each that
 // goes, until ctx is done. [Manager.Start] runs the provider of
-// Options.Clusters; an error from Run other than ctx's stops the manager.
+// Options.ClusterProvider; an error from Run other than ctx's stops the manager.
 type Provider interface {
 	Run(ctx context.Context, fleet Fleet) error
 }
@@ -54,7 +55,7 @@ type member struct {
 	name     string
 	cluster  Cluster
 	clients  binding.Clients
-	own      bool // clients.HTTP's transport is the member's alone
+	conns    *connSet // of clients.HTTP's transport, if it is the member's alone
 	ctx      context.Context
 	cancel   context.CancelFunc
 	bindings map[bindingID]any
@@ -95,10 +96,9 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	binding.DeleteLikeServer(c.FakeDynamic)
 	if cfg := c.Config; cfg != nil {
 		var err error
-		if mb.clients.Config, mb.clients.HTTP, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
+		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
 			return fmt.Errorf("ctrl: Engage %q: %w", name, err)
 		}
-		mb.own = cfg.Dial == nil && mb.clients.Config.Dial != nil
 	}
 	mb.ctx, mb.cancel = context.WithCancel(context.Background())
 	m.mu.Lock()
@@ -156,9 +156,7 @@ func (m *Manager) Disengage(name string) {
 		c.forget(name)
 	}
 	m.stopEventsIn(name)
-	if mb.own {
-		mb.clients.HTTP.CloseIdleConnections()
-	}
+	mb.conns.closeAll()
 	m.log.Info("member cluster disengaged", "cluster", name)
 	m.activity.Add(1)
 }
@@ -202,9 +200,9 @@ func bindIn[T Object](m *Manager, cluster string, res APIResource) (*binding.Bin
 	return bindWith[T](m, mb.bindings, mb.clients, res)
 }
 
-// runProvider runs Options.Clusters until ctx is done.
+// runProvider runs Options.ClusterProvider until ctx is done.
 func (m *Manager) runProvider(ctx context.Context) {
-	p := m.opts.Clusters
+	p := m.opts.ClusterProvider
 	if p == nil {
 		return
 	}
@@ -220,6 +218,10 @@ func (m *Manager) runProvider(ctx context.Context) {
 type reconcileInfo struct {
 	key    Key
 	causes *Causes
+	// reconciled says the reconcile function was called, with the object
+	// of uid: what a NotFound of its own writes is checked against.
+	reconciled bool
+	uid        types.UID
 }
 
 type reconcileKey struct{}
@@ -235,7 +237,7 @@ func keyFrom(ctx context.Context, obj Object) Key {
 
 // ClusterFrom returns the cluster of the object being reconciled in ctx: a
 // member's name, or "" for the manager's own cluster and outside a
-// reconcile. Bind clients to it with [Client.In].
+// reconcile. Bind clients to it with [Client.InCluster].
 func ClusterFrom(ctx context.Context) string {
 	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
 		return ri.key.Cluster

@@ -8,6 +8,9 @@ import "slices"
 // activation queues every cached object anyway.
 
 func (c *Controller[T]) changed(ev event[T]) {
+	if ev.kind != added && ev.kind != updated {
+		c.forgetKey(ev.key)
+	}
 	if !c.active.Load() {
 		return
 	}
@@ -16,7 +19,7 @@ func (c *Controller[T]) changed(ev event[T]) {
 	case added:
 		cause.Reason = ReasonCreated
 	case updated:
-		if ev.obj.GetDeletionTimestamp() == nil && !passes(c.updatePass, ev.old, ev.obj, c.log) {
+		if ev.obj.GetDeletionTimestamp() == nil && !c.awaited(ev.key) && !passes(c.updatePass, ev.old, ev.obj, c.log) {
 			return
 		}
 		cause.Reason = ReasonUpdated
@@ -41,6 +44,57 @@ func (c *Controller[T]) listed(evs []event[T]) {
 	}
 	c.q.addBacklog(batch{keys: keys, cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
 	c.mgr.activity.Add(1)
+}
+
+// awaitOwnWrite reports whether the cache does not show a write this
+// program made to key yet: a reconcile that must not act on the older
+// state returns and waits, and the update that brings the write is
+// queued whatever the update filters say. The key is marked before the
+// cache is asked, so that an update arriving in between passes too.
+func (c *Controller[T]) awaitOwnWrite(key Key) bool {
+	c.mu.Lock()
+	if c.awaiting == nil {
+		c.awaiting = map[Key]struct{}{}
+	}
+	if _, ok := c.awaiting[key]; !ok {
+		c.awaiting[key] = struct{}{}
+		c.nAwaiting.Add(1)
+	}
+	c.mu.Unlock()
+	if c.cache.pending(key) {
+		return true
+	}
+	c.awaited(key)
+	return false
+}
+
+// awaited reports whether key was marked by awaitOwnWrite, and clears the
+// mark.
+func (c *Controller[T]) awaited(key Key) bool {
+	if c.nAwaiting.Load() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.awaiting[key]
+	if ok {
+		delete(c.awaiting, key)
+		c.nAwaiting.Add(-1)
+	}
+	return ok
+}
+
+// forgetKey drops what the controller keeps for an object that left the
+// cache, besides its tombstone: so that every per-key map is bounded by
+// the objects that exist.
+func (c *Controller[T]) forgetKey(key Key) {
+	c.awaited(key)
+	if c.finalizer == "" {
+		return
+	}
+	c.mu.Lock()
+	delete(c.finalized, key)
+	c.mu.Unlock()
 }
 
 // tombstone is the last known state of an object that left the cache, and

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/go-logr/logr"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -35,7 +34,7 @@ import (
 
 // Machine declares a state machine over the phase S, a string type such as
 // BucketPhase, kept in the status of objects of type T. Run it with
-// [NewMachine]; test it one step at a time with [Machine.Step].
+// [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
 // Each reconcile makes at most one move. An object with no phase enters
 // Initial. An object in a state with a Step runs it: the step does the
@@ -197,7 +196,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	if err != nil {
 		return nil, err
 	}
-	r.client, r.cache = c.client, c.cache
+	r.ctrl = c
 	if err := c.FilterUpdates(r.changed); err != nil {
 		return nil, err
 	}
@@ -217,7 +216,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	return c, nil
 }
 
-// Step runs one reconcile of the machine on obj without a manager, for unit
+// Reconcile runs one reconcile of the machine on obj without a manager, for unit
 // tests: it makes the move the machine would make, or runs the step of
 // obj's state, and returns the object as the API server would hold it
 // afterwards: obj with the machine's finalizer added or removed and the new
@@ -231,10 +230,10 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 // Calling Step until the phase stops changing runs obj to a resting state.
 // On error the returned object still holds what was written before it
 // failed, such as the finalizer added before a step that failed.
-func (m Machine[T, S]) Step(ctx context.Context, obj T) (T, Result, error) {
+func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {
-		return obj, Result{}, fmt.Errorf("ctrl: Machine.Step: %w", err)
+		return obj, Result{}, fmt.Errorf("ctrl: Machine.Reconcile: %w", err)
 	}
 	out, _, res, err := d.advance(ctx, obj.DeepCopyObject().(T), memoryWriter[T]{})
 	return out, res, err
@@ -506,23 +505,17 @@ func (e *refusedError) Error() string {
 // machineRun is a machine at work in a controller.
 type machineRun[T Object, S ~string] struct {
 	*machine[T, S]
-	client  *Client[T]
-	cache   *Cache[T]
+	ctrl    *Controller[T]
 	events  *Recorder[T]
 	metrics metrics.Machine
-	// waiting holds the keys whose reconcile found a write of this program
-	// not yet in the cache: the update that brings it must pass the
-	// filter, whatever it changed.
-	waiting sync.Map // Key -> struct{}
 }
 
 // changed is the machine's update filter: the updates that can make it
-// move, and those it waits for. Other finalizer changes are left out: the
-// machine makes them itself, right before a move whose own update follows.
+// move. Other finalizer changes are left out: the machine makes them
+// itself, right before a move whose own update follows; and the update
+// that brings a write the machine waits for passes anyway (see
+// Controller.awaitOwnWrite).
 func (r *machineRun[T, S]) changed(old, obj T) bool {
-	if _, ok := r.waiting.Load(KeyOf(obj)); ok {
-		return true
-	}
 	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
 		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
 }
@@ -534,15 +527,12 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 	// A step must not run on state older than this program's own last
 	// write, such as a move whose update a change of an owned object beat
 	// to the queue: on the API server the move would conflict, on a fake
-	// it would be made twice. Wait for the update, which passes the filter
-	// since the key is marked first.
+	// it would be made twice. Wait for the update.
 	key := keyFrom(ctx, cached)
-	r.waiting.Store(key.In(""), struct{}{}) // the filter sees no cluster
-	if r.cache.pending(key) {
+	if r.ctrl.awaitOwnWrite(key) {
 		return Result{}, nil
 	}
-	r.waiting.Delete(key.In(""))
-	latest, ok := r.cache.Get(key)
+	latest, ok := r.ctrl.cache.Get(key)
 	if !ok {
 		return Result{}, nil
 	}
@@ -570,7 +560,7 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 }
 
 func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
-	return r.client.In(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
+	return r.ctrl.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
 }
 
 func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
@@ -578,33 +568,32 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 	if err != nil || patch == nil {
 		return old, err
 	}
-	return r.client.PatchStatus(ctx, KeyOf(old).In(ClusterFrom(ctx)), types.MergePatchType, patch)
+	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(ClusterFrom(ctx)), types.MergePatchType, patch)
 }
 
-// memoryWriter writes as the API server would, to memory: Machine.Step's.
+// memoryWriter writes as the API server would, to memory: Machine.Reconcile's.
 type memoryWriter[T Object] struct{}
 
 func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
 
-// writeStatus returns old with the status of obj, as the status subresource
-// would store it.
+// writeStatus returns old with the status of obj, as the status
+// subresource would store it: the writer's merge patch, applied.
 func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
-	before, err := toJSONMap(old)
+	_, status, err := splitPatches(old, obj)
+	if err != nil || status == nil {
+		return old, err
+	}
+	patch, err := json.Marshal(status)
 	if err != nil {
 		return old, err
 	}
-	after, err := toJSONMap(obj)
+	doc, err := json.Marshal(old)
 	if err != nil {
 		return old, err
 	}
-	if reflect.DeepEqual(before["status"], after["status"]) {
-		return old, nil
-	}
-	before["status"] = after["status"]
-	data, err := json.Marshal(before)
-	if err != nil {
+	if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
 		return old, err
 	}
 	out := binding.New[T]()
-	return out, json.Unmarshal(data, out)
+	return out, json.Unmarshal(doc, out)
 }

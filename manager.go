@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
-	"net/http"
 	"reflect"
 	"slices"
 	"sync"
@@ -19,12 +17,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
@@ -35,15 +31,21 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches a real API server. Built-in types travel as protobuf,
-	// custom resources as JSON. A positive QPS (with Burst) limits the
+	// Config reaches a real API server: the manager's own cluster, the hub
+	// of a fleet, where the caches and clients that name no member cluster
+	// work, and where leader election's and sharding's Leases live.
+	// Built-in types travel as protobuf, custom resources as JSON. A
+	// positive QPS (with Burst) limits the
 	// requests per second that all of the manager's requests share; zero
 	// QPS means no limit on this side: API Priority and Fairness, on since
 	// Kubernetes 1.29, queues and sheds load on the server, fairly between
 	// clients, and answers 429 with Retry-After, which the client honours.
 	// A limit of 20 requests/s (controller-runtime's default) makes 200
 	// creates take 8.5 s against a local server that serves them in 0.4 s
-	// without it (BenchmarkCreate200).
+	// without it (BenchmarkCreate200). A manager whose every cache is a
+	// fleet's (Options.ClusterProvider, CacheOptions.Fleet) may leave Config and
+	// the fakes unset: it has no cluster of its own, and cannot elect a
+	// leader or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests: pass client-go's
 	// fake.NewClientset(objects...). It takes precedence over Config for
@@ -56,8 +58,8 @@ type Options struct {
 	// does, whoever deletes: an object with finalizers gets a
 	// deletionTimestamp and stays, writes keep that timestamp, and the
 	// write that removes its last finalizer removes it. So
-	// [Controller.OnFinalize] runs in a unit test. A reactor added to the
-	// fake before NewManager does not see those writes.
+	// [Controller.OnFinalize] runs in a unit test. Reactors a test adds
+	// with PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and *unstructured.Unstructured in
 	// tests: pass ctrltest.NewFakeDynamic(objects...), which serves every
@@ -80,7 +82,11 @@ type Options struct {
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
 	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply. Default: "ctrl".
+	// Patch and Apply, so that `kubectl get -o yaml --show-managed-fields`
+	// tells which program set a field, and server-side apply tells two
+	// programs apart. Default: the program's name, as client-go's user
+	// agent takes it (the base name of os.Args[0]), or "ctrl" if that is
+	// empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -110,10 +116,10 @@ type Options struct {
 	// defaults. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
-	// Clusters finds the member clusters of a fleet, which caches with
+	// ClusterProvider finds the member clusters of a fleet, which caches with
 	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
 	// directly with [Manager.Engage]. Default: none.
-	Clusters Provider
+	ClusterProvider Provider
 
 	// Sharding splits the objects of every controller among the replicas,
 	// instead of LeaderElection's taking turns; see [Sharding]. Default:
@@ -124,17 +130,31 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as
-	// ":8080". Default: off. It needs the default registry or a Registerer
-	// that is also a Gatherer.
+	// ":8443". By default it serves them as the kubebuilder scaffold does:
+	// over HTTPS, only to clients that send a bearer token the API server
+	// authenticates (a TokenReview) and whose user it authorizes to get the
+	// path (a SubjectAccessReview for nonResourceURLs ["/metrics"], verbs
+	// ["get"]); MetricsServing changes that. The manager's identity then
+	// needs to create tokenreviews and subjectaccessreviews. The API
+	// server's answers are cached: a token's for a minute, an allowed
+	// access for five, a denied one for 30 seconds. Default: off. It needs
+	// the default registry or a Registerer that is also a Gatherer.
 	MetricsAddress string
+	// MetricsServing says how MetricsAddress serves: where its certificate
+	// is, or plain HTTP by explicit choice. Default: HTTPS with
+	// authentication and authorization, and a self-signed certificate.
+	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced), such as ":8081". Default: off.
+	// (every cache has synced), such as ":8081", over plain HTTP to anyone:
+	// kubelet's probes carry no credentials. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
 	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
-	// a check that it completes a TLS handshake to /readyz. Default: off.
+	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
+	// as ":9443", and adds a check that it completes a TLS handshake to
+	// /readyz. Start fails if webhooks are registered and neither this nor
+	// [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook server's certificate and key as
 	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
@@ -142,6 +162,10 @@ type Options struct {
 	// handshake serves the new pair. Default:
 	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
 	WebhookCertDir string
+	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
+	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
+	// suites, HTTP/1.1 only.
+	TLS TLSOptions
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -164,11 +188,12 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
-	election     *leader.Config // nil without leader election
-	sharding     *sharding      // nil without sharding
-	probe        serverProbe
-	ownTransport bool     // the HTTP client's transport is the manager's alone
-	uncertain    sync.Map // creates whose reply was lost: uncertainKey -> time.Time
+	election    *leader.Config // nil without leader election
+	sharding    *sharding      // nil without sharding
+	leadership  leadership     // what Leading reports
+	probe       serverProbe
+	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
+	lostCreates lostCreates
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
@@ -186,7 +211,7 @@ type Manager struct {
 	events      eventSink
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
-	endpoints   Endpoints
+	addresses   Addresses
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
@@ -211,7 +236,8 @@ type managedController interface {
 	name() string
 	prepare()                                // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)      // activates it and starts its workers
-	shutdown(timeout time.Duration) error    // stops them, waits bounded
+	pause(timeout time.Duration) error       // deactivates it until the next start, waits bounded
+	shutdown(timeout time.Duration) error    // stops its workers, waits bounded
 	busy(requeueWithin time.Duration) string // why the controller is not idle, or ""
 	failing() error                          // its failing keys and their last errors, or nil
 	waitingClusters() []string               // whose servers keys wait for
@@ -223,17 +249,24 @@ type managedController interface {
 // is configured, the Config is invalid, or leader election's durations
 // cannot keep two leaders apart.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Config == nil && opts.FakeClientset == nil && opts.FakeDynamic == nil {
+	own := opts.Config != nil || opts.FakeClientset != nil || opts.FakeDynamic != nil
+	switch {
+	case !own && opts.ClusterProvider == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
+	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
+		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
-		opts.FieldManager = "ctrl"
+		opts.FieldManager = programName()
 	}
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 2 * time.Minute
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if err := opts.TLS.check(); err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 	}
 	m := &Manager{
 		opts:        opts,
@@ -274,64 +307,12 @@ func NewManager(opts Options) (*Manager, error) {
 	binding.DeleteLikeServer(opts.FakeClientset)
 	binding.DeleteLikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
-		if m.clients.Config, m.clients.HTTP, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
+		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
-		m.ownTransport = cfg.Dial == nil && m.clients.Config.Dial != nil
 	}
 	return m, nil
-}
-
-// restClients returns the manager's copy of cfg with ctrl's defaults, and
-// the HTTP client every request of the manager shares.
-func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest.Config, *http.Client, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.DisableCompression = cfg.DisableCompression || !compression
-	if check == 0 {
-		check = 3 * time.Second
-	}
-	if check > 0 && cfg.Transport == nil && cfg.Dial == nil {
-		// A transport of the manager's own: client-go shares one per TLS
-		// configuration in the process, and the ping settings below would
-		// reach every client of the program. A dialer opts out of sharing.
-		cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	switch {
-	case cfg.RateLimiter != nil:
-	case cfg.QPS > 0:
-		if cfg.Burst <= 0 {
-			cfg.Burst = int(cfg.QPS * 1.5)
-		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	default:
-		cfg.QPS = -1 // client-go: no limit (zero would be its default of 5)
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if t := httpTransport(hc.Transport); t != nil && check > 0 {
-		// client-go's HTTP/2 transport reads these when it opens a
-		// connection, over its own settings.
-		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check, PingTimeout: check}
-	}
-	return cfg, hc, nil
-}
-
-// httpTransport finds the *http.Transport under client-go's wrappers.
-func httpTransport(rt http.RoundTripper) *http.Transport {
-	for rt != nil {
-		switch t := rt.(type) {
-		case *http.Transport:
-			return t
-		case utilnet.RoundTripperWrapper:
-			rt = t.WrappedRoundTripper()
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // bindingID identifies a binding: a Go type, and the resource for types
@@ -400,16 +381,19 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 //
 // Shutdown happens in this order: the controllers stop taking keys; Start
 // waits up to Options.ShutdownTimeout for running reconciles to return
-// (their context is canceled when that time is up); the Lease is released,
-// so another replica takes over at once; the caches stop; the HTTP servers
-// stop. If leadership is lost, running reconciles are canceled at once,
-// since another replica may be starting.
+// (their context is canceled when that time is up), while the Lease is
+// still renewed; the Lease is released, so another replica takes over at
+// once; the caches stop; the HTTP servers stop. If leadership is lost,
+// running reconciles are canceled at once, since another replica may be
+// starting, and Start waits for them as above; see [LeaderElection].
 //
 // Start returns nil after a shutdown requested through ctx; otherwise the
 // error: an address that cannot be bound, a cache that did not sync within
 // Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease, or a shutdown that timed out. Reconcile errors never
-// stop the manager. Start may be called once.
+// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
+// LeaderElection.StandbyOnLoss makes the replica stand by instead), or a
+// shutdown that timed out. Reconcile errors never stop the manager. Start
+// may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
@@ -457,13 +441,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
-		if m.ownTransport {
-			m.clients.HTTP.CloseIdleConnections()
-		}
+		m.conns.closeAll()
 		for _, mb := range members {
-			if mb.own {
-				mb.clients.HTTP.CloseIdleConnections()
-			}
+			mb.conns.closeAll()
 		}
 	}()
 	m.runProvider(cacheCtx)
@@ -494,9 +474,12 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	return err
 }
 
-// lead runs the controllers until run is done, then shuts them down. ctx is
-// the caller's: if run ended without it (leadership lost, a fatal error),
-// running reconciles are canceled at once instead of finishing.
+// lead runs the controllers until run is done, then stops them. ctx is
+// the caller's, with the terms of the Leases the controllers run for: if
+// run ended without ctx (leadership lost, a fatal error), running
+// reconciles are canceled at once instead of finishing. After a lost
+// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
+// start again, instead of shut down.
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
@@ -504,17 +487,25 @@ func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) erro
 		c.start(reconcileCtx)
 	}
 	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.setLeading(ctx)
 	m.log.Info("controllers started")
 	<-run.Done()
+	m.setLeading(nil)
 	timeout := m.opts.ShutdownTimeout
+	standby := false
 	if ctx.Err() == nil {
 		cancelReconciles()
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
 	}
 	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error
 	deadline := time.Now().Add(timeout)
 	for _, c := range ctrls {
-		if err := c.shutdown(time.Until(deadline)); err != nil {
+		stop := c.shutdown
+		if standby {
+			stop = c.pause
+		}
+		if err := stop(time.Until(deadline)); err != nil {
 			errs = append(errs, err)
 		}
 	}

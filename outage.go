@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,24 +15,67 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// unreachable reports whether err means the API server could not be
-// reached, rather than that it refused the request. A context that ended
-// inside reconcile (a deadline of the reconcile's own, or a shutdown) is the
-// reconcile's doing, not the server's.
-func unreachable(err error) bool {
-	if strings.Contains(err.Error(), "Client.Timeout exceeded") {
-		return true // the HTTP client's own timeout: the server did not answer
+// An outage of an API server is not an object's failure: a reconcile that
+// fails because its requests to the API server got no answer waits for
+// the server instead of spending its backoff and the shared retry budget.
+// Only this manager's own requests to a cluster's API server can say so:
+// they are tagged where they are made (Client's requests), with the
+// cluster they went to. Any other error, such as a call to an outside
+// service that failed to connect, is an ordinary failure, retried with
+// backoff, whatever its type.
+
+// unreachableError is the error of a request to the API server of cluster
+// that got no answer: the connection failed or died, or the server said
+// it cannot serve now (503, 504).
+type unreachableError struct {
+	cluster string
+	err     error
+}
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// tagUnreachable returns err, the outcome of a request of ctx to the API
+// server of cluster, tagged if it means the server could not be reached.
+// A context that ended (a deadline of the caller's own, or a shutdown) is
+// the caller's doing, not the server's; a deadline that passed while ctx
+// is alive is the HTTP client's own timeout: the server did not answer.
+func tagUnreachable(ctx context.Context, cluster string, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return false
+	var tagged *unreachableError
+	if errors.As(err, &tagged) {
+		return err
 	}
 	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err)
-	}
 	var ne net.Error
-	return errors.As(err, &ne) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
-		utilnet.IsProbableEOF(err) || utilnet.IsHTTP2ConnectionLost(err)
+	switch {
+	case errors.Is(err, ErrLeadershipLost):
+		return err // refused before it left (see fence): no server was asked
+	case errors.As(err, &status):
+		if !apierrors.IsServiceUnavailable(err) && !apierrors.IsTimeout(err) {
+			return err
+		}
+	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.As(err, &ne), utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err),
+		utilnet.IsProbableEOF(err), utilnet.IsHTTP2ConnectionLost(err):
+	default:
+		return err
+	}
+	return &unreachableError{cluster, err}
+}
+
+// serverUnreachable reports whether err, or an error it wraps, is a
+// request of this manager that could not reach an API server, and whose.
+func serverUnreachable(err error) (cluster string, ok bool) {
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return u.cluster, true
+	}
+	return "", false
 }
 
 // outageLog summarizes the reconciles of a controller that fail because
@@ -48,12 +90,12 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until the API server of its cluster answers
-// again: an outage is not the object's failure, so neither the key's
-// backoff nor the shared retry budget is touched. The manager releases the
-// waiting keys of a cluster when a cache's watch of it comes back or its
-// probe gets an answer.
-func (c *Controller[T]) waitForServer(key Key, err error) {
+// waitForServer parks key until the API server of cluster, which its
+// reconcile could not reach, answers again: an outage is not the object's
+// failure, so neither the key's backoff nor the shared retry budget is
+// touched. The manager releases the keys waiting for a cluster when a
+// cache's watch of it comes back or its probe gets an answer.
+func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++
 	n, summarize := c.outage.count, time.Since(c.outage.logged) >= outageSummaryEvery
@@ -62,10 +104,14 @@ func (c *Controller[T]) waitForServer(key Key, err error) {
 	}
 	c.outage.mu.Unlock()
 	if summarize {
-		c.log.Info("reconciles are failing because the API server is unreachable; retrying once it answers",
+		log := c.log
+		if cluster != "" {
+			log = log.WithValues("cluster", cluster)
+		}
+		log.Info("reconciles are failing because the API server is unreachable; retrying once it answers",
 			"failures", n, "lastError", err.Error())
 	}
-	if c.q.waitForServer(key) {
+	if c.q.waitForServer(key, cluster) {
 		c.metrics.Waiting.Inc()
 	}
 	c.mgr.awaitServer()
@@ -75,7 +121,7 @@ func (c *Controller[T]) waitForServer(key Key, err error) {
 // over a window that grows with their number: up to a second for a
 // thousand keys, two at most.
 func (c *Controller[T]) releaseWaiting(cluster string) {
-	n := c.q.waitingIn(cluster)
+	n := c.q.waitingFor(cluster)
 	if n == 0 {
 		return
 	}

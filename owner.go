@@ -20,13 +20,15 @@ import (
 // true (none: every update passes), for example [GenerationChanged] to
 // ignore status writes on owned Deployments. O is given, T is inferred:
 //
-//	err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+//	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns an error if O is not a known, watchable resource, a filter is
-// nil, or the manager has started.
-func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error {
+// It returns the cache of O that it watches, the one a [Client] of O reads
+// from, so that an index added to it ([Cache.AddIndex]) is on the objects
+// whose changes reach the controller. It returns an error if O is not a
+// known, watchable resource, a filter is nil, or the manager has started.
+func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
@@ -34,15 +36,19 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 	}
 	owned, err := NewCache[O](c.mgr, opts)
 	if err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	gvk := c.cache.b.GVK()
 	h := &ownerHandler[O]{to: c, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced,
 		srcKind: owned.kind, filters: changed, log: c.log}
-	return c.wire("Owns", func() error {
+	err = c.wire("Owns", func() error {
 		c.sources = append(c.sources, owned)
 		return owned.addHandler(h)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return owned, nil
 }
 
 // ownerHandler queues the controlling owner of each changed object.

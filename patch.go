@@ -2,24 +2,26 @@ package ctrl
 
 import (
 	"encoding/json"
-	"reflect"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 )
 
-// mergePatch returns the JSON merge patch (RFC 7386) that turns old into
-// obj, carrying old's resourceVersion as a precondition, or nil if nothing
-// changed. Objects are compared field by field; a removed field is set to
-// null; any other value, lists included, is replaced whole.
+// Merge patches (RFC 7386) are how ctrl writes what a function changed in
+// an object: PatchFrom, CreateOrPatch, finalizers and a state machine's
+// moves. One diff makes them all (evanphx/json-patch, which client-go's
+// own fake applies patches with): a removed field is set to null, an
+// object is compared member by member, any other value, lists included, is
+// replaced whole. For a type whose status is a subresource, the status is
+// a write of its own.
+
+// mergePatch returns the merge patch that turns old into obj, carrying
+// old's resourceVersion as a precondition, or nil if nothing changed.
 func mergePatch[T Object](old, obj T) ([]byte, error) {
-	rest, status, err := splitPatches(old, obj)
-	if err != nil || rest == nil && status == nil {
+	diff, err := diffObjects(old, obj)
+	if err != nil || diff == nil {
 		return nil, err
 	}
-	if rest == nil {
-		rest = status
-	} else if status != nil {
-		rest["status"] = status["status"]
-	}
-	return withResourceVersion(rest, old.GetResourceVersion())
+	return withResourceVersion(diff, old.GetResourceVersion())
 }
 
 // statusPatch is mergePatch of the status alone.
@@ -36,25 +38,40 @@ func statusPatch[T Object](old, obj T) ([]byte, error) {
 // for a type whose status is a subresource they are two writes. Either is
 // nil when its part did not change.
 func splitPatches[T Object](old, obj T) (rest, status map[string]any, err error) {
-	before, err := toJSONMap(old)
-	if err != nil {
+	diff, err := diffObjects(old, obj)
+	if err != nil || diff == nil {
 		return nil, nil, err
 	}
-	after, err := toJSONMap(obj)
-	if err != nil {
-		return nil, nil, err
+	if s, ok := diff["status"]; ok {
+		status = map[string]any{"status": s}
+		delete(diff, "status")
 	}
-	bs, _ := before["status"].(map[string]any)
-	as, _ := after["status"].(map[string]any)
-	delete(before, "status")
-	delete(after, "status")
-	if rest = mergeDiff(before, after); len(rest) == 0 {
-		rest = nil
-	}
-	if status = mergeDiff(map[string]any{"status": bs}, map[string]any{"status": as}); len(status) == 0 {
-		status = nil
+	if len(diff) > 0 {
+		rest = diff
 	}
 	return rest, status, nil
+}
+
+// diffObjects returns the merge patch from old to obj, decoded, or nil if
+// nothing changed.
+func diffObjects(old, obj any) (map[string]any, error) {
+	before, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil {
+		return nil, err
+	}
+	var diff map[string]any
+	if err := json.Unmarshal(patch, &diff); err != nil || len(diff) == 0 {
+		return nil, err
+	}
+	return diff, nil
 }
 
 // withResourceVersion encodes a merge patch with a resourceVersion
@@ -67,42 +84,4 @@ func withResourceVersion(diff map[string]any, rv string) ([]byte, error) {
 	}
 	meta["resourceVersion"] = rv
 	return json.Marshal(diff)
-}
-
-func toJSONMap(obj any) (map[string]any, error) {
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	return m, json.Unmarshal(data, &m)
-}
-
-// mergeDiff returns the merge patch from a to b.
-func mergeDiff(a, b map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, av := range a {
-		bv, ok := b[k]
-		if !ok {
-			out[k] = nil
-			continue
-		}
-		am, aIsMap := av.(map[string]any)
-		bm, bIsMap := bv.(map[string]any)
-		if aIsMap && bIsMap {
-			if d := mergeDiff(am, bm); len(d) > 0 {
-				out[k] = d
-			}
-			continue
-		}
-		if !reflect.DeepEqual(av, bv) {
-			out[k] = bv
-		}
-	}
-	for k, bv := range b {
-		if _, ok := a[k]; !ok {
-			out[k] = bv
-		}
-	}
-	return out
 }

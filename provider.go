@@ -19,12 +19,16 @@ import (
 
 // KubeconfigDir returns a [Provider] of the member clusters whose
 // kubeconfig files are in dir: a member per file, named after the file
-// without its extension ("east.yaml" is the member "east"), reached through
-// the file's current context. The directory is read every two seconds:
+// without its extension (.yaml, .yml, .json, .kubeconfig, .conf or none:
+// "east.yaml" is the member "east"), reached through the file's current
+// context. Other files, such as an editor's "east.yaml~" or "east.yaml.swp",
+// and hidden files are ignored. The directory is read every two seconds:
 // a file added engages its member, a file changed (new credentials, say)
-// engages it anew, a file removed disengages it. Hidden files are
-// ignored; a file that does not load, or whose name is not a DNS label,
-// is logged and skipped until it changes.
+// engages it anew, a file removed disengages it. A file that does not
+// load, or whose name is not a DNS label, is logged and skipped until it
+// changes; of two files that name one member ("east.yaml" and
+// "east.yml"), the first in lexical order serves it, and the other is
+// logged once and ignored.
 func KubeconfigDir(dir string) Provider { return &kubeconfigDir{dir: dir, every: 2 * time.Second} }
 
 type kubeconfigDir struct {
@@ -35,19 +39,28 @@ type kubeconfigDir struct {
 func (p *kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("provider", "kubeconfig files", "dir", p.dir)
 	seen := map[string][32]byte{} // member -> hash of its file, engaged or not
+	shadowed := map[string]bool{} // files logged as naming a member another file serves
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
-		entries, err := os.ReadDir(p.dir)
+		entries, err := os.ReadDir(p.dir) // sorted by file name
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			log.Error(err, "cannot read the directory of kubeconfig files")
 		}
-		present := map[string]bool{}
+		present, files := map[string]bool{}, map[string]bool{}
 		for _, e := range entries {
-			if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			files[e.Name()] = true
+			name, ok := memberName(e.Name())
+			if e.IsDir() || !ok {
 				continue
 			}
-			name := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))
+			if present[name] {
+				if !shadowed[e.Name()] {
+					shadowed[e.Name()] = true
+					log.Error(nil, "ignoring a kubeconfig file: another file names the same member", "file", e.Name(), "member", name)
+				}
+				continue
+			}
 			data, err := os.ReadFile(filepath.Join(p.dir, e.Name()))
 			if err != nil {
 				continue // removed meanwhile
@@ -68,12 +81,30 @@ func (p *kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
 				fleet.Disengage(name)
 			}
 		}
+		for f := range shadowed {
+			if !files[f] {
+				delete(shadowed, f)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// memberName returns the member a file in a KubeconfigDir names, and
+// whether it names one.
+func memberName(file string) (string, bool) {
+	if strings.HasPrefix(file, ".") {
+		return "", false
+	}
+	switch ext := filepath.Ext(file); ext {
+	case "", ".yaml", ".yml", ".json", ".kubeconfig", ".conf":
+		return strings.TrimSuffix(file, ext), true
+	}
+	return "", false
 }
 
 // engageKubeconfig engages name with the current context of a kubeconfig.
@@ -94,7 +125,7 @@ func engageKubeconfig(fleet Fleet, name string, kubeconfig []byte) error {
 // Secret, named after it, reached through the kubeconfig in its data key
 // "kubeconfig". A Secret added or changed engages its member; one deleted,
 // or no longer matching, disengages it. It watches the Secrets with a
-// cache of the manager it is given to (Options.Clusters).
+// cache of the manager it is given to (Options.ClusterProvider).
 func KubeconfigSecrets(namespace string, selector labels.Selector) Provider {
 	return &kubeconfigSecrets{namespace: namespace, selector: selector}
 }

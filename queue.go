@@ -54,7 +54,7 @@ type queue struct {
 	mu       sync.Mutex
 	causes   map[Key]*Causes   // causes of keys queued since their last get
 	due      map[Key]delayed   // delayed keys not yet handed out
-	waiting  map[Key]struct{}  // keys waiting for the API server
+	waiting  map[Key]string    // keys waiting for an API server: the cluster's
 	released map[Key]time.Time // keys the server's return released, and when
 
 	// The backlog holds the keys of objects that a list added or changed
@@ -117,7 +117,7 @@ func newQueue(name string, workers int, members func() int, limiter RateLimiter,
 		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[Key](5*time.Millisecond, 1000*time.Second),
 		causes:    map[Key]*Causes{},
 		due:       map[Key]delayed{},
-		waiting:   map[Key]struct{}{},
+		waiting:   map[Key]string{},
 		released:  map[Key]time.Time{},
 	}
 	if workers > 1 {
@@ -289,17 +289,17 @@ func (q *queue) forget(key Key) {
 	q.conflicts.Forget(key)
 }
 
-// waitForServer parks key until the API server answers again; see release.
-// It reports whether key was not already waiting.
-func (q *queue) waitForServer(key Key) bool {
+// waitForServer parks key until the API server of cluster answers again;
+// see release. It reports whether key was not already waiting.
+func (q *queue) waitForServer(key Key, cluster string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, was := q.waiting[key]
-	q.waiting[key] = struct{}{}
+	q.waiting[key] = cluster
 	return !was
 }
 
-// release queues every key of cluster waiting for its server, each after a
+// release queues every key waiting for the server of cluster, each after a
 // random delay within window, so that a fleet of controllers does not
 // retry in lockstep the moment the server is back. It returns how many it
 // released.
@@ -313,8 +313,8 @@ func (q *queue) release(cluster string, window time.Duration) int {
 	q.mu.Lock()
 	retries := make([]retry, 0, len(q.waiting))
 	now := time.Now()
-	for k := range q.waiting {
-		if k.Cluster != cluster {
+	for k, waited := range q.waiting {
+		if waited != cluster {
 			continue
 		}
 		d := rand.N(window + 1)
@@ -332,8 +332,9 @@ func (q *queue) release(cluster string, window time.Duration) int {
 	return len(retries)
 }
 
-// dropWaiting forgets the keys of cluster waiting for its server, and
-// returns how many.
+// dropWaiting forgets the keys of cluster, a member that left, waiting for
+// a server, and returns how many. Keys of other clusters that wait for its
+// server stay: release queues them.
 func (q *queue) dropWaiting(cluster string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -354,13 +355,13 @@ func (q *queue) waitingLen() int {
 	return len(q.waiting)
 }
 
-// waitingIn returns how many keys of cluster wait for its server.
-func (q *queue) waitingIn(cluster string) int {
+// waitingFor returns how many keys wait for the server of cluster.
+func (q *queue) waitingFor(cluster string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
-	for k := range q.waiting {
-		if k.Cluster == cluster {
+	for _, waited := range q.waiting {
+		if waited == cluster {
 			n++
 		}
 	}
@@ -372,9 +373,9 @@ func (q *queue) waitingClusters() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []string
-	for k := range q.waiting {
-		if !slices.Contains(out, k.Cluster) {
-			out = append(out, k.Cluster)
+	for _, waited := range q.waiting {
+		if !slices.Contains(out, waited) {
+			out = append(out, waited)
 		}
 	}
 	return out

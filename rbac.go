@@ -228,8 +228,9 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 // update of Leases for leader election or sharding, and patch of the
 // sharded objects, which the sharder labels; create, update and patch of
 // Events for recorders; patch of the objects whose finalizers a controller
-// or machine owns; patch of the status of a machine's objects. The webhook
-// server needs none: the API server calls it.
+// or machine owns; patch of the status of a machine's objects; create of
+// TokenReviews and SubjectAccessReviews for metrics served securely. The
+// webhook server needs none: the API server calls it.
 // Put them in a ClusterRole (or, for a manager of one namespace, a Role
 // there, plus the Lease's namespace), and add the verbs of the writes and
 // uncached reads your reconciles make, which the manager cannot know.
@@ -240,6 +241,10 @@ func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	m.mu.Lock()
 	caches := slices.Clone(m.cacheList)
 	m.mu.Unlock()
+	if m.opts.MetricsAddress != "" && !m.opts.MetricsServing.Insecure {
+		m.need(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "create")
+		m.need(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "create")
+	}
 	for _, c := range caches {
 		if gr, own := c.groupResource(); own {
 			m.need(gr, "list", "watch")

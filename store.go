@@ -188,9 +188,9 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 }
 
 // prepare turns what the reflector hands over into the object to store:
-// projected, if the server sends another type, then transformed. An object
-// may be prepared twice (a streamed list's are), which projections and
-// transforms must allow.
+// projected, if the server sends another type, given its apiVersion and
+// kind, then transformed. An object may be prepared twice (a streamed
+// list's are), which projections and transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if !ok && f.b.Project != nil {
@@ -199,6 +199,7 @@ func (f *feed[T]) prepare(obj any) (T, error) {
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
+	stamp(t, f.c.typeMeta)
 	if f.c.transform != nil {
 		t = f.c.transform(t)
 	}
@@ -221,7 +222,7 @@ func (f *feed[T]) Update(obj any) error {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -275,7 +276,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -313,7 +314,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			return err
 		}
 		if c.scope.selects(t) != notSelected {
-			listed[KeyOf(t).In(f.cluster)] = t
+			listed[KeyOf(t).InCluster(f.cluster)] = t
 		}
 	}
 	var changes, removed []event[T]
@@ -359,6 +360,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
 		c.observe(k, old, false, f.b.Fake())
 	}
+	c.settlePassed()
 	c.mu.Unlock()
 	for _, h := range c.handlers {
 		if len(changes) > 0 {
@@ -389,8 +391,15 @@ func (f *feed[T]) Resync() error { return nil }
 // Bookmark and UpdateResourceVersion record how far the watch has seen, so
 // that a write the cache will never see (it is outside the selector) is not
 // waited for past this point.
+//
+// A bookmark, which the server sends about once a minute, also settles the
+// expectations the feed has passed: so that they do not wait for a
+// WaitIdle to drop them, in a program that never calls it.
 func (f *feed[T]) Bookmark(rv string) error {
 	f.UpdateResourceVersion(rv)
+	f.c.mu.Lock()
+	f.c.settlePassed()
+	f.c.mu.Unlock()
 	return nil
 }
 

@@ -51,7 +51,7 @@ func ExampleNewFakeDynamic() {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	list, err := gadgets.List(ctx, ctrl.ListOptions{})
+	list, err := gadgets.List(ctx, ctrl.ListParams{})
 	if err != nil {
 		panic(err)
 	}

@@ -65,7 +65,5 @@ var CRD []byte
 func init() {
 	// The group, version and resource are all ctrl needs: the manager
 	// learns the scope and the status subresource from the API server.
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}); err != nil {
-		panic(err)
-	}
+	ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"})
 }

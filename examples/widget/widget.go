@@ -47,7 +47,8 @@ func Setup(mgr *ctrl.Manager) error {
 	if err := c.OnFinalize(Finalizer, r.finalize); err != nil {
 		return err
 	}
-	return ctrl.Owns[*corev1.ConfigMap](c)
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	return err
 }
 
 // SetupWebhooks registers the Widget's admission webhooks with mgr: a

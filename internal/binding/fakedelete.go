@@ -2,6 +2,8 @@ package binding
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,16 +22,17 @@ import (
 //   - a write to an object being deleted keeps its deletionTimestamp, and
 //     the write that leaves it without finalizers removes it.
 //
-// It works through reactors in front of the fake's own, so deletions made
-// with the fake directly behave the same way. A reactor the test added
-// before is passed over for these writes only: deletes of objects with
-// finalizers and writes to objects being deleted. Graceful deletion of Pods
-// (held until the kubelet confirms) is not imitated: no kubelet runs.
+// It works through reactors placed just in front of the fake's own (the
+// tracker's, which the fake's constructor installs for every verb and
+// resource), so deletions made with the fake directly behave the same way,
+// and reactors a test adds with PrependReactor, before or after, still run
+// first: a test can make a finalizer's removal fail. Graceful deletion of
+// Pods (held until the kubelet confirms) is not imitated: no kubelet runs.
 
-// reactingFake is what DeleteLikeServer needs of a fake: client-go's
-// *fake.Clientset and *dynamicfake.FakeDynamicClient have it.
-type reactingFake interface {
-	PrependReactor(verb, resource string, reaction clienttesting.ReactionFunc)
+// trackerFake is what DeleteLikeServer needs of a fake besides its
+// testing.Fake: client-go's *fake.Clientset and
+// *dynamicfake.FakeDynamicClient have it.
+type trackerFake interface {
 	Tracker() clienttesting.ObjectTracker
 }
 
@@ -37,20 +40,50 @@ type reactingFake interface {
 // the API server does, if it is one of client-go's fakes; it reports
 // whether it could.
 func DeleteLikeServer(fake any) bool {
-	f, ok := fake.(reactingFake)
-	if !ok {
+	tf, ok := fake.(trackerFake)
+	f := embeddedFake(fake)
+	if !ok || f == nil {
 		return false
 	}
-	tracker := f.Tracker()
-	f.PrependReactor("delete", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		return deleteWithFinalizers(tracker, a)
-	})
-	for _, verb := range []string{"update", "patch"} {
-		f.PrependReactor(verb, "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-			return writeWhileDeleting(tracker, a)
-		})
+	tracker := tf.Tracker()
+	ours := []clienttesting.Reactor{
+		&clienttesting.SimpleReactor{Verb: "delete", Resource: "*", Reaction: func(a clienttesting.Action) (bool, runtime.Object, error) {
+			return deleteWithFinalizers(tracker, a)
+		}},
 	}
+	for _, verb := range []string{"update", "patch"} {
+		ours = append(ours, &clienttesting.SimpleReactor{Verb: verb, Resource: "*", Reaction: func(a clienttesting.Action) (bool, runtime.Object, error) {
+			return writeWhileDeleting(tracker, a)
+		}})
+	}
+	f.Lock()
+	defer f.Unlock()
+	at := 0 // the front, if the fake's own reactor is not found
+	for i := len(f.ReactionChain) - 1; i >= 0; i-- {
+		if r, ok := f.ReactionChain[i].(*clienttesting.SimpleReactor); ok && r.Verb == "*" && r.Resource == "*" {
+			at = i
+			break
+		}
+	}
+	f.ReactionChain = slices.Insert(f.ReactionChain, at, ours...)
 	return true
+}
+
+// embeddedFake returns the testing.Fake that client-go's fakes embed, or
+// nil.
+func embeddedFake(fake any) *clienttesting.Fake {
+	if f, ok := fake.(*clienttesting.Fake); ok {
+		return f
+	}
+	v := reflect.ValueOf(fake)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	field := v.Elem().FieldByName("Fake")
+	if !field.IsValid() || field.Type() != reflect.TypeFor[clienttesting.Fake]() {
+		return nil
+	}
+	return field.Addr().Interface().(*clienttesting.Fake)
 }
 
 // deleteWithFinalizers marks an object with finalizers deleted instead of

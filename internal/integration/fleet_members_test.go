@@ -7,7 +7,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +61,7 @@ func TestFleetMembers(t *testing.T) {
 		Data:       map[string]string{"v": "1"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, Clusters: ctrl.KubeconfigDir(dir)})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, ClusterProvider: ctrl.KubeconfigDir(dir)})
 	must(t, err)
 	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	mirror := labels.SelectorFromSet(labels.Set{"mirror": "yes"})
@@ -70,7 +72,7 @@ func TestFleetMembers(t *testing.T) {
 		for _, member := range mgr.Clusters() {
 			// Each member on its own: one that is down does not stop the
 			// others from getting the change.
-			_, _, err := configMaps.In(member).CreateOrPatch(ctx, ctrl.Key{Namespace: "default", Name: src.Name}, func(cm *corev1.ConfigMap) error {
+			_, _, err := configMaps.InCluster(member).CreateOrPatch(ctx, ctrl.Key{Namespace: "default", Name: src.Name}, func(cm *corev1.ConfigMap) error {
 				cm.Labels = map[string]string{"mirror": "yes"}
 				cm.Data = maps.Clone(src.Data)
 				return nil
@@ -164,5 +166,50 @@ func TestFleetMembers(t *testing.T) {
 	eventually(t, 30*time.Second, copyIs(0, "3"))
 	if err := memberCS[1].CoreV1().ConfigMaps("default").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
+	}
+}
+
+// TestFleetMemberConnectionsClosed engages and disengages one member ten
+// times while a fleet-wide controller watches it: each time the member
+// leaves, its connections close, with their reader goroutines, though its
+// watches were streaming an instant before (the member is the suite's own
+// control plane, reached through a Config of its own).
+func TestFleetMemberConnectionsClosed(t *testing.T) {
+	ns := newNamespace(t)
+	mgr := newManager(t, ns)
+	_, err := ctrl.NewController(mgr, "fleet-watcher", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true, Namespaces: []string{ns}}})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+	baseline := readLoops()
+	for i := range 10 {
+		must(t, mgr.Engage("member", ctrl.Cluster{Config: env.Config()}))
+		waitIdle(t, mgr) // listed and watching
+		if got := readLoops(); got <= baseline {
+			t.Fatalf("cycle %d: %d HTTP/2 connection readers while engaged, want more than the %d before", i, got, baseline)
+		}
+		mgr.Disengage("member")
+		// Closing a connection ends its reader at once; this waits for the
+		// scheduler, not for a timeout.
+		eventually(t, 10*time.Second, func() error {
+			if got := readLoops(); got != baseline {
+				return fmt.Errorf("cycle %d: %d HTTP/2 connection readers after the member left, want %d", i, got, baseline)
+			}
+			return nil
+		})
+	}
+}
+
+// readLoops counts the goroutines that read HTTP/2 connections.
+func readLoops() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "http2.(*ClientConn).readLoop")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }

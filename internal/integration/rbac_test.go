@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +50,7 @@ func TestRBAC(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := newNamespace(t)
-			cfg := serviceAccountConfig(t, ns, "controller")
+			cfg := tokenConfig(serviceAccount(t, ns, "controller"))
 			var log logLines
 			mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, Logger: log.logger(), HealthAddress: "127.0.0.1:0",
 				LeaderElection: ctrl.LeaderElection{Name: "rbac-test"}})
@@ -101,7 +100,7 @@ func TestRBAC(t *testing.T) {
 					rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == tt.missing })
 				}
 			}
-			grant(t, ns, "controller", append(rules, ownWrites...), cfg)
+			grantRole(t, ns, "controller", append(rules, ownWrites...), cfg)
 
 			_, err = clientset.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
 			must(t, err)
@@ -184,25 +183,9 @@ func TestRBAC(t *testing.T) {
 	}
 }
 
-// serviceAccountConfig creates the ServiceAccount name in ns and returns a
-// client configuration that authenticates as it, with a token from the
-// TokenRequest API.
-func serviceAccountConfig(t *testing.T, ns, name string) *rest.Config {
-	t.Helper()
-	ctx := context.Background()
-	_, err := clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	must(t, err)
-	hour := int64(3600)
-	tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour}}, metav1.CreateOptions{})
-	must(t, err)
-	admin := env.Config()
-	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
-}
-
-// grant binds a Role of rules in ns to the ServiceAccount name, and waits
-// until the authorizer applies it to cfg, the ServiceAccount's.
-func grant(t *testing.T, ns, name string, rules []rbacv1.PolicyRule, cfg *rest.Config) {
+// grantRole binds a Role of rules in ns to the ServiceAccount name, and
+// waits until the authorizer applies it to cfg, the ServiceAccount's.
+func grantRole(t *testing.T, ns, name string, rules []rbacv1.PolicyRule, cfg *rest.Config) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := clientset.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
@@ -224,7 +207,7 @@ func grant(t *testing.T, ns, name string, rules []rbacv1.PolicyRule, cfg *rest.C
 // readyz returns the status and body of the manager's /readyz.
 func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
 	t.Helper()
-	addr := mgr.Endpoints().Health
+	addr := mgr.Addresses().Health
 	if addr == "" {
 		return 0, "not listening yet"
 	}

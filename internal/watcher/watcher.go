@@ -83,13 +83,8 @@ var Forbidden = wait.Backoff{
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	// The reflector's own logging is detail: demote it one level. It logs
-	// both to its Logger option and to the logger in ctx. A watch stream
-	// that ends with an error shows only there, so its sink reports that.
-	var sink logr.LogSink = discard{}
-	if s := cfg.Logger.GetSink(); s != nil {
-		sink = s
-	}
-	log := logr.New(&streamErrors{LogSink: sink, t: lw}).V(cfg.Logger.GetV() + 1)
+	// both to its Logger option and to the logger in ctx.
+	log := cfg.Logger.V(1)
 	ctx = logr.NewContext(ctx, log)
 	reflectorBackoff := Backoff // for retrying watches within a cycle
 	r := cache.NewReflectorWithOptions(lw, cfg.Type, cfg.Store, cache.ReflectorOptions{
@@ -179,7 +174,7 @@ func (t *tracking) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 			return nil, err
 		}
 	}
-	w, err := cache.ToWatcherWithContext(t.ListerWatcher).WatchWithContext(ctx, opts)
+	w, err := cache.ToWatcherWithContext(t.ListerWatcher).WatchWithContext(withStreamReporter(ctx, t.streamFailed), opts)
 	t.record(ctx, err)
 	return w, err
 }
@@ -343,49 +338,3 @@ func (t *tracking) streamFailed(err error) {
 func expired(err error) bool {
 	return err != nil && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err))
 }
-
-// streamErrors passes the reflector's log lines on, and reports the one
-// that says a watch stream ended with an error: "http2: client connection
-// lost" after a failed ping, a decoding error, an error event.
-type streamErrors struct {
-	logr.LogSink
-	t *tracking
-}
-
-// watchEndedWithError is the reflector's message (client-go v0.37); the
-// package's tests fail if it changes.
-const watchEndedWithError = "Warning: watch ended with error"
-
-func (s *streamErrors) Info(level int, msg string, kv ...any) {
-	if msg == watchEndedWithError {
-		for i := 0; i+1 < len(kv); i += 2 {
-			if err, ok := kv[i+1].(error); ok && kv[i] == "err" {
-				s.t.streamFailed(err)
-			}
-		}
-	}
-	if s.LogSink.Enabled(level) {
-		s.LogSink.Info(level, msg, kv...)
-	}
-}
-
-// Enabled lets the reflector's line through whatever the level.
-func (s *streamErrors) Enabled(level int) bool { return true }
-
-func (s *streamErrors) WithValues(kv ...any) logr.LogSink {
-	return &streamErrors{LogSink: s.LogSink.WithValues(kv...), t: s.t}
-}
-
-func (s *streamErrors) WithName(name string) logr.LogSink {
-	return &streamErrors{LogSink: s.LogSink.WithName(name), t: s.t}
-}
-
-// discard is a sink that drops everything, for a cache without a logger.
-type discard struct{}
-
-func (discard) Init(logr.RuntimeInfo)            {}
-func (discard) Enabled(int) bool                 { return false }
-func (discard) Info(int, string, ...any)         {}
-func (discard) Error(error, string, ...any)      {}
-func (d discard) WithValues(...any) logr.LogSink { return d }
-func (d discard) WithName(string) logr.LogSink   { return d }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +47,7 @@ type server struct {
 	lists   int
 	rv      int
 	watches chan *watch.FakeWatcher
+	ctxs    chan context.Context // of each watch request
 }
 
 var errRefused = fmt.Errorf("dial tcp 127.0.0.1:6443: %w", syscall.ECONNREFUSED)
@@ -81,6 +84,9 @@ func (s *server) listerWatcher() cache.ListerWatcher {
 				return nil, errRefused
 			}
 			w := watch.NewFakeWithChanSize(10, false)
+			if s.ctxs != nil {
+				s.ctxs <- ctx
+			}
 			s.watches <- w
 			return w, nil
 		},
@@ -89,7 +95,7 @@ func (s *server) listerWatcher() cache.ListerWatcher {
 
 // noWatchList makes the reflector list and then watch, as it does against
 // servers without streaming lists.
-type noWatchList struct{ cache.ListerWatcher }
+type noWatchList struct{ *cache.ListWatch }
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
@@ -220,11 +226,12 @@ func TestRunRecoversAndLogsEachOutageOnce(t *testing.T) {
 
 // TestDeadStream checks a watch whose stream dies with an error while the
 // server still answers new requests, as when a ping finds its connection
-// dead: the outage is logged once, and its blindness counts from the last
-// event the store received, not from when the death was noticed.
+// dead: reading its body fails (see WrapTransport), the outage is logged
+// once, and its blindness counts from the last event the store received,
+// not from when the death was noticed.
 func TestDeadStream(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	srv := &server{watches: make(chan *watch.FakeWatcher, 100)}
+	srv := &server{watches: make(chan *watch.FakeWatcher, 100), ctxs: make(chan context.Context, 100)}
 	var log lines
 	var mu sync.Mutex
 	var blinds []time.Duration
@@ -261,9 +268,15 @@ func TestDeadStream(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	w := <-srv.watches
+	w, wctx := <-srv.watches, <-srv.ctxs
+	// What the transport does when the stream's body fails, and then what
+	// client-go's StreamWatcher does.
+	body := &streamBody{ReadCloser: io.NopCloser(failingReader{errLost}), ctx: wctx, report: wctx.Value(reporterKey{}).(func(error))}
+	if _, err := body.Read(make([]byte, 1)); !errors.Is(err, errLost) {
+		t.Fatalf("read: got %v, want %v", err, errLost)
+	}
 	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError,
-		Message: "unable to decode an event from the watch stream: http2: client connection lost"})
+		Message: "unable to decode an event from the watch stream: " + errLost.Error()})
 	<-srv.watches
 	waitFor(t, "the watch to be back", func() bool { return log.count("watch is back") == 1 })
 	if got := log.count("lost the watch; retrying"); got != 1 {
@@ -349,3 +362,61 @@ func TestForbiddenIsNoOutage(t *testing.T) {
 		})
 	}
 }
+
+var errLost = errors.New("http2: client connection lost")
+
+type failingReader struct{ err error }
+
+func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
+
+// TestStreamTransport checks which errors of reading a response body the
+// transport reports: those of a watch request (its context carries a
+// reporter) that are not the end of the stream, once, while the request's
+// context is alive.
+func TestStreamTransport(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		watch   bool // the request carries a reporter
+		cancel  bool // the request's context ended first
+		reports int
+	}{
+		{"connection lost", errLost, true, false, 1},
+		{"end of stream", io.EOF, true, false, 0},
+		{"unexpected end", io.ErrUnexpectedEOF, true, false, 0},
+		{"connection reset", fmt.Errorf("read tcp: %w", syscall.ECONNRESET), true, false, 0},
+		{"canceled by the reader", errLost, true, true, 0},
+		{"not a watch", errLost, false, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var reports int
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.watch {
+				ctx = withStreamReporter(ctx, func(error) { reports++ })
+			}
+			if tt.cancel {
+				cancel()
+			}
+			rt := WrapTransport(roundTripper(func(*http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(failingReader{tt.err})}, nil
+			}))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:6443/api/v1/configmaps?watch=true", nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				resp.Body.Read(make([]byte, 8))
+			}
+			if reports != tt.reports {
+				t.Errorf("reported %d times, want %d", reports, tt.reports)
+			}
+		})
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,92 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The per-key maps a long-running process keeps are bounded by the objects
+// that exist: these tests look inside, where nothing outside can.
+
+func boundsManager(t *testing.T) *Manager {
+	t.Helper()
+	m, err := NewManager(Options{FakeClientset: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestBookmarkSettlesExpectations checks that a bookmark past a write that
+// the cache will never see settles its expectation, in a program that
+// never calls WaitIdle.
+func TestBookmarkSettlesExpectations(t *testing.T) {
+	c, err := NewCache[*corev1.ConfigMap](boundsManager(t), CacheOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.feeds[0]
+	f.lastRV = "10"
+	key := Key{Namespace: "ns", Name: "left"}
+	c.expect[key] = expectation{rv: "12"}
+	if err := f.Bookmark("11"); err != nil || len(c.expect) != 1 {
+		t.Fatalf("bookmark before the write: %v, %d expectations; want the write still expected", err, len(c.expect))
+	}
+	if err := f.Bookmark("13"); err != nil || len(c.expect) != 0 {
+		t.Errorf("bookmark past the write: %v, %d expectations; want none", err, len(c.expect))
+	}
+}
+
+// TestAwaitingForgottenOnRemoval checks that a key whose reconcile waits
+// for its own write is forgotten when its object leaves the cache, and
+// that the marks of two clusters' objects of the same name are apart.
+func TestAwaitingForgottenOnRemoval(t *testing.T) {
+	m := boundsManager(t)
+	c, err := NewController(m, "await", func(context.Context, *corev1.ConfigMap) (Result, error) { return Result{}, nil }, ControllerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	east, west := Key{Namespace: "ns", Name: "a", Cluster: "east"}, Key{Namespace: "ns", Name: "a", Cluster: "west"}
+	for _, k := range []Key{east, west} {
+		c.cache.expect[k] = expectation{writes: 1} // a write not yet seen
+		if !c.awaitOwnWrite(k) {
+			t.Fatalf("awaitOwnWrite(%s): got false, want true while the write is pending", k)
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = "ns", "a"
+	c.changed(event[*corev1.ConfigMap]{kind: deleted, key: east, obj: cm})
+	if _, ok := c.awaiting[east]; ok || len(c.awaiting) != 1 || c.nAwaiting.Load() != 1 {
+		t.Errorf("after east's object left: awaiting %v (count %d), want only west's", c.awaiting, c.nAwaiting.Load())
+	}
+}
+
+// TestLostCreatesExpire checks that a create whose reply was lost is not
+// remembered for the life of a program that never creates its key again.
+func TestLostCreatesExpire(t *testing.T) {
+	m := boundsManager(t)
+	cl, err := NewClient[*corev1.ConfigMap](m, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &unreachableError{err: &net.OpError{Op: "read", Err: errors.New("connection reset")}}
+	old := Key{Namespace: "ns", Name: "old"}
+	m.lostCreates.settle(context.Background(), cl, old, "1", lost)
+	m.lostCreates.m[lostKey{cl.b, old}] = lostCreate{ids: []string{"1"}, at: time.Now().Add(-lostCreateTTL - time.Second)}
+	m.lostCreates.settle(context.Background(), cl, Key{Namespace: "ns", Name: "new"}, "2", lost)
+	if _, ok := m.lostCreates.m[lostKey{cl.b, old}]; ok || len(m.lostCreates.m) != 1 {
+		t.Errorf("lost creates: %v, want only the new one", m.lostCreates.m)
+	}
+	m.lostCreates.settle(context.Background(), cl, Key{Namespace: "ns", Name: "new"}, "3",
+		apierrors.NewBadRequest("invalid"))
+	if len(m.lostCreates.m) != 1 {
+		t.Errorf("a create the server refused forgot the lost one: %v", m.lostCreates.m)
+	}
+}
