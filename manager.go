@@ -483,11 +483,16 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
+	// Leading before the controllers start, since their first reconciles
+	// may emit Events, which are sent only while this replica leads; and
+	// said to observers after, so that one that waits for the change, then
+	// for idleness, finds every object queued.
+	m.leadership.begin(ctx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
 	}
-	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.setLeading(ctx)
+	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.log.Info("controllers started")
 	<-run.Done()
 	m.setLeading(nil)
