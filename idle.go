@@ -168,7 +168,7 @@ func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 		if waiting := c.waitingFor(); waiting != "" {
 			return fmt.Sprintf("%s: waiting for %s", c, waiting)
 		}
-		return fmt.Sprintf("%s: starting", c)
+		return fmt.Sprintf("%s: not running: starting, or this replica does not lead", c)
 	}
 	switch {
 	case c.q.backlogLen.Load() != 0: // read first: the backlog empties into the queue
