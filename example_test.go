@@ -271,7 +271,7 @@ func ExampleController_OnFinalize() {
 		panic(err)
 	}
 	err = c.OnFinalize("example.com/cleanup", func(ctx context.Context, w *Widget) error {
-		fmt.Printf("cleaning up after %s, deleted at a time: %t\n", w.Name, w.DeletionTimestamp != nil)
+		fmt.Printf("cleaning up after %s, being deleted: %t\n", w.Name, w.DeletionTimestamp != nil)
 		return nil
 	})
 	if err != nil {
@@ -305,7 +305,7 @@ func ExampleController_OnFinalize() {
 	}
 	// Output:
 	// reconcile w1, finalizers [example.com/cleanup]
-	// cleaning up after w1, deleted at a time: true
+	// cleaning up after w1, being deleted: true
 	// gone: true
 }
 

@@ -23,8 +23,9 @@ import (
 // server contradicts is an error then, naming the field and the server's
 // answer. Fakes have no discovery: there an unset scope is namespaced, and
 // an unset Status means a status subresource if the Go type has a status
-// field (always, for *unstructured.Unstructured). Set them for a
-// cluster-scoped type on the fakes, or to wire without reaching the server.
+// field (always, for *unstructured.Unstructured); so do the member clusters
+// of a fleet. Set them for a cluster-scoped type on the fakes or in a fleet,
+// or to wire without reaching the server.
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
