@@ -319,6 +319,17 @@ func (c *Controller[T]) forget(cluster string) {
 			delete(c.tombstones, k)
 		}
 	}
+	for k := range c.finalized {
+		if k.Cluster == cluster {
+			delete(c.finalized, k)
+		}
+	}
+	for k := range c.awaiting {
+		if k.Cluster == cluster {
+			delete(c.awaiting, k)
+			c.nAwaiting.Add(-1)
+		}
+	}
 	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
 	c.failures.forgetCluster(cluster)
