@@ -25,6 +25,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/probe"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -191,7 +192,7 @@ type Manager struct {
 	election    *leader.Config // nil without leader election
 	sharding    *sharding      // nil without sharding
 	leadership  leadership     // what Leading reports
-	probe       serverProbe
+	probe       probe.Prober
 	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
 
