@@ -52,6 +52,21 @@ type ControllerOptions struct {
 	// first with DeepCopyObject) nor keep it after returning. Default: off,
 	// as controller-runtime's UnsafeDisableDeepCopy.
 	UnsafeDisableDeepCopy bool
+	// ReconcileTimeout, if positive, bounds each reconcile (with its
+	// finalize and OnDelete hooks): its context is canceled this long
+	// after it began, as controller-runtime's ReconciliationTimeout does.
+	// A reconcile that runs past it counts in ctrl_reconcile_timeouts_total
+	// and, if it returns an error, is retried with backoff. Go cannot stop
+	// a function that ignores its context: the worker waits for it.
+	// Default: no timeout.
+	ReconcileTimeout time.Duration
+	// RequeueJitter spreads the reconciles that Result.RequeueAfter
+	// schedules: each comes a random part of up to this fraction of its
+	// delay later (0.1: up to 10% later), never sooner, so that objects
+	// reconciled together (after a start, a takeover or a relist) do not
+	// come back together and load the API server at once. Between 0 and
+	// 1. Default: 0, no jitter.
+	RequeueJitter float64
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
@@ -106,6 +121,15 @@ type Controller[T Object] struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	outage   outageLog
+
+	// Wiring that changes while the manager runs: links are the
+	// controller's Owns and Watches (under mu), wiring serializes their
+	// changes, removed is set by Stop, and cancel (under mu) cancels the
+	// controller's running reconciles.
+	wiring  sync.Mutex
+	links   []*link
+	removed atomic.Bool
+	cancel  context.CancelFunc
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -130,6 +154,9 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
 	}
+	if j := opts.RequeueJitter; j < 0 || j > 1 || j != j {
+		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
+	}
 	if s := m.sharding; s != nil {
 		info, err := binding.InfoFor[T](resourceInfo[T](opts.Cache.Resource))
 		if err != nil {
@@ -137,7 +164,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		}
 		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
 	}
-	cache, err := NewCache[T](m, opts.Cache)
+	cache, err := makeCache(m, opts.Cache, use[T]{})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
@@ -151,16 +178,22 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		log:       m.log.WithValues("controller", name),
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case m.started:
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
+		err = fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
 	case m.controllers[name] != nil:
-		return nil, fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+		err = fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+	default:
+		if err = cache.addHandler(c); err != nil {
+			err = fmt.Errorf("ctrl: NewController %q: %w", name, err)
+		}
 	}
-	if err := cache.addHandler(c); err != nil {
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+	if err != nil {
+		m.mu.Unlock()
+		m.unuse(cache)
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	names := make([]string, len(reasons))
 	for i, r := range reasons {
 		names[i] = string(r)
@@ -323,6 +356,12 @@ func (c *Controller[T]) prepare() {
 // backlog, and starts the workers. Called once the caches have synced and,
 // with leader election, once this replica leads.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed.Load() {
+		return // stopped by Stop
+	}
+	reconcileCtx, c.cancel = context.WithCancel(reconcileCtx)
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)

@@ -107,7 +107,9 @@ type tombstone[T Object] struct {
 // remember keeps a tombstone for a removal the controller must act on: a
 // deletion for OnDelete, and an object that carried the controller's
 // finalizer when it left. It reports whether the removal concerns the
-// controller at all.
+// controller at all. This is where every reason an object leaves a cache
+// is weighed: the hooks run for the tombstones kept here, and for nothing
+// else.
 func (c *Controller[T]) remember(ev event[T]) bool {
 	fin := c.finalizer != "" && slices.Contains(ev.obj.GetFinalizers(), c.finalizer)
 	var keep bool
@@ -118,6 +120,11 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 		keep = fin
 	case vanished:
 		keep = c.onDelete != nil || fin
+	case forgotten:
+		// Out of reach, neither deleted nor out of the selector: no hook,
+		// and nothing to reconcile. Its finalizer, if any, stays for
+		// whoever watches it next.
+		return false
 	}
 	if keep {
 		c.mu.Lock()

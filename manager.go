@@ -190,7 +190,10 @@ type managedCache interface {
 	run(ctx context.Context, log logr.Logger)
 	syncedChan() <-chan struct{}
 	lastError() error
-	busy() string // why the cache is not idle, or ""
+	busy() string                           // why the cache is not idle, or ""
+	unserved() (line string, optional bool) // for /readyz: waiting for its CRD, or lost it
+	refsOf() *cacheRefs                     // under m.mu
+	release()                               // empties it once it stopped for good
 }
 
 // managedController is the manager's view of a controller.
@@ -460,9 +463,13 @@ func (m *Manager) fatal(err error) {
 // m.mu held.
 func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
-	ctx, log := m.running, m.log.WithValues("cache", c.describe())
+	ctx, stop := context.WithCancel(m.running) // stopped alone when released
+	r := c.refsOf()
+	r.stop, r.done = stop, make(chan struct{})
+	log, done := m.log.WithValues("cache", c.describe()), r.done
 	go func() {
 		defer m.wg.Done()
+		defer close(done)
 		c.run(ctx, log)
 	}()
 }

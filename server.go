@@ -149,23 +149,37 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 // have not, and the webhook server, if any, completes a TLS handshake. A
 // cache that synced stays ready while its watch reconnects after an API
 // server outage: restarting the process would not bring the server back,
-// and the cache resumes where it stopped.
+// and the cache resumes where it stopped. A required kind that the server
+// stopped serving (its CustomResourceDefinition was deleted) makes the
+// manager not ready: it cannot do its work. An optional kind that waits for
+// its CRD does not, and is listed.
 func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
-	var waiting []string
+	var waiting, unserved, optional []string
 	for _, c := range caches {
 		select {
 		case <-c.syncedChan():
 		default:
 			waiting = append(waiting, c.describe())
 		}
+		switch line, opt := c.unserved(); {
+		case line != "" && opt:
+			optional = append(optional, line)
+		case line != "":
+			unserved = append(unserved, line)
+		}
 	}
 	if len(waiting) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		return
+	}
+	if len(unserved) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, strings.Join(unserved, "\n"))
 		return
 	}
 	if err := m.webhookReady(r.Context()); err != nil {
@@ -174,6 +188,10 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	slices.Sort(optional)
+	for _, line := range optional {
+		fmt.Fprintln(w, line)
+	}
 	// Members of a fleet come and go; one that is down is reported, not a
 	// reason to restart the process.
 	m.mu.Lock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -36,6 +37,10 @@ type feed[T Object] struct {
 	fakeEvents atomic.Pointer[<-chan watch.Event]
 	relists    prometheus.Counter // set by run
 	labels     []string           // of the feed's series: resource, namespace, cluster
+	notServed  atomic.Bool        // the last list or watch found the resource not served (404)
+
+	stop context.CancelFunc // set when started, for the feeds that stop before their cache
+	done chan struct{}      // closed when run returns
 }
 
 // run lists and watches the feed's namespace until ctx is done.
@@ -46,7 +51,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		res += "." + c.b.GVR.Group
 	}
 	name := c.String()
-	if len(c.feeds) > 1 || len(c.scope.namespaces) > 1 {
+	if f.namespace != "" && c.currentScope().String() != fmt.Sprintf("in namespace %q", f.namespace) {
 		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.namespace)
 		log = log.WithValues("namespace", f.namespace)
 	}
@@ -67,6 +72,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		OnConnected: func(ok bool, d time.Duration) {
 			f.connected.Store(ok)
 			if ok {
+				f.notServed.Store(false)
 				connected.Set(1)
 				if d > 0 {
 					blind.Observe(d.Seconds())
@@ -76,7 +82,13 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 				connected.Set(0)
 			}
 		},
+		// An optional kind's 404s are its CRD's coming and going, which
+		// the cache reports itself.
+		Quiet: func(err error) bool { return c.opt != nil && apierrors.IsNotFound(err) },
 		OnError: func(err error) {
+			if apierrors.IsNotFound(err) {
+				f.notServed.Store(true)
+			}
 			f.lastErr.Store(&err)
 			c.mu.RLock()
 			fn := c.onError
@@ -110,11 +122,13 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return f.b.List(ctx, f.namespace, f.options(opts))
+	l, err := f.b.List(ctx, f.namespace, f.options(opts))
+	return l, f.c.notServedError(err)
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
+	err = f.c.notServedError(err)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
@@ -271,6 +285,42 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	if existed {
 		for _, h := range c.handlers {
 			h.changed(event[T]{kind: kind, key: key, obj: t})
+		}
+	}
+}
+
+// drop removes the cached objects whose keys match, as removals of kind,
+// and dispatches them: removals that no watch reports, because the cache
+// stops watching where the objects are (kind forgotten) or their resource
+// went away with its CustomResourceDefinition (deleted).
+func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	var removed []event[T]
+	c.mu.Lock()
+	for k, obj := range c.items.all() {
+		if match(k) {
+			removed = append(removed, event[T]{kind: kind, key: k, obj: obj})
+		}
+	}
+	for _, ev := range removed {
+		c.items.remove(ev.key)
+		for _, idx := range c.indexes {
+			idx.remove(ev.key, ev.obj)
+		}
+		delete(c.expect, ev.key) // no event will settle it now
+	}
+	for k := range c.expect {
+		if match(k) {
+			delete(c.expect, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range c.handlers {
+		for _, ev := range removed {
+			h.changed(ev)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -65,9 +66,20 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
+	if d := c.opts.ReconcileTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
+		defer cancel()
+	}
 	ctx = logr.NewContext(ctx, log)
 	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
 	res, err := c.safely(ctx, log, key)
+	if context.Cause(ctx) == errReconcileTimeout {
+		c.metrics.Timeouts.Inc()
+		if err == nil {
+			log.Info("reconcile ran past ReconcileTimeout", "timeout", c.opts.ReconcileTimeout.String())
+		}
+	}
 	switch {
 	case err != nil:
 		c.metrics.Errored.Inc()
@@ -97,11 +109,23 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
-		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
+		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
 	}
+}
+
+// errReconcileTimeout is the cause of a reconcile's context canceled by
+// ControllerOptions.ReconcileTimeout.
+var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
+
+// jitter returns d lengthened by a random part of up to fraction of it.
+func jitter(d time.Duration, fraction float64) time.Duration {
+	if fraction <= 0 {
+		return d
+	}
+	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
 // countCauses counts the reconcile once under each reason among all its

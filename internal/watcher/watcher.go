@@ -48,6 +48,10 @@ type Config struct {
 	// having worked (or never having worked), and with true and the time
 	// spent without a working list or watch when one works again.
 	OnConnected func(connected bool, blind time.Duration)
+	// Quiet reports the errors not to log, because the caller reports
+	// them: an optional kind's 404s, which its CustomResourceDefinition
+	// explains. Nil: every error is logged.
+	Quiet func(error) bool
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -66,6 +70,19 @@ var Backoff = wait.Backoff{
 // outage.
 const RelistSpread = 2 * time.Second
 
+// NotServed is the delay between list-and-watch cycles that end because
+// the server does not serve the resource (404 Not Found: its
+// CustomResourceDefinition was deleted). The first retries are as quick as
+// Backoff's, so a CRD being replaced costs little; a CRD that stays gone
+// costs the server a list every 20 to 30 seconds, not every second.
+var NotServed = wait.Backoff{
+	Duration: 100 * time.Millisecond,
+	Factor:   2,
+	Jitter:   0.5,
+	Cap:      20 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
@@ -81,6 +98,7 @@ func Run(ctx context.Context, cfg Config) {
 		Backoff:         &reflectorBackoff,
 	})
 	backoff := Backoff // for retrying list-and-watch cycles
+	notServed := NotServed
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -108,6 +126,11 @@ func Run(ctx context.Context, cfg Config) {
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
+		}
+		if apierrors.IsNotFound(err) {
+			pause = max(pause, notServed.Step())
+		} else {
+			notServed = NotServed
 		}
 		lastReturn = time.Now()
 		if pause > 0 {
@@ -138,6 +161,7 @@ type tracking struct {
 	justBack   bool          // an outage of the server ended in this list-and-watch cycle
 	refused    bool          // a call failed in the current outage: the server was unreachable
 	retryAfter time.Duration // the server's Retry-After, from the last failed call
+	quiet      bool          // the current outage began with an error Quiet, and goes unsaid
 }
 
 func (t *tracking) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -260,7 +284,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 		blind := time.Duration(0)
 		if t.started {
 			blind = now.Sub(t.since)
-			t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
+			if !t.quiet {
+				t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
+			}
 			t.justBack = t.refused
 		}
 		t.refused = false
@@ -271,7 +297,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 	case err != nil && t.connected:
 		t.lost(err, now)
 	case err != nil && !t.started:
-		t.log.Info("cannot list or watch; retrying", "err", err.Error())
+		if t.quiet = t.cfg.Quiet != nil && t.cfg.Quiet(err); !t.quiet {
+			t.log.Info("cannot list or watch; retrying", "err", err.Error())
+		}
 		t.started, t.since = true, now
 		if t.cfg.OnConnected != nil {
 			t.cfg.OnConnected(false, 0)
@@ -281,7 +309,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 
 // lost records an outage that began at since. Called with t.mu held.
 func (t *tracking) lost(err error, since time.Time) {
-	t.log.Info("lost the watch; retrying", "err", err.Error())
+	if t.quiet = t.cfg.Quiet != nil && t.cfg.Quiet(err); !t.quiet {
+		t.log.Info("lost the watch; retrying", "err", err.Error())
+	}
 	t.connected, t.since = false, since
 	if t.cfg.OnConnected != nil {
 		t.cfg.OnConnected(false, 0)
