@@ -89,6 +89,9 @@ func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
 	}
+	if c.opt != nil && c.opt.busy() {
+		return c.String() + ": following a change of its CustomResourceDefinition"
+	}
 	for _, f := range c.ownFeeds() {
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))

@@ -33,6 +33,8 @@ type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string
 	kick    chan struct{} // the CRD changed
+	kicks   atomic.Uint64 // changes of the CRD, and how many follow has acted on,
+	acted   atomic.Uint64 // for the idle check
 	ready   chan struct{} // closed once crds is set
 	crds    *Cache[*unstructured.Unstructured]
 	waiting atomic.Pointer[string] // why the cache waits, or nil while it is served
@@ -66,6 +68,10 @@ func newOptional(m *Manager, info binding.Info) *optional {
 	}
 }
 
+// busy says why the cache is not idle: its CRD changed, and follow has not
+// acted on it yet.
+func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
+
 // watchCRD makes the private cache that watches the CRD of an optional
 // cache's kind.
 func (c *Cache[T]) watchCRD() error {
@@ -73,7 +79,7 @@ func (c *Cache[T]) watchCRD() error {
 	crds, err := makeCache(c.mgr, CacheOptions{
 		Resource:      crdResource,
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.crd),
-	}, use[*unstructured.Unstructured]{handler: kicker{o.kick}, private: fmt.Sprintf("crd of %p", c), trim: trimCRD})
+	}, use[*unstructured.Unstructured]{handler: kicker{o}, private: fmt.Sprintf("crd of %p", c), trim: trimCRD})
 	if err != nil {
 		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", c, err)
 	}
@@ -93,11 +99,12 @@ func (o *optional) lastError() error {
 }
 
 // kicker wakes an optional cache when its CRD changes.
-type kicker struct{ ch chan struct{} }
+type kicker struct{ o *optional }
 
 func (k kicker) kick() {
+	k.o.kicks.Add(1)
 	select {
-	case k.ch <- struct{}{}:
+	case k.o.kick <- struct{}{}:
 	default:
 	}
 }
@@ -174,6 +181,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	log = log.WithValues("crd", o.crd)
 	var serving types.UID // the CRD the feeds run for; "" while they do not
 	for {
+		kicks := o.kicks.Load()
 		crd, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crdState(crd, o.version)
 		if serving != "" && (!served || crd.GetUID() != serving) {
@@ -208,6 +216,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 			o.gauge.Set(1)
 			c.markSynced() // in step with the server, which serves none
 		}
+		o.acted.Store(kicks)
 		c.mgr.activity.Add(1)
 		select {
 		case <-ctx.Done():

@@ -173,9 +173,13 @@ type link struct {
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
+	// m.mu first, as Start takes it to prepare controllers: a controller
+	// is prepared before this (it has a queue to stop) or never.
+	m.mu.Lock()
 	c.mu.Lock()
 	if c.removed.Load() {
 		c.mu.Unlock()
+		m.mu.Unlock()
 		c.wiring.Unlock()
 		return nil
 	}
@@ -184,7 +188,6 @@ func (c *Controller[T]) Stop(ctx context.Context) error {
 	links, q := c.links, c.q
 	c.links = nil
 	c.mu.Unlock()
-	m.mu.Lock()
 	if m.controllers[c.ctrlName] == managedController(c) {
 		delete(m.controllers, c.ctrlName)
 	}
