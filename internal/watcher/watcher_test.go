@@ -16,8 +16,10 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -347,3 +349,62 @@ func TestStreamTransport(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNotServedBacksOff runs a reflector against a resource the server
+// does not serve (404, a CRD deleted): its cycles back off past Backoff's
+// cap, as NotServed says, and with Quiet the failures go unlogged.
+func TestNotServedBacksOff(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	savedB, savedN := Backoff, NotServed
+	Backoff.Duration, Backoff.Cap, Backoff.Jitter = time.Millisecond, 2*time.Millisecond, 0
+	NotServed.Duration, NotServed.Cap, NotServed.Jitter = time.Millisecond, time.Second, 0
+	defer func() { Backoff, NotServed = savedB, savedN }()
+
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			notFound := apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "")
+			var mu sync.Mutex
+			var calls []time.Time
+			lw := noWatchList{&cache.ListWatch{
+				ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					calls = append(calls, time.Now())
+					return nil, notFound
+				},
+				WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+					return nil, notFound
+				},
+			}}
+			var log lines
+			cfg := Config{Name: "widgets", Type: &corev1.ConfigMap{}, ListerWatch: lw,
+				Store: cache.NewStore(cache.MetaNamespaceKeyFunc), Logger: log.logger()}
+			if quiet {
+				cfg.Quiet = apierrors.IsNotFound
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Run(ctx, cfg)
+			}()
+			waitFor(t, "ten lists", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) >= 10 })
+			cancel()
+			<-done
+			mu.Lock()
+			defer mu.Unlock()
+			// The ninth pause is NotServed's ninth step, 256 ms: timers
+			// only ever fire late, so this is a lower bound.
+			if gap := calls[9].Sub(calls[8]); gap < 256*time.Millisecond {
+				t.Errorf("gap between the 9th and 10th list: got %s, want at least 256ms", gap)
+			}
+			want := 1
+			if quiet {
+				want = 0
+			}
+			if got := log.count("cannot list or watch; retrying"); got != want {
+				t.Errorf("lines about the failures: got %d, want %d:\n%s", got, want, strings.Join(log.all, "\n"))
+			}
+		})
+	}
+}
