@@ -139,6 +139,8 @@ func trimCRD(u *unstructured.Unstructured) *unstructured.Unstructured {
 	return out
 }
 
+const notEstablished = "not Established yet"
+
 // crdState says whether crd (nil: absent) serves version, and if not, why.
 func crdState(crd *unstructured.Unstructured, version string) (served bool, why string) {
 	if crd == nil {
@@ -157,7 +159,7 @@ func crdState(crd *unstructured.Unstructured, version string) (served bool, why 
 		m, _ := c.(map[string]any)
 		return m["type"] == "Established" && m["status"] == "True"
 	}) {
-		return false, "not Established yet"
+		return false, notEstablished
 	}
 	return true, ""
 }
@@ -211,7 +213,11 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		}
 		if !served {
 			if was := o.waiting.Swap(&why); was == nil || *was != why {
-				log.Info("waiting for the CustomResourceDefinition", "reason", why)
+				l := log
+				if why == notEstablished {
+					l = log.V(1) // a CRD just made: Established follows at once
+				}
+				l.Info("waiting for the CustomResourceDefinition", "reason", why)
 			}
 			o.gauge.Set(1)
 			c.markSynced() // in step with the server, which serves none

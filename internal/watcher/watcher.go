@@ -50,7 +50,8 @@ type Config struct {
 	OnConnected func(connected bool, blind time.Duration)
 	// Quiet reports the errors not to log, because the caller reports
 	// them: an optional kind's 404s, which its CustomResourceDefinition
-	// explains. Nil: every error is logged.
+	// explains; a 404 among them is retried at Settling's pace. Nil:
+	// every error is logged.
 	Quiet func(error) bool
 }
 
@@ -83,6 +84,20 @@ var NotServed = wait.Backoff{
 	Steps:    math.MaxInt32,
 }
 
+// Settling is the delay between cycles that end in a 404 the caller
+// expects to pass (Config.Quiet): an optional kind's just after its CRD
+// became Established, while the API server sets up the resource's handler
+// (a second, measured, after a CRD is created again). Retries come every
+// 100 to 650 ms in the first few seconds, so the cache lists soon after the
+// server serves, and then slow down to NotServed's pace.
+var Settling = wait.Backoff{
+	Duration: 100 * time.Millisecond,
+	Factor:   1.2,
+	Jitter:   0.5,
+	Cap:      20 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
@@ -98,7 +113,7 @@ func Run(ctx context.Context, cfg Config) {
 		Backoff:         &reflectorBackoff,
 	})
 	backoff := Backoff // for retrying list-and-watch cycles
-	notServed := NotServed
+	notServed, settling := NotServed, Settling
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -117,20 +132,25 @@ func Run(ctx context.Context, cfg Config) {
 		// A watch that cannot resume (410 Gone: its resource version was
 		// compacted, or the server restarted) is relisted at once, unless
 		// an outage just ended; errors, and ends in quick succession, wait.
+		notFound := apierrors.IsNotFound(err)
+		quiet := notFound && cfg.Quiet != nil && cfg.Quiet(err)
 		pause := time.Duration(0)
 		switch {
 		case lw.recovered():
 			pause = rand.N(RelistSpread)
+		case quiet:
+			pause = settling.Step()
 		case err != nil || time.Since(lastReturn) < time.Second:
 			pause = backoff.Step()
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
 		}
-		if apierrors.IsNotFound(err) {
+		if notFound && !quiet {
 			pause = max(pause, notServed.Step())
-		} else {
-			notServed = NotServed
+		}
+		if !notFound {
+			notServed, settling = NotServed, Settling
 		}
 		lastReturn = time.Now()
 		if pause > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -352,16 +354,22 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 
 // TestNotServedBacksOff runs a reflector against a resource the server
 // does not serve (404, a CRD deleted): its cycles back off past Backoff's
-// cap, as NotServed says, and with Quiet the failures go unlogged.
+// cap, at NotServed's pace, or Settling's for 404s the caller expects
+// (Config.Quiet), which also go unlogged.
 func TestNotServedBacksOff(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	savedB, savedN := Backoff, NotServed
+	savedB, savedN, savedS := Backoff, NotServed, Settling
+	defer func() { Backoff, NotServed, Settling = savedB, savedN, savedS }()
 	Backoff.Duration, Backoff.Cap, Backoff.Jitter = time.Millisecond, 2*time.Millisecond, 0
-	NotServed.Duration, NotServed.Cap, NotServed.Jitter = time.Millisecond, time.Second, 0
-	defer func() { Backoff, NotServed = savedB, savedN }()
+	scaled := wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32}
+	unused := wait.Backoff{Duration: time.Minute, Steps: math.MaxInt32} // a schedule not to follow
 
 	for _, quiet := range []bool{false, true} {
 		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			NotServed, Settling = scaled, unused
+			if quiet {
+				NotServed, Settling = unused, scaled
+			}
 			notFound := apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "")
 			var mu sync.Mutex
 			var calls []time.Time
@@ -393,7 +401,7 @@ func TestNotServedBacksOff(t *testing.T) {
 			<-done
 			mu.Lock()
 			defer mu.Unlock()
-			// The ninth pause is NotServed's ninth step, 256 ms: timers
+			// The ninth pause is the schedule's ninth step, 256 ms: timers
 			// only ever fire late, so this is a lower bound.
 			if gap := calls[9].Sub(calls[8]); gap < 256*time.Millisecond {
 				t.Errorf("gap between the 9th and 10th list: got %s, want at least 256ms", gap)
