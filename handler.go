@@ -147,7 +147,17 @@ type target interface {
 	// queueAll queues every object of the controller through the backlog,
 	// if it is active.
 	queueAll(cause Cause)
+	// name is the controller's name.
+	name() string
 }
+
+// A handler that serves a controller says whose it is, for the reports
+// of a cache that waits for its CRD.
+type user interface{ user() string }
+
+func (c *Controller[T]) user() string   { return c.ctrlName }
+func (h *ownerHandler[O]) user() string { return h.to.name() }
+func (h *mapHandler[O]) user() string   { return h.to.name() }
 
 func (c *Controller[T]) queue(key Key, cause Cause) {
 	if !c.active.Load() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -217,7 +219,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 				if why == notEstablished {
 					l = log.V(1) // a CRD just made: Established follows at once
 				}
-				l.Info("waiting for the CustomResourceDefinition", "reason", why)
+				l.Info("waiting for the CustomResourceDefinition", "reason", why, "controllers", c.users())
 			}
 			o.gauge.Set(1)
 			c.markSynced() // in step with the server, which serves none
@@ -233,6 +235,21 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		case <-o.kick:
 		}
 	}
+}
+
+// users returns the names of the controllers the cache's handlers serve,
+// sorted.
+func (c *Cache[T]) users() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for _, h := range c.handlers {
+		if u, ok := h.(user); ok {
+			out = append(out, u.user())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Served reports whether the API server serves the cache's kind, as far as
@@ -257,7 +274,14 @@ func (c *Cache[T]) Served() bool {
 func (c *Cache[T]) unserved() (line string, optional bool) {
 	if o := c.opt; o != nil {
 		if why := o.waiting.Load(); why != nil {
-			return fmt.Sprintf("waiting for CustomResourceDefinition %s (%s): %s", o.crd, *why, c), true
+			line = fmt.Sprintf("waiting for CustomResourceDefinition %s (%s): %s", o.crd, *why, c)
+			if users := c.users(); len(users) > 0 {
+				for i, u := range users {
+					users[i] = strconv.Quote(u)
+				}
+				line += ", for controllers " + strings.Join(users, ", ")
+			}
+			return line, true
 		}
 		return "", true
 	}

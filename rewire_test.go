@@ -115,7 +115,7 @@ func TestOptionalKind(t *testing.T) {
 			t.Errorf("%s: %s: got %v, want %v", step, gauge, got, gaugeWant)
 		}
 	}
-	check("not installed", false, `waiting for CustomResourceDefinition widgets.example.com (not installed): *ctrl_test.Widget (widgets.example.com/v1)`, 1)
+	check("not installed", false, `waiting for CustomResourceDefinition widgets.example.com (not installed): *ctrl_test.Widget (widgets.example.com/v1), for controllers "widgets"`, 1)
 	// Reads answer as the server would: the kind has no objects.
 	if _, err := widgetClient.Get(ctx, ctrl.Key{Namespace: "ns", Name: "w"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("Get while waiting: got %v, want not found", err)

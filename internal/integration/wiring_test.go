@@ -275,7 +275,8 @@ func TestOptionalCRD(t *testing.T) {
 	checkWaiting := func(step, reason string) {
 		t.Helper()
 		code, body := readyz(t, mgr)
-		if want := "waiting for CustomResourceDefinition gizmos.wiring.example.com (" + reason + ")"; code != http.StatusOK || !strings.Contains(body, want) {
+		want := "waiting for CustomResourceDefinition gizmos.wiring.example.com (" + reason + "): " + c.Cache().String() + `, for controllers "gizmos"`
+		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("%s: /readyz: got %d %q, want 200 saying %q", step, code, body, want)
 		}
 		if got := metric(t, mgr, waiting); got != 1 {
