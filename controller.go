@@ -73,7 +73,8 @@ type ControllerOptions struct {
 // an object mapped to it does, its key is queued and a worker calls the
 // reconcile function with the latest cached state. Create it with
 // [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
-// and its methods.
+// and its methods; Owns and Watches may also be added while the manager
+// runs, and removed with [Unwatch], and [Controller.Stop] ends it.
 //
 // Guarantees:
 //   - a key is never reconciled by two workers at once;

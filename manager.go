@@ -120,7 +120,9 @@ type Options struct {
 	// that is also a Gatherer.
 	MetricsAddress string
 	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced), such as ":8081". Default: off.
+	// (every cache has synced, and every required kind is still served;
+	// the optional kinds that wait for their CRD are listed), such as
+	// ":8081". Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
