@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -81,7 +82,8 @@ type CacheOptions struct {
 // for the same type with the same [CacheOptions] share one Cache.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
-// every other reader: never modify them; call DeepCopyObject first. The
+// every other reader: never modify them; call DeepCopyObject first. They
+// carry their apiVersion and kind, which typed decoding drops. The
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
@@ -97,6 +99,8 @@ type Cache[T Object] struct {
 	syncOnce sync.Once
 	opt      *optional // nil for a required kind
 	refs     cacheRefs // under mgr.mu
+	// typeMeta is stamped on every object stored: typed decoding drops it.
+	typeMeta metav1.TypeMeta
 
 	// Feeds start and stop while the cache runs: a fleet cache's per
 	// member as members join and leave, an ordinary cache's as its
@@ -165,9 +169,12 @@ const (
 	forgotten
 )
 
+// index files objects under the values its function returns, and under
+// their namespaces: a lookup within one namespace touches only the objects
+// there, and one across all namespaces touches every object with the value.
 type index[T Object] struct {
 	fn     func(T) []string
-	values map[string]map[Key]struct{}
+	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
 // NewCache returns the manager's cache of T for opts, creating it on first
@@ -258,6 +265,7 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		synced:  make(chan struct{}),
 		userTF:  u.trim,
 	}
+	c.typeMeta = typeMetaOf(b.Info)
 	c.refs.id = id
 	c.refs.hold(u.pin)
 	if u.handler != nil {
@@ -391,9 +399,13 @@ func (c *Cache[T]) keys() []Key {
 }
 
 // AddIndex adds an index named name. fn returns the values under which an
-// object is found by [Cache.ByIndex]; it must be fast, must not block, and
-// must not modify the object. Objects already cached are indexed at once.
-// It returns an error if the name is taken.
+// object is found by [Cache.ByIndex] and by a [Client]'s List with
+// ListOptions.Index; it must be fast, must not block, and must not modify
+// the object. The values of a namespaced object are filed under its
+// namespace too, as controller-runtime's field indexes are: a lookup finds
+// them within one namespace or across all, with no namespace encoded in
+// the values. Objects already cached are indexed at once. It returns an
+// error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
@@ -403,7 +415,7 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if _, ok := c.indexes[name]; ok {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
-	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
+	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
 	for k, obj := range c.items.all() {
 		idx.add(k, obj)
 	}
@@ -411,24 +423,53 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	return nil
 }
 
-// ByIndex returns the cached objects that the index named name files under
-// value. The objects are shared: do not modify them. It returns an error if
-// there is no such index.
-func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
+// ByIndex returns the cached objects in namespace ("" for all namespaces;
+// in a fleet cache, of every member) that the index named name files under
+// value, in no particular order. The objects are shared: do not modify
+// them; [Client.List] with ListOptions.Index returns copies. Its cost grows
+// with the objects it returns. It returns an error if there is no such
+// index, or if a namespace is given for a cluster-scoped type.
+func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
+	return c.byIndex(namespace, name, value, nil)
+}
+
+// byIndex is ByIndex for the keys that keep accepts (nil: all).
+func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
+	if namespace != "" && !c.b.Namespaced {
+		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	idx, ok := c.indexes[name]
 	if !ok {
 		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
 	}
-	keys := idx.values[value]
-	out := make([]T, 0, len(keys))
-	for k := range keys {
-		if obj, ok := c.items.get(k); ok {
-			out = append(out, obj)
+	var out []T
+	add := func(keys map[Key]struct{}) {
+		for k := range keys {
+			if keep != nil && !keep(k) {
+				continue
+			}
+			if obj, ok := c.items.get(k); ok {
+				out = append(out, obj)
+			}
 		}
 	}
+	if namespace != "" {
+		add(idx.values[value][namespace])
+		return out, nil
+	}
+	for _, keys := range idx.values[value] {
+		add(keys)
+	}
 	return out, nil
+}
+
+// hasIndex reports whether the cache has an index named name.
+func (c *Cache[T]) hasIndex(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.indexes[name] != nil
 }
 
 // SetTransform makes the cache pass every object through fn before storing
@@ -667,10 +708,15 @@ func stripManagedFields[T Object](obj T) T {
 
 func (idx *index[T]) add(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		set := idx.values[v]
+		byNS := idx.values[v]
+		if byNS == nil {
+			byNS = map[string]map[Key]struct{}{}
+			idx.values[v] = byNS
+		}
+		set := byNS[k.Namespace]
 		if set == nil {
 			set = map[Key]struct{}{}
-			idx.values[v] = set
+			byNS[k.Namespace] = set
 		}
 		set[k] = struct{}{}
 	}
@@ -678,9 +724,15 @@ func (idx *index[T]) add(k Key, obj T) {
 
 func (idx *index[T]) remove(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		if set := idx.values[v]; set != nil {
-			delete(set, k)
-			if len(set) == 0 {
+		byNS := idx.values[v]
+		set := byNS[k.Namespace]
+		if set == nil {
+			continue
+		}
+		delete(set, k)
+		if len(set) == 0 {
+			delete(byNS, k.Namespace)
+			if len(byNS) == 0 {
 				delete(idx.values, v)
 			}
 		}

@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -29,7 +31,8 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A Client is safe for concurrent use.
+// them. The objects it returns carry their apiVersion and kind. A Client is
+// safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -40,6 +43,12 @@ type ClientOptions struct {
 // Writes made through a Client are tracked until the manager's caches of T
 // have observed them, which is what lets [Manager.WaitIdle] return only
 // after their consequences have been reconciled.
+//
+// With leader election, a write made under a reconcile's context (or one
+// derived from it) fails with [ErrLeadershipLost], without a request, once
+// this replica's leadership has ended ([CheckLeadership]); see
+// [LeaderElection]. A write under another context, such as
+// context.Background(), is not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -53,7 +62,7 @@ type Client[T Object] struct {
 // a resource for a typed T.
 //
 // A client reaches the manager's own cluster, and the members of its fleet
-// through [Client.In] or keys that name their cluster. A type that only
+// through [Client.InCluster] or keys that name their cluster. A type that only
 // members serve gets a client too; its use in the own cluster returns the
 // error that binding it there gave.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
@@ -67,18 +76,18 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 		res = &i
 	}
 	info, ierr := binding.InfoFor[T](res)
-	if ierr != nil || m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+	if ierr != nil || m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, err // not a fleet: the error belongs to wiring
 	}
 	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
 }
 
-// In returns a client of T bound to cluster: a member of the fleet, or ""
+// InCluster returns a client of T bound to cluster: a member of the fleet, or ""
 // for the manager's own. Its writes of objects (Create, Update, Apply, ...)
 // go to that cluster, and so do its reads and writes of keys that name no
 // cluster; a key that names one is always served by that one. In a
 // reconcile, [ClusterFrom] names the reconciled object's cluster.
-func (c *Client[T]) In(cluster string) *Client[T] {
+func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
 	return &in
@@ -123,8 +132,29 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
+	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
+
+// requestError is the error of a request about one object. It names the
+// object's resource and key, so that a controller can tell a NotFound of
+// the object it reconciles from any other (see Controller.vanished).
+type requestError struct {
+	verb     string // "get", "create", "update status of", ...
+	typ      reflect.Type
+	resource schema.GroupResource
+	key      Key
+	err      error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("ctrl: %s %s %s: %v", e.verb, e.typ, e.key, e.err)
+}
+
+func (e *requestError) Unwrap() error { return e.err }
+
+// written reports whether the request wrote an object that should exist:
+// not a read, and not a create, whose NotFound is about its namespace.
+func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
 // cache returns the cache of T that covers what covers reports, waiting for
 // it to sync, or an error that says which cache to add.
@@ -165,7 +195,11 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		if err != nil {
+			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		}
+		stamp(obj, typeMetaOf(c.b.Info))
+		return obj, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -178,9 +212,9 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	return obj.DeepCopyObject().(T), nil
 }
 
-// ListOptions select objects for [Client.List]. The zero value lists every
+// ListParams select objects for [Client.List]. The zero value lists every
 // object in the manager's scope.
-type ListOptions struct {
+type ListParams struct {
 	// Namespace restricts the list to one namespace. Default: the manager's
 	// Options.Namespace (all namespaces if that is empty).
 	Namespace string
@@ -195,13 +229,22 @@ type ListOptions struct {
 	// huge response at once. Ignored for cached lists. Default: one page.
 	Limit int64
 	// Cluster lists a member cluster of the fleet. Default: the client's
-	// cluster ([Client.In]), or the manager's own.
+	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
+	// Index lists only the objects that the cache's index of this name
+	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
+	// every namespace if Namespace is "": controller-runtime's
+	// MatchingFields on a field index, with InNamespace. Its cost grows
+	// with the objects found, not with the namespace. Selectors apply
+	// after it. A cached list only. Default: no index.
+	Index string
+	// IndexValue is the value looked up in Index.
+	IndexValue string
 }
 
 // List returns the matching objects: copies the caller owns, in no
 // particular order.
-func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	if opts.Namespace == "" && c.b.Namespaced && opts.Cluster == "" && c.cluster == "" {
 		opts.Namespace = c.m.opts.Namespace
 	}
@@ -212,6 +255,9 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
 	if c.uncached {
+		if opts.Index != "" {
+			return nil, wrap(fmt.Errorf("index %q: indexes are in caches: list with a cached client", opts.Index))
+		}
 		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
@@ -225,11 +271,32 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Cluster != "" {
 		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
+	covers := func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) }
+	if opts.Index != "" {
+		if err := c.checkIndex(opts, what, covers); err != nil {
+			return nil, wrap(err)
+		}
+		what += fmt.Sprintf(" with index %q", opts.Index)
+		covers = func(cc *Cache[T]) bool {
+			return cc.coversNamespace(opts.Cluster, opts.Namespace) && cc.hasIndex(opts.Index)
+		}
+	}
+	cc, err := c.cache(ctx, what, covers)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	var objs []T
+	if opts.Index == "" {
+		objs = cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	} else {
+		inCluster := func(k Key) bool { return k.Cluster == opts.Cluster }
+		if objs, err = cc.byIndex(opts.Namespace, opts.Index, opts.IndexValue, inCluster); err != nil {
+			return nil, wrap(err)
+		}
+		if sel := opts.LabelSelector; sel != nil {
+			objs = slices.DeleteFunc(objs, func(o T) bool { return !sel.Matches(labels.Set(o.GetLabels())) })
+		}
+	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -240,8 +307,27 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	return objs, nil
 }
 
+// checkIndex returns an error that says how to add the index opts names,
+// if some cache covers the list but none of them has it.
+func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
+	var covering []*Cache[T]
+	for _, cc := range cachesOf(c.m, c.b) {
+		if covers(cc) {
+			if cc.hasIndex(opts.Index) {
+				return nil
+			}
+			covering = append(covering, cc)
+		}
+	}
+	if len(covering) == 0 {
+		return nil // the cache lookup says which cache to add
+	}
+	return fmt.Errorf("no cache of %s that holds %s has index %q (caches: %s): add it with Cache.AddIndex",
+		c.b.Info, what, opts.Index, describeScope(covering))
+}
+
 // listPages lists from the server, a page of opts.Limit at a time.
-func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error) {
 	lo := metav1.ListOptions{Limit: opts.Limit}
 	if opts.LabelSelector != nil {
 		lo.LabelSelector = opts.LabelSelector.String()
@@ -254,10 +340,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 		return nil, err
 	}
 	var items []T
+	tm := typeMetaOf(c.b.Info)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
 			return nil, tagUnreachable(ctx, opts.Cluster, err)
+		}
+		for _, obj := range l.Items {
+			stamp(obj, tm)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -268,8 +358,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 }
 
 // write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects. ctx is the request's.
+// T that holds that cluster's objects. ctx is the request's. Every write
+// of a Client comes here: one whose context carries a leadership that has
+// ended (a reconcile's, on a replica past its deadline) fails without a
+// request.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	if err := leader.Check(ctx); err != nil {
+		return binding.New[T](), err
+	}
 	b, err := c.backend(key.Cluster)
 	if err != nil {
 		return binding.New[T](), err
@@ -279,6 +375,9 @@ func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b
 		done = append(done, cc.expectWrite(key))
 	}
 	obj, err := do(b)
+	if err == nil && !deleting {
+		stamp(obj, typeMetaOf(c.b.Info))
+	}
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
@@ -437,18 +536,17 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	return c.patch(ctx, key, types.MergePatchType, patch, "")
 }
 
-// Operation says what [Client.CreateOrPatch] did.
-type Operation string
+// Outcome says what [Client.CreateOrPatch] did.
+type Outcome string
 
-// The operations of CreateOrPatch. OperationPatched means the object was
-// patched, and its status too if mutate changed it; OperationPatchedStatus
-// means only the status changed, and only the status subresource was
-// patched.
+// The outcomes of CreateOrPatch. Patched means the object was patched, and
+// its status too if mutate changed it; StatusPatched means only the status
+// changed, and only the status subresource was patched.
 const (
-	OperationUnchanged     Operation = "unchanged"
-	OperationCreated       Operation = "created"
-	OperationPatched       Operation = "patched"
-	OperationPatchedStatus Operation = "patchedStatus"
+	Unchanged     Outcome = "unchanged"
+	Created       Outcome = "created"
+	Patched       Outcome = "patched"
+	StatusPatched Outcome = "statusPatched"
 )
 
 // CreateOrPatch makes the object with key what mutate says: mutate receives
@@ -461,13 +559,13 @@ const (
 // a changed status is patched through the subresource after the object
 // (a new object's status is not written: the server ignores it on create).
 // If the object's patch succeeds and the status patch fails, it returns
-// the object as patched, OperationPatched and the error. mutate must not
+// the object as patched, Patched and the error. mutate must not
 // change the name or namespace. Without a cache of T that covers key, it
 // reads the server.
-func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
+func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if mutate == nil {
-		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
+		return binding.New[T](), Unchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
 	reader := c
 	if !c.uncached && !c.coveredByCache(key) {
@@ -479,46 +577,46 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		obj.SetNamespace(key.Namespace)
 		obj.SetName(key.Name)
 		if err := c.mutate(key, obj, mutate); err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		out, err := c.In(key.Cluster).Create(ctx, obj)
+		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
 		if err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		return out, OperationCreated, nil
+		return out, Created, nil
 	}
 	if err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	changed := cur.DeepCopyObject().(T)
 	if err := c.mutate(key, changed, mutate); err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	if !c.b.Status {
 		patch, err := mergePatch(cur, changed)
 		if err != nil || patch == nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
 		if err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		return out, OperationPatched, nil
+		return out, Patched, nil
 	}
 	rest, status, err := splitPatches(cur, changed)
 	if err != nil {
-		return cur, OperationUnchanged, c.wrap("patch", key, err)
+		return cur, Unchanged, c.wrap("patch", key, err)
 	}
-	out, op := cur, OperationUnchanged
+	out, op := cur, Unchanged
 	if rest != nil {
 		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		op = OperationPatched
+		op = Patched
 	}
 	if status != nil {
 		// The object's own patch, if any, did not touch the status: the
@@ -532,8 +630,8 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 			return out, op, err
 		}
 		out = next
-		if op == OperationUnchanged {
-			op = OperationPatchedStatus
+		if op == Unchanged {
+			op = StatusPatched
 		}
 	}
 	return out, op, nil
@@ -558,8 +656,8 @@ func (c *Client[T]) coveredByCache(key Key) bool {
 	return false
 }
 
-// ApplyOptions configure [Client.Apply].
-type ApplyOptions struct {
+// ApplyParams configure [Client.Apply].
+type ApplyParams struct {
 	// FieldManager owns the applied fields. Default: the manager's
 	// Options.FieldManager.
 	FieldManager string
@@ -575,7 +673,7 @@ type ApplyOptions struct {
 // object, creating it if needed. Build obj with only the fields you mean to
 // own: every field that is set, even to its zero value when the Go type does
 // not omit it, is claimed.
-func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, error) {
+func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, error) {
 	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
 	}

@@ -85,7 +85,11 @@ type ControllerOptions struct {
 //   - an error or a panic requeues the key with the rate limiter's backoff;
 //     nothing stops the controller but the manager;
 //   - with leader election, a replica that does not lead queues nothing; when
-//     it takes over, it reconciles every cached object once.
+//     it takes over, it reconciles every cached object once;
+//   - once leadership has ended (its deadline passed, noticed or not), no
+//     worker takes a key, running reconciles are canceled, and their writes
+//     through ctrl's clients fail with [ErrLeadershipLost]: an error that
+//     ends the reconcile, not retried and not counted as a failure.
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -118,15 +122,19 @@ type Controller[T Object] struct {
 	// replica leads. Handlers queue nothing and keep no tombstones before.
 	active   atomic.Bool
 	stopping atomic.Bool
-	stop     chan struct{} // closed by the first shutdown
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	outage   outageLog
+	// reconcileCtx is the context of reconciles: canceled, and its terms
+	// ended, when this replica stops leading; replaced when it leads again.
+	reconcileCtx atomic.Pointer[context.Context]
+	startOnce    sync.Once     // starts the workers
+	stop         chan struct{} // closed by the first shutdown
+	stopOnce     sync.Once
+	wg           sync.WaitGroup
+	outage       outageLog
 
 	// Wiring that changes while the manager runs: links are the
 	// controller's Owns and Watches (under mu), wiring serializes their
 	// changes, removed is set by Stop, and cancel (under mu) cancels the
-	// controller's running reconciles.
+	// reconciles of the current term.
 	wiring  sync.Mutex
 	links   []*link
 	removed atomic.Bool
@@ -141,7 +149,12 @@ type Controller[T Object] struct {
 //
 // If reconcile returns an error, the key is retried with backoff and the
 // Result is ignored. An object that is gone when its key comes up is not
-// passed to reconcile; see [Controller.OnDelete].
+// passed to reconcile; see [Controller.OnDelete]. One error is not retried:
+// a NotFound from a write (not a create) to the reconciled object itself,
+// through a [Client] of its resource, when the API server, asked once
+// more, no longer holds that object (or holds a new one of the same name).
+// The object was deleted during its reconcile, and its deletion is an event
+// of its own; the reconcile counts as a success and is logged at V(1).
 func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
 	if name == "" {
 		return nil, errors.New("ctrl: NewController: empty name")
@@ -354,29 +367,37 @@ func (c *Controller[T]) prepare() {
 }
 
 // start activates the controller, queues every cached object through the
-// backlog, and starts the workers. Called once the caches have synced and,
-// with leader election, once this replica leads.
+// backlog, and starts the workers, which reconcile under reconcileCtx.
+// Called once the caches have synced and, with leader election, each time
+// this replica takes the lead.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.removed.Load() {
 		return // stopped by Stop
 	}
+	if c.cancel != nil {
+		c.cancel() // the last term's, over already
+	}
 	reconcileCtx, c.cancel = context.WithCancel(reconcileCtx)
+	c.reconcileCtx.Store(&reconcileCtx)
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
 	c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
 	c.mgr.activity.Add(1)
-	for range c.opts.Workers {
-		c.wg.Go(func() { c.work(reconcileCtx) })
-	}
-	if d := c.opts.ResyncPeriod; d > 0 {
-		c.wg.Go(func() { c.resync(d) })
-	}
+	c.startOnce.Do(func() {
+		for range c.opts.Workers {
+			c.wg.Go(c.work)
+		}
+		if d := c.opts.ResyncPeriod; d > 0 {
+			c.wg.Go(func() { c.resync(d) })
+		}
+	})
 }
 
-// resync queues every cached object every d, until the controller stops.
+// resync queues every cached object every d while the controller is
+// active, until it stops.
 func (c *Controller[T]) resync(d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -386,9 +407,36 @@ func (c *Controller[T]) resync(d time.Duration) {
 			return
 		case <-t.C:
 		}
-		c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
-		c.mgr.activity.Add(1)
+		if c.active.Load() {
+			c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
+			c.mgr.activity.Add(1)
+		}
 	}
+}
+
+// pause deactivates the controller until its next start, after this
+// replica lost the lead and stands by: changes queue nothing, the workers
+// drop the keys still queued (their term has ended), and tombstones go, as
+// they would with a restart: a deletion observed while leading and not yet
+// handled is not seen again. It waits up to timeout for running reconciles,
+// whose context is canceled, to return.
+func (c *Controller[T]) pause(timeout time.Duration) error {
+	c.active.Store(false)
+	c.mu.Lock()
+	clear(c.tombstones)
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for c.q.processing.Load() != 0 {
+		select {
+		case <-t.C:
+			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+		case <-poll.C:
+		}
+	}
+	return nil
 }
 
 func (c *Controller[T]) shutdown(timeout time.Duration) error {

@@ -10,7 +10,7 @@
 //			// cm is this call's own copy of the cached object.
 //			return ctrl.Result{}, nil
 //		}, ctrl.ControllerOptions{Workers: 4})
-//	err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
+//	_, err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
 //	err = mgr.Start(ctx)               // blocks until ctx is done
 //
 // There is no Scheme to register built-in types in: the type parameter is
@@ -44,12 +44,19 @@
 //     rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
-//     return the error and be called again with newer state.
+//     return the error and be called again with newer state. A NotFound on
+//     a write to the reconciled object itself, once the server confirms
+//     the object is gone, ends the reconcile quietly, without a retry.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
-//   - One leader: with leader election, a replica that does not lead keeps
-//     its caches warm and queues nothing; when it takes over it reconciles
-//     every cached object once.
+//   - One leader: with leader election, a replica leads until a deadline on
+//     its own monotonic clock, RenewDeadline after its last successful
+//     renewal of the Lease began, which passes before any other replica may
+//     take over. Past it, even if it was paused (SIGSTOP, a frozen VM) and
+//     has not noticed, it takes no key, its reconciles are canceled, and its
+//     writes through ctrl's clients fail with [ErrLeadershipLost]. A replica
+//     that does not lead keeps its caches warm and queues nothing; when it
+//     takes over it reconciles every cached object once.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, across restarts and failovers, and
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen
@@ -90,6 +97,11 @@
 //     nothing uses any more stops and lets its objects go.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
+//   - Guarded: metrics are served over HTTPS only to clients whose token
+//     the API server authenticates and whose user it allows to get the
+//     path, unless plain HTTP is chosen; the HTTPS servers speak HTTP/2 only
+//     when asked; a manager with webhooks starts only if something serves
+//     them.
 //
 // # Reading objects
 //
@@ -97,4 +109,7 @@
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
 // speed. [Client.Get] and [Client.List] return copies. Managed fields are
 // removed from cached objects unless CacheOptions.KeepManagedFields is set.
+// Objects from caches and clients carry their apiVersion and kind, which
+// client-go's typed decoding drops (a stamp of two strings, no allocation);
+// [ReferenceOf] builds a corev1.ObjectReference to any of them.
 package ctrl

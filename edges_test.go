@@ -51,7 +51,7 @@ func TestRecorderAfterStart(t *testing.T) {
 	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
 		must(t, err)
 		if len(list) == 1 && list[0].Message == "seen late" {
 			return
@@ -408,4 +408,29 @@ func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
 	if n := blocked.Load(); n != 20 {
 		t.Errorf("%d reconciles of the slow member, want 20", n)
 	}
+}
+
+// TestDisengageDuringStart engages and disengages a member while Start
+// prepares the controllers: the race detector checks that a member that
+// leaves reads each controller's queue under the lock Start writes it
+// under.
+func TestDisengageDuringStart(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	for i := range 4 {
+		_, err := ctrl.NewController(mgr, fmt.Sprintf("fleet-%d", i), noop,
+			ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
+		must(t, err)
+	}
+	must(t, mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			mgr.Disengage("member")
+			_ = mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()})
+		}
+	}()
+	start(t, mgr)
+	<-done
+	waitIdle(t, mgr)
 }

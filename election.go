@@ -2,8 +2,10 @@ package ctrl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -19,25 +21,60 @@ import (
 // the replica holding the coordination.k8s.io/v1 Lease of that name runs
 // its controllers; the others keep their caches synced so that a takeover
 // reconciles at once. The defaults are controller-runtime's.
+//
+// Leadership is a deadline on the leader's own monotonic clock:
+// RenewDeadline after the start of its last successful renewal of the
+// Lease. Past it the replica does not lead, whatever the network says: its
+// reconciles are canceled, its workers take no key, and its writes through
+// ctrl's clients and its Events fail with [ErrLeadershipLost], also when
+// the process was paused (SIGSTOP, a long GC pause, a frozen VM) and its
+// timers have not fired yet. Another replica may take over only
+// LeaseDuration after it saw that renewal, so the difference,
+// LeaseDuration - RenewDeadline (5 s by default), is the margin within
+// which a write sent just before the deadline must reach the API server.
+// A renewal that finds another holder ends leadership at once.
+//
+// Writes a reconcile makes outside ctrl's clients (another client, an
+// external system) are not checked for it. Make them with the reconcile's
+// context, and call [CheckLeadership] right before each: the context is
+// canceled at the deadline, but after a pause a moment late, while
+// CheckLeadership reads the clock. No check can fence a write that leaves
+// the process just before a pause and reaches its server after another
+// replica took over; where that matters, make writes conditional on what
+// was read, as [Client.Update] and [Client.PatchFrom] do with the
+// object's resourceVersion: a write based on state that another leader
+// changed since fails with a conflict, whatever the timing.
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string
 	// Namespace of the Lease. Default: Options.Namespace, or "default".
 	Namespace string
-	// Identity of this replica in the Lease. Default: the host name and a
-	// random suffix.
+	// Identity of this replica in the Lease; see [Manager.Identity].
+	// Default: the host name and a random suffix.
 	Identity string
-	// LeaseDuration is how long other replicas wait, after the leader last
-	// renewed, before taking over from a leader that stopped without
-	// releasing the Lease (it crashed). Default: 15 seconds.
+	// LeaseDuration is how long other replicas wait, after they last saw
+	// the leader renew, before taking over from a leader that stopped
+	// without releasing the Lease (it crashed, or was paused). Default:
+	// 15 seconds, or 1.5 times RenewDeadline if only that is set.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long the leader keeps trying to renew before it
-	// gives up, stops its controllers, and makes Start return an error.
-	// Default: 10 seconds.
+	// RenewDeadline is how long the leader may act after the start of its
+	// last successful renewal: past it, it stops its controllers, and
+	// either stands by (StandbyOnLoss) or makes Start return an error. It
+	// must be shorter than LeaseDuration. Default: two thirds of
+	// LeaseDuration (10 seconds).
 	RenewDeadline time.Duration
 	// RetryPeriod is how often replicas try to acquire or renew. Default:
-	// 2 seconds.
+	// two fifteenths of LeaseDuration (2 seconds).
 	RetryPeriod time.Duration
+	// StandbyOnLoss makes a replica that lost the Lease stand by instead of
+	// exiting: its controllers stop (running reconciles are canceled, and
+	// Start waits up to Options.ShutdownTimeout for them), its caches stay
+	// warm, and it campaigns again; when it leads again it reconciles every
+	// cached object, as any takeover does. Default: off: Start returns an
+	// error wrapping ErrLeadershipLost, so that the process exits and
+	// starts afresh (with cold caches), which is also what drops any state
+	// or goroutine of the program's own that outlived its reconciles.
+	StandbyOnLoss bool
 }
 
 // electionConfig fills in the defaults and checks the durations. The Lease
@@ -54,15 +91,6 @@ func electionConfig(opts Options) (*leader.Config, error) {
 		host, _ := os.Hostname()
 		le.Identity = host + "_" + rand.String(8)
 	}
-	if le.LeaseDuration == 0 {
-		le.LeaseDuration = 15 * time.Second
-	}
-	if le.RenewDeadline == 0 {
-		le.RenewDeadline = 10 * time.Second
-	}
-	if le.RetryPeriod == 0 {
-		le.RetryPeriod = 2 * time.Second
-	}
 	cfg := &leader.Config{
 		Name:          le.Name,
 		Namespace:     le.Namespace,
@@ -70,15 +98,17 @@ func electionConfig(opts Options) (*leader.Config, error) {
 		LeaseDuration: le.LeaseDuration,
 		RenewDeadline: le.RenewDeadline,
 		RetryPeriod:   le.RetryPeriod,
-		Log:           opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name),
+		Log:           opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity),
 	}
+	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
 	}
 	return cfg, nil
 }
 
-// elect campaigns for the Lease and runs the controllers while it holds it.
+// elect campaigns for the Lease and runs the controllers while it holds
+// it; after a loss, again if StandbyOnLoss is set.
 func (m *Manager) elect(run, ctx context.Context, ctrls []managedController) error {
 	b, err := bind[*coordinationv1.Lease](m, APIResource{})
 	if err != nil {
@@ -86,20 +116,123 @@ func (m *Manager) elect(run, ctx context.Context, ctrls []managedController) err
 	}
 	cfg := *m.election
 	cfg.Leases = leases{b, cfg.Namespace}
-	status := m.metrics.LeaderStatus.WithLabelValues(cfg.Name)
-	status.Set(0)
-	cfg.OnStatus = func(leading bool) {
-		status.Set(map[bool]float64{true: 1, false: 0}[leading])
-	}
-	m.log.Info("waiting to become leader", "lease", cfg.Name, "identity", cfg.Identity)
+	m.metrics.LeaderStatus.WithLabelValues(cfg.Name).Set(0)
 	var leadErr error
-	err = leader.Run(run, cfg, func(leadCtx context.Context) {
-		leadErr = m.lead(leadCtx, ctx, ctrls)
-	})
+	for {
+		m.log.Info("waiting to become leader", "lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity)
+		leadErr = nil
+		err = leader.Run(run, cfg, func(leadCtx context.Context, t *leader.Term) {
+			leadErr = m.lead(leadCtx, leader.WithTerm(ctx, t), ctrls)
+		})
+		if err == nil || !m.opts.LeaderElection.StandbyOnLoss {
+			break
+		}
+		if leadErr != nil {
+			m.log.Error(leadErr, "standing by while reconciles of the lost term still run")
+		}
+		m.log.Info("lost the lease: standing by", "lease", cfg.Namespace+"/"+cfg.Name)
+	}
 	if err != nil {
-		return fmt.Errorf("ctrl: %w: lease %s", err, cfg.Name)
+		return errors.Join(fmt.Errorf("ctrl: %w", err), leadErr)
 	}
 	return leadErr
+}
+
+// leadership is what [Manager.Leading] reports: the context the
+// controllers run under, which carries the terms of the Leases they run
+// for, or nil while they do not run.
+type leadership struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	last    context.Context // the last non-nil ctx
+	changed chan struct{}   // closed at the next change
+}
+
+// Leading reports whether this replica leads now, and returns a channel
+// that is closed when the answer may have changed; call Leading again then
+// for the new answer. With leader election a replica leads while it holds
+// the Lease and its deadline (see [LeaderElection]) has not passed: the
+// answer turns false at the deadline even if the process was paused and
+// has not noticed yet, and the channel is closed once it notices. With
+// [Sharding], a replica leads while it holds its membership. Otherwise it
+// leads while Start runs its controllers. Before Start and after it
+// returns, no replica leads. Leading never blocks and is safe for
+// concurrent use.
+func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
+	m.leadership.mu.Lock()
+	defer m.leadership.mu.Unlock()
+	if m.leadership.changed == nil {
+		m.leadership.changed = make(chan struct{})
+	}
+	return m.leadership.ctx != nil && leader.Check(m.leadership.ctx) == nil, m.leadership.changed
+}
+
+// setLeading records that the controllers run under ctx, or, with nil,
+// that they stopped.
+func (m *Manager) setLeading(ctx context.Context) {
+	m.leadership.mu.Lock()
+	defer m.leadership.mu.Unlock()
+	m.leadership.ctx = ctx
+	if ctx != nil {
+		m.leadership.last = ctx
+	}
+	if m.leadership.changed != nil {
+		close(m.leadership.changed)
+	}
+	m.leadership.changed = make(chan struct{})
+	if m.election != nil {
+		m.metrics.LeaderStatus.WithLabelValues(m.election.Name).Set(map[bool]float64{true: 1, false: 0}[ctx != nil])
+	}
+}
+
+// CheckLeadership returns nil if work under ctx may still write: ctx is not
+// a reconcile's (nor derived from one) of a replica with leader election or
+// sharding, or the leadership it runs under has not ended. Otherwise it
+// returns an error wrapping [ErrLeadershipLost], even if the process was
+// paused past its deadline and nothing has noticed yet: it reads the clock.
+// ctrl's clients make this check before every write; make it before writes
+// that do not go through them. It never blocks.
+func CheckLeadership(ctx context.Context) error {
+	if err := leader.Check(ctx); err != nil {
+		return fmt.Errorf("ctrl: %w", err)
+	}
+	return nil
+}
+
+// acting reports whether this replica may write for its controllers now:
+// without leader election and sharding always, else while it leads.
+func (m *Manager) acting() bool {
+	if m.election == nil && m.sharding == nil {
+		return true
+	}
+	leading, _ := m.Leading()
+	return leading
+}
+
+// lost reports whether the last leadership of this replica ended other
+// than by its release: what was emitted under it is not to be sent.
+func (m *Manager) lost() bool {
+	m.leadership.mu.Lock()
+	last := m.leadership.last
+	m.leadership.mu.Unlock()
+	if last == nil {
+		return false
+	}
+	err := leader.Check(last)
+	return err != nil && !errors.Is(err, leader.ErrReleased)
+}
+
+// Identity returns the identity this replica holds its Lease under:
+// LeaderElection.Identity or Sharding.Identity, or the one chosen for it
+// when that is empty. It is empty without leader election and sharding.
+func (m *Manager) Identity() string {
+	switch {
+	case m.election != nil:
+		return m.election.Identity
+	case m.sharding != nil:
+		return m.sharding.identity
+	}
+	return ""
 }
 
 // leases serves the elector's Lease reads and writes through the binding.

@@ -4,11 +4,23 @@ import (
 	"errors"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ErrStarted is returned by wiring calls made after [Manager.Start], and by
 // a second Start.
 var ErrStarted = errors.New("manager already started")
+
+// ErrLeadershipLost is the error, tested with errors.Is, of work done for
+// a leadership that has ended: the deadline of the Lease passed (see
+// [LeaderElection]), or a renewal found it held by another replica. A
+// write through ctrl's clients under a reconcile's context (or one derived
+// from it) fails with it, without a request, once leadership has ended;
+// the controller does not retry a reconcile that returns it, since whoever
+// leads next reconciles every object. Start returns an error wrapping it
+// when the Lease was lost, unless LeaderElection.StandbyOnLoss is set.
+var ErrLeadershipLost = leader.ErrLost
 
 // Terminal marks err as not worth retrying: the controller logs it, counts
 // it in controller_runtime_terminal_reconcile_errors_total, and does not

@@ -18,8 +18,10 @@ import (
 // which aggregates repeats and rate-limits spam, and are sent in the
 // background: emitting never blocks and never fails the caller. A Recorder
 // may be created before or after [Manager.Start]; events emitted before
-// Start or after it returns are dropped. A Recorder is safe for concurrent
-// use.
+// Start or after it returns are dropped. With leader election or sharding,
+// so are events emitted while this replica does not lead, and those not yet
+// sent when it loses the lead ([ErrLeadershipLost]). A Recorder is safe for
+// concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager
 	info    binding.Info
@@ -39,16 +41,16 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if component == "" {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: empty component", info)
 	}
-	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 
-// In returns a recorder of the same events in cluster, a member of the
+// InCluster returns a recorder of the same events in cluster, a member of the
 // fleet ("" for the manager's own): events about an object belong in its
 // cluster ([ClusterFrom]).
-func (r *Recorder[T]) In(cluster string) *Recorder[T] {
+func (r *Recorder[T]) InCluster(cluster string) *Recorder[T] {
 	in := *r
 	in.cluster = cluster
 	return &in
@@ -63,21 +65,13 @@ func (r *Recorder[T]) Event(obj T, eventType, reason, message string) {
 // Eventf is [Recorder.Event] with a formatted message.
 func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...any) {
 	rec := r.m.recorder(r.cluster, r.source)
-	if rec == nil {
+	if rec == nil || !r.m.acting() {
 		return
 	}
-	gvk := r.info.GVK()
 	// A reference built from the binding: client-go's recorder uses it as it
 	// is, with no Scheme to look the type up in.
-	ref := &corev1.ObjectReference{
-		APIVersion:      gvk.GroupVersion().String(),
-		Kind:            gvk.Kind,
-		Namespace:       obj.GetNamespace(),
-		Name:            obj.GetName(),
-		UID:             obj.GetUID(),
-		ResourceVersion: obj.GetResourceVersion(),
-	}
-	rec.Eventf(ref, eventType, reason, format, args...)
+	ref := reference(r.info.GVK(), obj)
+	rec.Eventf(&ref, eventType, reason, format, args...)
 }
 
 // eventSink is the manager's side of events: while Start runs, per
@@ -138,7 +132,7 @@ func (m *Manager) recorder(cluster, component string) record.EventRecorder {
 			return nil
 		}
 		bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
-		bc.StartRecordingToSink(sink{b})
+		bc.StartRecordingToSink(sink{b, m})
 		m.mu.Lock()
 		if cur := m.events.clusters[cluster]; cur != nil || !m.events.running {
 			m.mu.Unlock()
@@ -159,9 +153,13 @@ func (m *Manager) recorder(cluster, component string) record.EventRecorder {
 	return rec
 }
 
-// sink writes the recorder's Events through the binding.
+// sink writes the recorder's Events through the binding. Events are sent
+// in the background, after the reconcile that emitted them: once this
+// replica has lost the lead (not released it at shutdown), they are
+// dropped, as if sent (an error would make the broadcaster retry).
 type sink struct {
 	b *binding.Binding[*corev1.Event]
+	m *Manager
 }
 
 func (s sink) ctx() (context.Context, context.CancelFunc) {
@@ -169,18 +167,27 @@ func (s sink) ctx() (context.Context, context.CancelFunc) {
 }
 
 func (s sink) Create(e *corev1.Event) (*corev1.Event, error) {
+	if s.m.lost() {
+		return e, nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	return s.b.Create(ctx, e, metav1.CreateOptions{})
 }
 
 func (s sink) Update(e *corev1.Event) (*corev1.Event, error) {
+	if s.m.lost() {
+		return e, nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	return s.b.Update(ctx, e, metav1.UpdateOptions{})
 }
 
 func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	if s.m.lost() {
+		return e, nil
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	return s.b.Patch(ctx, e.Namespace, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})

@@ -43,12 +43,13 @@ func ExampleWatches() {
 	if err != nil {
 		panic(err)
 	}
-	// An index finds the Deployments that mount a ConfigMap.
+	// An index finds the Deployments that mount a ConfigMap; it is
+	// namespaced, as the Deployments are.
 	if err := c.Cache().AddIndex("configmap", func(d *appsv1.Deployment) []string {
 		var names []string
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.ConfigMap != nil {
-				names = append(names, d.Namespace+"/"+v.ConfigMap.Name)
+				names = append(names, v.ConfigMap.Name)
 			}
 		}
 		return names
@@ -60,7 +61,7 @@ func ExampleWatches() {
 		panic(err)
 	}
 	err = ctrl.Watches(c, configMaps, func(cm *corev1.ConfigMap) []ctrl.Key {
-		users, _ := c.Cache().ByIndex("configmap", cm.Namespace+"/"+cm.Name)
+		users, _ := c.Cache().ByIndex(cm.Namespace, "configmap", cm.Name)
 		var keys []ctrl.Key
 		for _, d := range users {
 			keys = append(keys, ctrl.KeyOf(d))
@@ -209,7 +210,7 @@ func ExampleClient_Apply() {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned"},
 		Data:       map[string]string{"owner": "me"},
 	}
-	out, err := client.Apply(context.Background(), cm, ctrl.ApplyOptions{FieldManager: "example"})
+	out, err := client.Apply(context.Background(), cm, ctrl.ApplyParams{FieldManager: "example"})
 	if err != nil {
 		panic(err)
 	}
@@ -381,7 +382,7 @@ func ExampleNewRecorder() {
 		panic(err)
 	}
 	for {
-		list, err := all.Uncached().List(ctx, ctrl.ListOptions{Namespace: "default"})
+		list, err := all.Uncached().List(ctx, ctrl.ListParams{Namespace: "default"})
 		if err != nil {
 			panic(err)
 		}

@@ -100,7 +100,7 @@ func ExampleOwns() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
+	if _, err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
 		panic(err)
 	}
 
@@ -340,7 +340,7 @@ func ExampleCache_AddIndex() {
 	if err := pods.WaitForSync(ctx); err != nil {
 		panic(err)
 	}
-	onNode1, err := pods.ByIndex("node", "node-1")
+	onNode1, err := pods.ByIndex("", "node", "node-1")
 	if err != nil {
 		panic(err)
 	}

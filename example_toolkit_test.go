@@ -48,7 +48,7 @@ func ExampleOwns_filter() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
+	if _, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
 		panic(err)
 	}
 	deployments, err := ctrl.NewClient[*appsv1.Deployment](mgr, ctrl.ClientOptions{})
@@ -288,7 +288,7 @@ func ExampleClient_CreateOrPatch() {
 			verbs = append(verbs, a.GetVerb())
 		}
 		fmt.Printf("%s: data %v, requests %v\n", op, cm.Data, verbs)
-		if op == ctrl.OperationCreated { // someone else adds a key
+		if op == ctrl.Created { // someone else adds a key
 			_, err := clientset.CoreV1().ConfigMaps("default").Patch(ctx, "settings", types.MergePatchType, []byte(`{"data":{"owner":"ops"}}`), metav1.PatchOptions{})
 			if err != nil {
 				panic(err)
@@ -375,7 +375,7 @@ func ExampleCacheOptions_namespaces() {
 	}
 	slices.Sort(keys)
 	fmt.Println(keys)
-	inB, err := configMaps.List(ctx, ctrl.ListOptions{Namespace: "team-b"})
+	inB, err := configMaps.List(ctx, ctrl.ListParams{Namespace: "team-b"})
 	fmt.Println(len(inB), err)
 	_, err = configMaps.Get(ctx, ctrl.Key{Namespace: "team-c", Name: "settings"})
 	fmt.Println(err != nil && !apierrors.IsNotFound(err))
@@ -488,9 +488,9 @@ func ExampleAPIResource() {
 	// ctrl: update status of *ctrl_test.Note default/hello: the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one
 }
 
-// Listen on any free port and find out which: Endpoints resolves the
+// Listen on any free port and find out which: Addresses resolves the
 // addresses once Start has bound them.
-func ExampleManager_Endpoints() {
+func ExampleManager_Addresses() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), HealthAddress: "127.0.0.1:0"})
 	if err != nil {
 		panic(err)
@@ -501,7 +501,7 @@ func ExampleManager_Endpoints() {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	addr := mgr.Endpoints().Health
+	addr := mgr.Addresses().Health
 	fmt.Println(strings.HasPrefix(addr, "127.0.0.1:") && addr != "127.0.0.1:0")
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + addr + "/readyz")
@@ -557,7 +557,7 @@ func ExampleCache_SetWatchErrorHandler() {
 }
 
 // A cached list with a field selector: the cache evaluates it by field path.
-func ExampleListOptions() {
+func ExampleListParams() {
 	pod := func(name, node string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
 	}
@@ -575,7 +575,7 @@ func ExampleListOptions() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	onNode2, err := pods.List(ctx, ctrl.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-2")})
+	onNode2, err := pods.List(ctx, ctrl.ListParams{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-2")})
 	if err != nil {
 		panic(err)
 	}
@@ -591,9 +591,9 @@ func ExampleListOptions() {
 }
 
 // In a manager of a fleet, a key names its cluster too.
-func ExampleKey_In() {
+func ExampleKey_InCluster() {
 	key := ctrl.Key{Namespace: "default", Name: "web"}
-	fmt.Println(key, key.In("eu-west"))
+	fmt.Println(key, key.InCluster("eu-west"))
 	// Output:
 	// default/web eu-west:default/web
 }

@@ -120,7 +120,7 @@ func ExampleController_Stop() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*corev1.Secret](c); err != nil {
+	if _, err := ctrl.Owns[*corev1.Secret](c); err != nil {
 		panic(err)
 	}
 	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
@@ -150,7 +150,7 @@ func ExampleController_Stop() {
 	mu.Lock()
 	fmt.Println("reconciled:", reconciled)
 	mu.Unlock()
-	_, err = secrets.List(ctx, ctrl.ListOptions{Namespace: "default"})
+	_, err = secrets.List(ctx, ctrl.ListParams{Namespace: "default"})
 	fmt.Println("Secrets still cached:", err == nil)
 	cancel()
 	if err := <-done; err != nil {
@@ -195,7 +195,7 @@ func ExampleUnwatch() {
 	}
 	// Owns may be added while the manager runs: the owners of the Secrets
 	// cached already are reconciled.
-	if err := ctrl.Owns[*corev1.Secret](c); err != nil {
+	if _, err := ctrl.Owns[*corev1.Secret](c); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {

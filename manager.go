@@ -43,7 +43,7 @@ type Options struct {
 	// A limit of 20 requests/s (controller-runtime's default) makes 200
 	// creates take 8.5 s against a local server that serves them in 0.4 s
 	// without it (BenchmarkCreate200). A manager whose every cache is a
-	// fleet's (Options.Clusters, CacheOptions.Fleet) may leave Config and
+	// fleet's (Options.ClusterProvider, CacheOptions.Fleet) may leave Config and
 	// the fakes unset: it has no cluster of its own, and cannot elect a
 	// leader or shard.
 	Config *rest.Config
@@ -102,10 +102,10 @@ type Options struct {
 	// defaults. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
-	// Clusters finds the member clusters of a fleet, which caches with
+	// ClusterProvider finds the member clusters of a fleet, which caches with
 	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
 	// directly with [Manager.Engage]. Default: none.
-	Clusters Provider
+	ClusterProvider Provider
 
 	// Sharding splits the objects of every controller among the replicas,
 	// instead of LeaderElection's taking turns; see [Sharding]. Default:
@@ -116,19 +116,33 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as
-	// ":8080". Default: off. It needs the default registry or a Registerer
-	// that is also a Gatherer.
+	// ":8443". By default it serves them as the kubebuilder scaffold does:
+	// over HTTPS, only to clients that send a bearer token the API server
+	// authenticates (a TokenReview) and whose user it authorizes to get the
+	// path (a SubjectAccessReview for nonResourceURLs ["/metrics"], verbs
+	// ["get"]); MetricsServing changes that. The manager's identity then
+	// needs to create tokenreviews and subjectaccessreviews. The API
+	// server's answers are cached: a token's for a minute, an allowed
+	// access for five, a denied one for 30 seconds. Default: off. It needs
+	// the default registry or a Registerer that is also a Gatherer.
 	MetricsAddress string
+	// MetricsServing says how MetricsAddress serves: where its certificate
+	// is, or plain HTTP by explicit choice. Default: HTTPS with
+	// authentication and authorization, and a self-signed certificate.
+	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (the process is alive) and /readyz
 	// (every cache has synced, and every required kind is still served;
 	// the optional kinds that wait for their CRD are listed), such as
-	// ":8081". Default: off.
+	// ":8081", over plain HTTP to anyone: kubelet's probes carry no
+	// credentials. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
 	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
-	// a check that it completes a TLS handshake to /readyz. Default: off.
+	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
+	// as ":9443", and adds a check that it completes a TLS handshake to
+	// /readyz. Start fails if webhooks are registered and neither this nor
+	// [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook server's certificate and key as
 	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
@@ -136,6 +150,10 @@ type Options struct {
 	// handshake serves the new pair. Default:
 	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
 	WebhookCertDir string
+	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
+	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
+	// suites, HTTP/1.1 only.
+	TLS TLSOptions
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -160,6 +178,7 @@ type Manager struct {
 
 	election    *leader.Config // nil without leader election
 	sharding    *sharding      // nil without sharding
+	leadership  leadership     // what Leading reports
 	probe       serverProbe
 	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
@@ -180,7 +199,7 @@ type Manager struct {
 	events      eventSink
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
-	endpoints   Endpoints
+	addresses   Addresses
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
@@ -203,7 +222,8 @@ type managedController interface {
 	name() string
 	prepare()                             // freezes wiring, creates the queue
 	start(reconcileCtx context.Context)   // activates it and starts its workers
-	shutdown(timeout time.Duration) error // stops them, waits bounded
+	pause(timeout time.Duration) error    // deactivates it until the next start, waits bounded
+	shutdown(timeout time.Duration) error // stops its workers, waits bounded
 	busy(horizon time.Duration) string    // why the controller is not idle, or ""
 	waitingClusters() []string            // whose servers keys wait for
 	releaseWaiting(cluster string)        // queues them: the server is back
@@ -216,7 +236,7 @@ type managedController interface {
 func NewManager(opts Options) (*Manager, error) {
 	own := opts.Config != nil || opts.FakeClientset != nil || opts.FakeDynamic != nil
 	switch {
-	case !own && opts.Clusters == nil:
+	case !own && opts.ClusterProvider == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
 	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
@@ -229,6 +249,9 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if err := opts.TLS.check(); err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 	}
 	m := &Manager{
 		opts:        opts,
@@ -334,16 +357,19 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 //
 // Shutdown happens in this order: the controllers stop taking keys; Start
 // waits up to Options.ShutdownTimeout for running reconciles to return
-// (their context is canceled when that time is up); the Lease is released,
-// so another replica takes over at once; the caches stop; the HTTP servers
-// stop. If leadership is lost, running reconciles are canceled at once,
-// since another replica may be starting.
+// (their context is canceled when that time is up), while the Lease is
+// still renewed; the Lease is released, so another replica takes over at
+// once; the caches stop; the HTTP servers stop. If leadership is lost,
+// running reconciles are canceled at once, since another replica may be
+// starting, and Start waits for them as above; see [LeaderElection].
 //
 // Start returns nil after a shutdown requested through ctx; otherwise the
 // error: an address that cannot be bound, a cache that did not sync within
 // Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease, or a shutdown that timed out. Reconcile errors never
-// stop the manager. Start may be called once.
+// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
+// LeaderElection.StandbyOnLoss makes the replica stand by instead), or a
+// shutdown that timed out. Reconcile errors never stop the manager. Start
+// may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
@@ -424,9 +450,12 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	return err
 }
 
-// lead runs the controllers until run is done, then shuts them down. ctx is
-// the caller's: if run ended without it (leadership lost, a fatal error),
-// running reconciles are canceled at once instead of finishing.
+// lead runs the controllers until run is done, then stops them. ctx is
+// the caller's, with the terms of the Leases the controllers run for: if
+// run ended without ctx (leadership lost, a fatal error), running
+// reconciles are canceled at once instead of finishing. After a lost
+// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
+// start again, instead of shut down.
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
@@ -434,17 +463,25 @@ func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) erro
 		c.start(reconcileCtx)
 	}
 	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.setLeading(ctx)
 	m.log.Info("controllers started")
 	<-run.Done()
+	m.setLeading(nil)
 	timeout := m.opts.ShutdownTimeout
+	standby := false
 	if ctx.Err() == nil {
 		cancelReconciles()
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
 	}
 	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error
 	deadline := time.Now().Add(timeout)
 	for _, c := range ctrls {
-		if err := c.shutdown(time.Until(deadline)); err != nil {
+		stop := c.shutdown
+		if standby {
+			stop = c.pause
+		}
+		if err := stop(time.Until(deadline)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -51,6 +51,8 @@ func tagUnreachable(ctx context.Context, cluster string, err error) error {
 	var status apierrors.APIStatus
 	var ne net.Error
 	switch {
+	case errors.Is(err, ErrLeadershipLost):
+		return err // refused before it left (see fence): no server was asked
 	case errors.As(err, &status):
 		if !apierrors.IsServiceUnavailable(err) && !apierrors.IsTimeout(err) {
 			return err

@@ -19,23 +19,27 @@ import (
 // true (none: every update passes), for example [GenerationChanged] to
 // ignore status writes on owned Deployments. O is given, T is inferred:
 //
-//	err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+//	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// The objects of O are watched in the namespaces of c's cache, and follow
-// them when they change ([Cache.SetNamespaces]); an existing cache of O for
-// those namespaces is used, optional ([CacheOptions.Optional]) or not, else
-// a required one is made. Owns may be called while the manager runs: the
-// owners of the objects already cached are reconciled. [Unwatch] removes
-// it. It returns an error if O is not a known, watchable resource, a filter
-// is nil, or c was stopped.
-func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error {
+// It returns the cache of O that it watches, the one a [Client] of O reads
+// from, so that an index added to it ([Cache.AddIndex]) is on the objects
+// whose changes reach the controller. The objects of O are watched in the
+// namespaces of c's cache, and follow them when they change
+// ([Cache.SetNamespaces]): Owns then moves to the cache of the new
+// namespaces, and the indexes of the one it leaves come along. An
+// existing cache of O for those namespaces is used, optional
+// ([CacheOptions.Optional]) or not, else a required one is made. Owns may
+// be called while the manager runs: the owners of the objects already
+// cached are reconciled. [Unwatch] removes it. It returns an error if O is
+// not a known, watchable resource, a filter is nil, or c was stopped.
+func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	m := c.mgr
 	owned, err := makeCache(m, c.ownedOptions(c.cache.currentScope().namespaces), use[O]{either: true})
 	if err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	gvk := c.cache.b.GVK()
 	h := &ownerHandler[O]{to: c, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced,
@@ -53,6 +57,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 		if moved == cur {
 			return moved // counted twice now: once less
 		}
+		cur.copyIndexes(moved)
 		moved.addLiveHandler(h)
 		cur.removeHandler(h)
 		c.mu.Lock()
@@ -61,9 +66,9 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 		return cur
 	}
 	if err := c.addLink(l); err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
-	return nil
+	return owned, nil
 }
 
 // ownedOptions are the options of the cache of an Owns: the controller's

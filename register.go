@@ -78,6 +78,16 @@ func Register[T Object](r APIResource) error {
 	return nil
 }
 
+// MustRegister is [Register] for an init function or a package-level
+// variable: it panics with Register's error, which names the type.
+//
+//	func init() { ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true}) }
+func MustRegister[T Object](r APIResource) {
+	if err := Register[T](r); err != nil {
+		panic(err)
+	}
+}
+
 // Project makes P a projection of the API type T, for caches that hold many
 // large objects: a [Cache], [Controller] or [Client] of P reads the objects
 // of T from the server and keeps only what fn returns for each, so its

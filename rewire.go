@@ -141,6 +141,19 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	}
 }
 
+// copyIndexes adds the indexes of c that to lacks to to.
+func (c *Cache[T]) copyIndexes(to *Cache[T]) {
+	c.mu.RLock()
+	fns := make(map[string]func(T) []string, len(c.indexes))
+	for name, idx := range c.indexes {
+		fns[name] = idx.fn
+	}
+	c.mu.RUnlock()
+	for name, fn := range fns {
+		_ = to.AddIndex(name, fn) // one it has already stays
+	}
+}
+
 // removeHandler unregisters h. Once it returns, h hears of no change.
 func (c *Cache[T]) removeHandler(h handler[T]) {
 	c.dispatch.Lock()

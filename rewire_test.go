@@ -51,7 +51,7 @@ func (l *logLines) count(s string) int {
 // readyz returns the status and body of mgr's /readyz.
 func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + mgr.Endpoints().Health + "/readyz")
+	resp, err := http.Get("http://" + mgr.Addresses().Health + "/readyz")
 	must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -120,7 +120,7 @@ func TestOptionalKind(t *testing.T) {
 	if _, err := widgetClient.Get(ctx, ctrl.Key{Namespace: "ns", Name: "w"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("Get while waiting: got %v, want not found", err)
 	}
-	if list, err := widgetClient.List(ctx, ctrl.ListOptions{}); err != nil || len(list) != 0 {
+	if list, err := widgetClient.List(ctx, ctrl.ListParams{}); err != nil || len(list) != 0 {
 		t.Errorf("List while waiting: got %v, %v; want none", list, err)
 	}
 
@@ -202,7 +202,8 @@ func TestOptionalWiring(t *testing.T) {
 	}
 	c, err := ctrl.NewController(mgr, "owner", noop, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*Widget](c))
+	_, err = ctrl.Owns[*Widget](c)
+	must(t, err)
 	same, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Optional: true})
 	must(t, err)
 	if same != optional {
@@ -253,7 +254,8 @@ func TestStopLeavesNothing(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Workers: 3, ResyncPeriod: time.Hour})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.Pod](secrets))
+	_, err = ctrl.Owns[*corev1.Pod](secrets)
+	must(t, err)
 	nodes, err := ctrl.NewCache[*corev1.Node](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	must(t, ctrl.Watches(secrets, nodes, func(*corev1.Node) []ctrl.Key { return nil }))
@@ -318,7 +320,8 @@ func TestStopEdges(t *testing.T) {
 			return ctrl.Result{}, nil
 		}, ctrl.ControllerOptions{})
 		must(t, err)
-		must(t, ctrl.Owns[*corev1.Secret](c))
+		_, err = ctrl.Owns[*corev1.Secret](c)
+		must(t, err)
 		must(t, c.Stop(context.Background()))
 		var calls atomic.Int32
 		_, err = ctrl.NewController(mgr, "cm", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
@@ -326,7 +329,7 @@ func TestStopEdges(t *testing.T) {
 			return ctrl.Result{}, nil
 		}, ctrl.ControllerOptions{})
 		must(t, err)
-		if err := ctrl.Owns[*corev1.Secret](c); err == nil {
+		if _, err := ctrl.Owns[*corev1.Secret](c); err == nil {
 			t.Error("Owns on a stopped controller: got nil, want an error")
 		}
 		start(t, mgr)
@@ -420,13 +423,14 @@ func TestSetNamespaces(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		reconciled = append(reconciled, ctrl.KeyOf(cm).String())
-		if _, err := secrets.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace}); err != nil {
+		if _, err := secrets.List(ctx, ctrl.ListParams{Namespace: cm.Namespace}); err != nil {
 			readErrs = append(readErrs, err)
 		}
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{"a"}}})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.Secret](c))
+	_, err = ctrl.Owns[*corev1.Secret](c)
+	must(t, err)
 	must(t, c.OnDelete(func(_ context.Context, cm *corev1.ConfigMap) error {
 		mu.Lock()
 		gone = append(gone, ctrl.KeyOf(cm).String())

@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // servers are the manager's HTTP endpoints, each on its own listener.
@@ -62,16 +61,18 @@ func (m *Manager) listen() (*servers, error) {
 		return nil
 	}
 	gatherer, err := m.gatherer()
-	if err == nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, &m.endpoints.Metrics, mux, nil)
+	if err == nil && m.opts.MetricsAddress != "" {
+		var h http.Handler
+		var wrap func(net.Listener) net.Listener
+		if h, wrap, err = m.metricsEndpoint(gatherer); err == nil {
+			err = add(m.opts.MetricsAddress, &m.addresses.Metrics, h, wrap)
+		}
 	}
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", m.healthz)
 		mux.HandleFunc("/readyz", m.readyz)
-		err = add(m.opts.HealthAddress, &m.endpoints.Health, mux, nil)
+		err = add(m.opts.HealthAddress, &m.addresses.Health, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
@@ -80,12 +81,12 @@ func (m *Manager) listen() (*servers, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		err = add(m.opts.PprofAddress, &m.endpoints.Pprof, mux, nil)
+		err = add(m.opts.PprofAddress, &m.addresses.Pprof, mux, nil)
 	}
 	if err == nil {
 		addr, h, wrap, werr := m.webhookEndpoint()
 		if err = werr; err == nil {
-			err = add(addr, &m.endpoints.Webhook, h, wrap)
+			err = add(addr, &m.addresses.Webhook, h, wrap)
 		}
 	}
 	if err != nil {
@@ -204,21 +205,21 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Endpoints are the addresses the manager's HTTP endpoints listen on, with
+// Addresses are the addresses the manager's HTTP endpoints listen on, with
 // their ports resolved ("127.0.0.1:0" becomes "127.0.0.1:41235"). An
 // endpoint that is off, or not bound yet, is "".
-type Endpoints struct {
+type Addresses struct {
 	Metrics string // Options.MetricsAddress
 	Health  string // Options.HealthAddress
 	Pprof   string // Options.PprofAddress
 	Webhook string // Options.WebhookAddress
 }
 
-// Endpoints returns where the manager's HTTP endpoints listen. Start binds
+// Addresses returns where the manager's HTTP endpoints listen. Start binds
 // them before it waits for the caches, so they are known as soon as the
 // health endpoint answers.
-func (m *Manager) Endpoints() Endpoints {
+func (m *Manager) Addresses() Addresses {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.endpoints
+	return m.addresses
 }

@@ -55,8 +55,9 @@ type Sharding struct {
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before giving its objects away. Default: 15 s.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long a replica keeps trying to renew before it
-	// stops reconciling and makes Start return an error. Default: 10 s.
+	// RenewDeadline is how long a replica may act after the start of its
+	// last successful renewal: past it, it stops reconciling and makes
+	// Start return an error. Default: 10 s.
 	RenewDeadline time.Duration
 	// RetryPeriod is how often Leases are renewed. Default: 2 s.
 	RetryPeriod time.Duration
@@ -117,10 +118,12 @@ func shardingConfig(opts Options) (*sharding, error) {
 		label: shard.Label(sh.Name), drain: shard.DrainLabel(sh.Name)}
 	s.member = leader.Config{Name: shard.LeaseName(sh.Name, sh.Identity), Namespace: sh.Namespace, Identity: sh.Identity,
 		LeaseDuration: sh.LeaseDuration, RenewDeadline: sh.RenewDeadline, RetryPeriod: sh.RetryPeriod,
-		Labels: map[string]string{shard.RingLabel: sh.Name},
-		Log:    opts.Logger.WithValues("ring", sh.Name, "identity", sh.Identity)}
+		Labels: map[string]string{shard.RingLabel: sh.Name}}
 	s.sharder = s.member
 	s.sharder.Name, s.sharder.Labels = shard.SharderLease(sh.Name), nil
+	log := opts.Logger.WithValues("ring", sh.Name, "identity", sh.Identity)
+	s.member.Log = log.WithValues("lease", sh.Namespace+"/"+s.member.Name)
+	s.sharder.Log = log.WithValues("lease", sh.Namespace+"/"+s.sharder.Name)
 	if err := s.member.Validate(); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
 	}
@@ -156,15 +159,15 @@ func (m *Manager) shard(run, ctx context.Context, ctrls []managedController) err
 	member.Leases, sharder.Leases = leases{b, s.namespace}, leases{b, s.namespace}
 	m.log.Info("joining the ring", "ring", s.ring, "identity", s.identity)
 	var leadErr error
-	err = leader.Run(run, member, func(memberCtx context.Context) {
+	err = leader.Run(run, member, func(memberCtx context.Context, t *leader.Term) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			err := leader.Run(memberCtx, sharder, func(sctx context.Context) { m.runSharder(sctx) })
+			err := leader.Run(memberCtx, sharder, func(sctx context.Context, _ *leader.Term) { m.runSharder(sctx) })
 			if err != nil && memberCtx.Err() == nil {
 				m.fatal(fmt.Errorf("ctrl: sharder of ring %s: %w", s.ring, err))
 			}
 		})
-		leadErr = m.lead(memberCtx, ctx, ctrls)
+		leadErr = m.lead(memberCtx, leader.WithTerm(ctx, t), ctrls)
 		wg.Wait()
 	})
 	if err != nil {
@@ -185,7 +188,7 @@ func (c *Controller[T]) release(ctx context.Context, obj T) (bool, error) {
 	lbls := maps.Clone(let.GetLabels())
 	delete(lbls, s.label)
 	let.SetLabels(lbls)
-	_, err := c.client.In(ClusterFrom(ctx)).PatchFrom(ctx, obj, let)
+	_, err := c.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, obj, let)
 	if err == nil {
 		c.log.V(1).Info("let an object go to another replica", "object", KeyOf(obj))
 	}

@@ -181,9 +181,9 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 }
 
 // prepare turns what the reflector hands over into the object to store:
-// projected, if the server sends another type, then transformed. An object
-// may be prepared twice (a streamed list's are), which projections and
-// transforms must allow.
+// projected, if the server sends another type, given its apiVersion and
+// kind, then transformed. An object may be prepared twice (a streamed
+// list's are), which projections and transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if !ok && f.b.Project != nil {
@@ -192,6 +192,7 @@ func (f *feed[T]) prepare(obj any) (T, error) {
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
+	stamp(t, f.c.typeMeta)
 	if f.c.transform != nil {
 		t = f.c.transform(t)
 	}
@@ -214,7 +215,7 @@ func (f *feed[T]) Update(obj any) error {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -268,7 +269,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -342,7 +343,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			return err
 		}
 		if c.scope.selects(t) != notSelected {
-			listed[KeyOf(t).In(f.cluster)] = t
+			listed[KeyOf(t).InCluster(f.cluster)] = t
 		}
 	}
 	var changes, removed []event[T]

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
@@ -52,6 +53,7 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 	// The watches' transport reports a stream that dies with an error to
 	// its cache (see internal/watcher).
 	cfg.Wrap(watcher.WrapTransport)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return fence{rt} })
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, nil, err
@@ -63,6 +65,27 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 	}
 	return cfg, hc, conns, nil
 }
+
+// fence refuses a write whose context carries a leadership that has ended,
+// as the request leaves for the server. Client.write checks first, but a
+// request may leave long after that check: after the rate limiter's wait,
+// a retry after a 429, or a pause of the process. What remains is the time
+// from here to the socket, microseconds.
+type fence struct{ rt http.RoundTripper }
+
+func (f fence) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		if err := leader.Check(req.Context()); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close() // as a RoundTripper must, even on error
+			}
+			return nil, err
+		}
+	}
+	return f.rt.RoundTrip(req)
+}
+
+func (f fence) WrappedRoundTripper() http.RoundTripper { return f.rt }
 
 // httpTransport finds the *http.Transport under client-go's wrappers.
 func httpTransport(rt http.RoundTripper) *http.Transport {

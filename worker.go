@@ -11,20 +11,32 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // work is one worker goroutine: it takes keys until the queue shuts down.
-func (c *Controller[T]) work(ctx context.Context) {
+func (c *Controller[T]) work() {
 	for {
 		key, item, shutdown := c.q.get()
 		if shutdown {
 			return
 		}
-		// Once stopping, drain without reconciling. A key without causes
-		// is one whose causes an earlier reconcile took: it was queued
-		// again while being handed out, and the earlier reconcile, which
-		// began after every cause was recorded, has served it.
-		if !c.stopping.Load() && item.causes.Total > 0 {
+		ctx := *c.reconcileCtx.Load()
+		switch {
+		case c.stopping.Load() || item.causes.Total == 0:
+			// Once stopping, drain without reconciling. A key without
+			// causes is one whose causes an earlier reconcile took: it was
+			// queued again while being handed out, and the earlier
+			// reconcile, which began after every cause was recorded, has
+			// served it.
+		case leader.Check(ctx) != nil:
+			// Leadership ended (its deadline may have passed while the
+			// process was paused, before anything noticed): the key is
+			// dropped, since whoever leads next reconciles every object.
+			c.q.forget(key)
+		default:
 			c.process(ctx, key, item)
 		}
 		c.q.done(key)
@@ -72,7 +84,8 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 	}
 	ctx = logr.NewContext(ctx, log)
-	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
+	ri := &reconcileInfo{key: key, causes: item.causes}
+	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
 	if context.Cause(ctx) == errReconcileTimeout {
 		c.metrics.Timeouts.Inc()
@@ -81,6 +94,18 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		}
 	}
 	switch {
+	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
+		// Not the object's failure, and not to retry: this replica may no
+		// longer act, and whoever leads next reconciles every object.
+		c.q.forget(key)
+		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
+	case err != nil && c.vanished(ctx, key, ri, err):
+		// Routine, as a conflict is: the object was deleted while it was
+		// reconciled. Its deletion is its own event (OnDelete, the
+		// finalizer); nothing is left to retry.
+		c.metrics.Success.Inc()
+		c.q.forget(key)
+		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
 		c.metrics.Errors.Inc()
@@ -169,6 +194,9 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !ok {
 		return Result{}, nil
 	}
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		ri.reconciled, ri.uid = true, cached.GetUID()
+	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
 		obj = cached.DeepCopyObject().(T)
@@ -183,4 +211,32 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 		}
 	}
 	return c.reconcile(ctx, obj)
+}
+
+// vanished reports whether err says that the object being reconciled is
+// gone: a write to it (its key, through a client of its resource) failed
+// with NotFound, and the server, asked once more, no longer holds it, or
+// holds a new object of the same name. The second question is needed
+// because the API server also answers NotFound for a subresource the
+// resource does not have, which is a mistake to report, not a deletion.
+func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo, err error) bool {
+	var re *requestError
+	if !ri.reconciled || !errors.As(err, &re) || !re.written() || re.key != key ||
+		re.resource != c.cache.b.GVR.GroupResource() || !apierrors.IsNotFound(re.err) {
+		return false
+	}
+	b, berr := c.client.backend(key.Cluster)
+	if berr != nil || b == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	obj, gerr := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return true
+	case gerr != nil:
+		return false
+	}
+	return ri.uid != "" && obj.GetUID() != "" && obj.GetUID() != ri.uid
 }

@@ -58,9 +58,7 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
-		panic(err)
-	}
+	ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true})
 }
 
 // Finalizer is the finalizer the controller puts on Widgets.
@@ -91,7 +89,8 @@ func Setup(mgr *ctrl.Manager) error {
 	if err := c.OnFinalize(Finalizer, r.finalize); err != nil {
 		return err
 	}
-	return ctrl.Owns[*corev1.ConfigMap](c)
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	return err
 }
 
 // SetupWebhooks registers the Widget's admission webhooks with mgr: a

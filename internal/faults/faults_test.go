@@ -64,7 +64,8 @@ func runMirror(ns string) int {
 	}
 	cfg.QPS, cfg.Burst = 1000, 2000
 	log := logLines(os.Stdout)
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, Logger: log, MetricsAddress: "127.0.0.1:0", FieldManager: "mirror"})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, Logger: log, MetricsAddress: "127.0.0.1:0",
+		MetricsServing: ctrl.MetricsServing{Insecure: true}, FieldManager: "mirror"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -76,7 +77,7 @@ func runMirror(ns string) int {
 	}
 	c, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
 		dst := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: "dst-" + src.Name}, Data: src.Data}
-		_, err := cms.Apply(ctx, dst, ctrl.ApplyOptions{Force: true})
+		_, err := cms.Apply(ctx, dst, ctrl.ApplyParams{Force: true})
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Workers: 4, Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"role": "src"})}})
 	if err != nil {
@@ -98,7 +99,7 @@ func runMirror(ns string) int {
 	}()
 	go func() {
 		if err := mgr.WaitIdle(ctx, time.Hour); err == nil {
-			fmt.Printf("metrics %s\n", mgr.Endpoints().Metrics)
+			fmt.Printf("metrics %s\n", mgr.Addresses().Metrics)
 		}
 	}()
 	if err := mgr.Start(ctx); err != nil {

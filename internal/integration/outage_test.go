@@ -121,7 +121,7 @@ func TestAPIServerOutage(t *testing.T) {
 // observed checks that the Widgets of ns on the server are exactly those
 // of want, each with its size observed in its status.
 func observed(ctx context.Context, widgets *ctrl.Client[*Widget], ns string, want map[string]int) error {
-	list, err := widgets.List(ctx, ctrl.ListOptions{Namespace: ns})
+	list, err := widgets.List(ctx, ctrl.ListParams{Namespace: ns})
 	if err != nil {
 		return err
 	}
@@ -143,8 +143,11 @@ func observed(ctx context.Context, widgets *ctrl.Client[*Widget], ns string, wan
 // the controller has to write back, kills the API server while every write
 // is pending, and brings it back. Nothing changes afterwards, so no new
 // event rescues a key: every key whose write failed during the outage must
-// be retried because the server came back, all within ten seconds of its
-// return, not booked into the future by the retry budget.
+// be retried because the server came back (released by its return), not
+// booked into the future by the retry budget, whose bucket of 10 retries a
+// second would spread 1,000 keys over 100 s. The bound is half of that: the
+// time the writes themselves take depends on the machine (4 s on a quiet
+// one, 18 s beside two busy processes), the budget's does not.
 func TestOutageRetriesWaitForServer(t *testing.T) {
 	const n = 1000
 	ns := newNamespace(t)
@@ -220,10 +223,15 @@ func TestOutageRetriesWaitForServer(t *testing.T) {
 		}
 		return nil
 	})
+	released := metric(t, mgr, `ctrl_retries_released_total{controller="writer"}`)
 	t.Logf("all %d converged %s after the API server was ready; %v keys released by its return", n,
-		time.Since(back).Round(time.Millisecond), metric(t, mgr, `ctrl_retries_released_total{controller="writer"}`))
-	if took > 10*time.Second {
-		t.Errorf("converged %s after the API server was ready, want within 10s", took.Round(time.Millisecond))
+		time.Since(back).Round(time.Millisecond), released)
+	if released < n-50 {
+		t.Errorf("%v keys released by the server's return, want nearly all %d", released, n)
+	}
+	if budget := time.Duration(n/10) * time.Second; took > budget/2 {
+		t.Errorf("converged %s after the API server was ready, want within %s, half the retry budget's %s",
+			took.Round(time.Millisecond), budget/2, budget)
 	}
 }
 

@@ -193,7 +193,7 @@ func (l *logs) matching(from int, subs ...string) ([]string, int) {
 // readyz returns the status and body of mgr's /readyz.
 func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + mgr.Endpoints().Health + "/readyz")
+	resp, err := http.Get("http://" + mgr.Addresses().Health + "/readyz")
 	must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -552,7 +552,8 @@ func TestControllerStop(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Workers: 4, ResyncPeriod: time.Hour})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.Secret](widgets))
+	_, err = ctrl.Owns[*corev1.Secret](widgets)
+	must(t, err)
 	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	widgetClient := newClient[*Widget](t, mgr)
 	ctx := start(t, mgr)
@@ -604,7 +605,7 @@ func TestNamespacesAtRunTime(t *testing.T) {
 	reconciled, hooks := map[string]int{}, map[string]int{}
 	var readErrs []error
 	c, err := ctrl.NewController(mgr, "namespaces", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		if _, err := secrets.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace}); err != nil {
+		if _, err := secrets.List(ctx, ctrl.ListParams{Namespace: cm.Namespace}); err != nil {
 			mu.Lock()
 			readErrs = append(readErrs, err)
 			mu.Unlock()
@@ -615,7 +616,8 @@ func TestNamespacesAtRunTime(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{nsA}}})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.Secret](c))
+	_, err = ctrl.Owns[*corev1.Secret](c)
+	must(t, err)
 	must(t, c.OnFinalize("wiring.example.com/cleanup", func(_ context.Context, cm *corev1.ConfigMap) error {
 		mu.Lock()
 		hooks["finalize "+ctrl.KeyOf(cm).String()]++

@@ -5,11 +5,13 @@
 //
 // A candidate takes the Lease when it is free or its holder has not renewed
 // it for LeaseDuration, measured on the candidate's own clock from the last
-// change it observed (so clock skew between replicas does not matter). The
-// leader renews every RetryPeriod and gives up if it cannot renew within
-// RenewDeadline, which is shorter than LeaseDuration, so it stops before
-// anyone else may start. Writes carry the resourceVersion read, so two
-// candidates never both succeed.
+// change it observed (so clock skew between replicas does not matter).
+// Writes carry the resourceVersion read, so two candidates never both
+// succeed. The holder renews every RetryPeriod and holds a [Term]: it may act
+// until RenewDeadline after the start of its last successful renewal, a
+// deadline on its own monotonic clock that is shorter than LeaseDuration, so
+// it stops before anyone else may start, even if it was paused and has not
+// run since. A renewal that finds another holder ends the term at once.
 package leader
 
 import (
@@ -37,115 +39,149 @@ type Config struct {
 	Name, Namespace, Identity                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Leases                                    Leases
-	Log                                       logr.Logger
-	// OnStatus is called with true when the candidate becomes the leader and
-	// with false when it stops leading.
-	OnStatus func(leading bool)
+	// Log receives the election's lines; it should carry the Lease's name
+	// and the identity, which the lines do not repeat.
+	Log logr.Logger
 	// Labels are set on the Lease when the candidate creates it.
 	Labels map[string]string
+	// Clock is the time source. Default: the real clock.
+	Clock Clock
 }
-
-// ErrLost is returned by Run when the leader could not renew its Lease.
-var ErrLost = errors.New("leader election lost")
 
 const jitter = 1.2 // as client-go's JitterFactor
 
-// Run campaigns until this candidate holds the Lease, calls lead with a
-// context that is canceled when leadership ends, and keeps renewing. When
-// ctx is done it waits for lead to return, then releases the Lease so
-// another candidate takes over at once, and returns nil. If renewing fails
-// for RenewDeadline it cancels lead's context, waits for lead, and returns
-// ErrLost. lead runs on its own goroutine.
-func Run(ctx context.Context, cfg Config, lead func(ctx context.Context)) error {
-	e := &elector{cfg: cfg}
-	if !e.acquire(ctx) {
+// Run campaigns until this candidate holds the Lease, then calls lead on
+// its own goroutine with the Term and a context that carries the term
+// (WithTerm) and is canceled, with the term's error as its cause, when the
+// term ends or ctx is done. It renews the Lease while lead runs, whether or
+// not ctx is done, so that the term lasts while lead finishes its work:
+// lead must return soon after its context is done.
+//
+// Once lead has returned, Run ends the term and releases the Lease, so
+// that another candidate takes over at once. It returns nil if ctx is done,
+// before or after the Lease was held; otherwise the error that ended the
+// term, which wraps ErrLost: the Lease was not renewed before the term's
+// deadline, or another candidate holds it.
+func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, t *Term)) error {
+	e := &elector{cfg: cfg, clock: cfg.Clock, lease: cfg.Namespace + "/" + cfg.Name}
+	if e.clock == nil {
+		e.clock = realClock{}
+	}
+	t := e.acquire(ctx)
+	if t == nil {
 		return nil
 	}
-	cfg.Log.Info("became leader", "lease", cfg.Name, "identity", cfg.Identity)
-	e.status(true)
-	defer e.status(false)
-
-	leadCtx, stopLeading := context.WithCancel(ctx)
+	cfg.Log.Info("became leader")
+	leadCtx, stopLeading := context.WithCancelCause(WithTerm(ctx, t))
+	defer stopLeading(nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		lead(leadCtx)
+		lead(leadCtx, t)
 	}()
-	err := e.renew(ctx)
-	stopLeading()
-	<-done
+	err := e.hold(ctx, t, done)
 	if err != nil {
-		cfg.Log.Error(err, "lost the lease", "lease", cfg.Name)
-		return err
+		stopLeading(err)
+		cfg.Log.Error(err, "lost the lease")
 	}
-	e.release()
-	return nil
+	<-done
+	t.end(ErrReleased)
+	e.release() // after a loss too: a renewal that came too late may have reached the server
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 type elector struct {
 	cfg        Config
+	clock      Clock
+	lease      string                // namespace/name
 	observed   *coordinationv1.Lease // last Lease read or written
 	observedAt time.Time             // when it last changed, on our clock
-	leading    bool
 }
 
-func (e *elector) status(leading bool) {
-	if e.cfg.OnStatus != nil && leading != e.leading {
-		e.cfg.OnStatus(leading)
-	}
-	e.leading = leading
-}
-
-func (e *elector) wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// sleep waits for d on the elector's clock, and reports whether d passed
+// before stop or end was closed (a nil channel is never closed).
+func (e *elector) sleep(d time.Duration, stop, end <-chan struct{}) bool {
+	ch := make(chan struct{})
+	defer e.clock.AfterFunc(d, func() { close(ch) })()
 	select {
-	case <-ctx.Done():
+	case <-stop:
 		return false
-	case <-t.C:
+	case <-end:
+		return false
+	case <-ch:
 		return true
 	}
 }
 
 // acquire tries every RetryPeriod, with jitter, until it holds the Lease or
-// ctx is done.
-func (e *elector) acquire(ctx context.Context) bool {
+// ctx is done, and returns the term, or nil.
+func (e *elector) acquire(ctx context.Context) *Term {
 	for {
-		if e.tryAcquireOrRenew(ctx) {
-			return true
+		start := e.clock.Now()
+		if out, _ := e.tryAcquireOrRenew(ctx, false); out == held {
+			return newTerm(e.lease, e.clock, start, e.cfg.RenewDeadline)
 		}
-		if !e.wait(ctx, time.Duration(float64(e.cfg.RetryPeriod)*(1+rand.Float64()*(jitter-1)))) {
-			return false
+		if !e.sleep(time.Duration(float64(e.cfg.RetryPeriod)*(1+rand.Float64()*(jitter-1))), ctx.Done(), nil) {
+			return nil
 		}
 	}
 }
 
-// renew renews every RetryPeriod until ctx is done (nil) or a renewal has
-// not succeeded for RenewDeadline (ErrLost).
-func (e *elector) renew(ctx context.Context) error {
+// hold renews the Lease every RetryPeriod until done is closed (nil) or
+// the term ends (its error). Each successful renewal moves the term's
+// deadline to RenewDeadline after the renewal began; a failed one is
+// retried every RetryPeriod until the deadline, which ends the term.
+func (e *elector) hold(ctx context.Context, t *Term, done <-chan struct{}) error {
+	ctx = context.WithoutCancel(ctx) // renewals go on while lead finishes
 	for {
-		deadline, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
-		ok := false
-		for !ok && deadline.Err() == nil {
-			if ok = e.tryAcquireOrRenew(deadline); !ok {
-				e.wait(deadline, e.cfg.RetryPeriod)
-			}
+		if !e.sleep(e.cfg.RetryPeriod, done, t.Done()) {
+			return t.Err() // nil if lead returned
 		}
+		// The clock first: a holder that wakes past its deadline (it was
+		// paused) has lost the Lease, whatever a request would answer.
+		if err := t.Err(); err != nil {
+			return err
+		}
+		start := e.clock.Now()
+		rctx, cancel := e.until(ctx, t.Deadline())
+		out, holder := e.tryAcquireOrRenew(rctx, true)
 		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case !ok:
-			return ErrLost
-		}
-		if !e.wait(ctx, e.cfg.RetryPeriod) {
-			return nil
+		switch out {
+		case held:
+			t.renew(start, e.cfg.RenewDeadline)
+		case taken:
+			t.end(fmt.Errorf("%w: lease %s is held by %q", ErrLost, e.lease, holder))
+			return t.Err()
 		}
 	}
 }
 
-func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
-	now := metav1.NewMicroTime(time.Now())
+// until returns a context that is canceled at deadline on the elector's
+// clock.
+func (e *elector) until(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := e.clock.AfterFunc(deadline.Sub(e.clock.Now()), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// outcome is what an attempt to acquire or renew the Lease found.
+type outcome int
+
+const (
+	failed outcome = iota // the request failed: try again
+	taken                 // another candidate holds the Lease
+	held                  // this candidate holds it, as of its write
+)
+
+// tryAcquireOrRenew reads the Lease and writes it as held by this
+// candidate, if it is free, expired, or already ours. When renewing, a
+// Lease that names another holder, or none, is taken: someone else wrote
+// it since our last renewal. It returns the holder it found.
+func (e *elector) tryAcquireOrRenew(ctx context.Context, renewing bool) (outcome, string) {
+	now := metav1.NewMicroTime(e.clock.Now())
 	desired := coordinationv1.LeaseSpec{
 		HolderIdentity:       &e.cfg.Identity,
 		LeaseDurationSeconds: new(leaseSeconds(e.cfg.LeaseDuration)),
@@ -158,23 +194,26 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Labels: e.cfg.Labels}, Spec: desired}
 		created, err := e.cfg.Leases.Create(ctx, l)
 		if err != nil {
-			e.cfg.Log.V(1).Info("cannot create the lease", "lease", e.cfg.Name, "err", err)
-			return false
+			e.cfg.Log.V(1).Info("cannot create the lease", "err", err.Error())
+			return failed, ""
 		}
 		e.observe(created)
-		return true
+		return held, e.cfg.Identity
 	}
 	if err != nil {
-		e.cfg.Log.V(1).Info("cannot read the lease", "lease", e.cfg.Name, "err", err)
-		return false
+		e.cfg.Log.V(1).Info("cannot read the lease", "err", err.Error())
+		return failed, ""
 	}
 	if e.observed == nil || e.observed.ResourceVersion != cur.ResourceVersion {
 		e.observe(cur)
 	}
 	holder := ptrValue(cur.Spec.HolderIdentity)
 	mine := holder == e.cfg.Identity
-	if holder != "" && !mine && time.Since(e.observedAt) < time.Duration(ptrValue(cur.Spec.LeaseDurationSeconds))*time.Second {
-		return false // held, and renewed recently as far as we can tell
+	switch {
+	case renewing && !mine:
+		return taken, holder
+	case holder != "" && !mine && e.clock.Now().Sub(e.observedAt) < time.Duration(ptrValue(cur.Spec.LeaseDurationSeconds))*time.Second:
+		return taken, holder // held, and renewed recently as far as we can tell
 	}
 	transitions := ptrValue(cur.Spec.LeaseTransitions)
 	if mine {
@@ -187,16 +226,16 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context) bool {
 	next.Spec = desired
 	updated, err := e.cfg.Leases.Update(ctx, next)
 	if err != nil {
-		e.cfg.Log.V(1).Info("cannot update the lease", "lease", e.cfg.Name, "err", err)
-		return false
+		e.cfg.Log.V(1).Info("cannot update the lease", "err", err.Error())
+		return failed, holder
 	}
 	e.observe(updated)
-	return true
+	return held, e.cfg.Identity
 }
 
 func (e *elector) observe(l *coordinationv1.Lease) {
 	e.observed = l
-	e.observedAt = time.Now()
+	e.observedAt = e.clock.Now()
 }
 
 // release hands the Lease back: an empty holder and a one-second duration,
@@ -211,7 +250,7 @@ func (e *elector) release() {
 		if err != nil || ptrValue(cur.Spec.HolderIdentity) != e.cfg.Identity {
 			return // gone, or not ours any more
 		}
-		now := metav1.NewMicroTime(time.Now())
+		now := metav1.NewMicroTime(e.clock.Now())
 		l := cur.DeepCopy()
 		l.Spec.HolderIdentity = nil
 		l.Spec.LeaseDurationSeconds = new(int32(1))
@@ -219,19 +258,19 @@ func (e *elector) release() {
 		_, err = e.cfg.Leases.Update(ctx, l)
 		switch {
 		case err == nil:
-			e.cfg.Log.Info("released the lease", "lease", e.cfg.Name)
+			e.cfg.Log.Info("released the lease")
 			return
 		case apierrors.IsConflict(err) && attempt < 3:
 			continue
 		default:
-			e.cfg.Log.Error(err, "cannot release the lease; it expires after its duration", "lease", e.cfg.Name)
+			e.cfg.Log.Error(err, "cannot release the lease; it expires after its duration")
 			return
 		}
 	}
 }
 
 // leaseSeconds is the duration written into the Lease: rounded up, so that
-// other candidates never wait less than the leader's RenewDeadline allows.
+// other candidates never wait less than the holder's term allows.
 func leaseSeconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
@@ -244,7 +283,33 @@ func ptrValue[T any](p *T) T {
 	return *p
 }
 
-// Validate checks that the durations let a leader stop before another
+// Default fills in the durations left zero from those set, in client-go's
+// ratio of 15:10:2 (LeaseDuration, RenewDeadline, RetryPeriod), so that
+// setting LeaseDuration alone scales the others; with none set, 15 s, 10 s
+// and 2 s.
+func (c *Config) Default() {
+	var unit time.Duration // a fifteenth of the lease duration
+	switch {
+	case c.LeaseDuration > 0:
+		unit = c.LeaseDuration / 15
+	case c.RenewDeadline > 0:
+		unit = c.RenewDeadline / 10
+	case c.RetryPeriod > 0:
+		unit = c.RetryPeriod / 2
+	default:
+		unit = time.Second
+	}
+	for _, d := range []struct {
+		p *time.Duration
+		n time.Duration
+	}{{&c.LeaseDuration, 15}, {&c.RenewDeadline, 10}, {&c.RetryPeriod, 2}} {
+		if *d.p == 0 {
+			*d.p = d.n * unit
+		}
+	}
+}
+
+// Validate checks that the durations let a holder stop before another
 // candidate may start.
 func (c Config) Validate() error {
 	switch {
