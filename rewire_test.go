@@ -423,14 +423,16 @@ func TestSetNamespaces(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		reconciled = append(reconciled, ctrl.KeyOf(cm).String())
-		if _, err := secrets.List(ctx, ctrl.ListParams{Namespace: cm.Namespace}); err != nil {
+		// Through an index of the Owns cache, which moves with it.
+		if _, err := secrets.List(ctx, ctrl.ListParams{Namespace: cm.Namespace, Index: "name", IndexValue: cm.Name + "-secret"}); err != nil {
 			readErrs = append(readErrs, err)
 		}
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{"a"}}})
 	must(t, err)
-	_, err = ctrl.Owns[*corev1.Secret](c)
+	owned, err := ctrl.Owns[*corev1.Secret](c)
 	must(t, err)
+	must(t, owned.AddIndex("name", func(s *corev1.Secret) []string { return []string{s.Name} }))
 	must(t, c.OnDelete(func(_ context.Context, cm *corev1.ConfigMap) error {
 		mu.Lock()
 		gone = append(gone, ctrl.KeyOf(cm).String())
