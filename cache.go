@@ -79,7 +79,10 @@ type CacheOptions struct {
 // Cache is a typed, read-only, continuously updated view of the objects of
 // one type, fed by a list-and-watch on the API server (one per namespace of
 // CacheOptions.Namespaces). All controllers, clients and indexes that ask
-// for the same type with the same [CacheOptions] share one Cache.
+// for the same type with the same [CacheOptions] share one Cache. A cache
+// that only controllers and their [Owns] and [Watches] use stops, and
+// lets its objects go, when the last of them is removed ([Controller.Stop],
+// [Unwatch]); one made by [NewCache] stays while the manager runs.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
 // every other reader: never modify them; call DeepCopyObject first. They
@@ -507,7 +510,9 @@ func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Unlock()
 }
 
-// HasSynced reports whether the cache has completed its first list.
+// HasSynced reports whether the cache has completed its first list, or,
+// for an optional kind, found its CustomResourceDefinition missing: either
+// way it is in step with the server.
 func (c *Cache[T]) HasSynced() bool {
 	select {
 	case <-c.synced:
@@ -517,7 +522,7 @@ func (c *Cache[T]) HasSynced() bool {
 	}
 }
 
-// WaitForSync blocks until the cache has completed its first list, or ctx
+// WaitForSync blocks until the cache has synced ([Cache.HasSynced]), or ctx
 // is done. Before the manager starts, it waits for the start.
 func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 	select {
