@@ -168,7 +168,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
 	}
-	if j := opts.RequeueJitter; j < 0 || j > 1 || j != j {
+	if j := opts.RequeueJitter; !(j >= 0 && j <= 1) { // NaN too
 		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
 	}
 	if s := m.sharding; s != nil {
