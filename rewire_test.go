@@ -202,8 +202,11 @@ func TestOptionalWiring(t *testing.T) {
 	}
 	c, err := ctrl.NewController(mgr, "owner", noop, ctrl.ControllerOptions{})
 	must(t, err)
-	_, err = ctrl.Owns[*Widget](c)
+	owned, err := ctrl.Owns[*Widget](c)
 	must(t, err)
+	if owned != optional {
+		t.Errorf("Owns: got another cache, want the optional one")
+	}
 	same, err := ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{Optional: true})
 	must(t, err)
 	if same != optional {
