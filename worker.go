@@ -87,7 +87,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	ri := &reconcileInfo{key: key, causes: item.causes}
 	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
-	if context.Cause(ctx) == errReconcileTimeout {
+	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
 		c.metrics.Timeouts.Inc()
 		if err == nil {
 			log.Info("reconcile ran past ReconcileTimeout", "timeout", c.opts.ReconcileTimeout.String())
