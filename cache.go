@@ -93,15 +93,15 @@ type Cache[T Object] struct {
 	mgr  *Manager
 	b    *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
 	opts CacheOptions
-	// scope's namespaces change with SetNamespaces, under scopeMu; its
-	// selectors never change.
-	scope    scope
-	scopeMu  sync.RWMutex
-	kind     string // for causes: "ConfigMap"
-	synced   chan struct{}
-	syncOnce sync.Once
-	opt      *optional // nil for a required kind
-	refs     cacheRefs // under mgr.mu
+	// scope is what the cache selects; its namespaces change with
+	// SetNamespaces, so they are read from namespaces (see currentScope).
+	scope      scope
+	namespaces atomic.Pointer[[]string]
+	kind       string // for causes: "ConfigMap"
+	synced     chan struct{}
+	syncOnce   sync.Once
+	opt        *optional // nil for a required kind
+	refs       cacheRefs // under mgr.mu
 	// typeMeta is stamped on every object stored: typed decoding drops it.
 	typeMeta metav1.TypeMeta
 
@@ -337,9 +337,11 @@ func (c *Cache[T]) newFeeds(namespaces []string) []*feed[T] {
 
 // currentScope returns what the cache selects now.
 func (c *Cache[T]) currentScope() scope {
-	c.scopeMu.RLock()
-	defer c.scopeMu.RUnlock()
-	return c.scope
+	sc := c.scope
+	if ns := c.namespaces.Load(); ns != nil {
+		sc.namespaces = *ns
+	}
+	return sc
 }
 
 // String describes the cache for logs and errors: its type, resource and

@@ -369,9 +369,7 @@ func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 		return nil
 	}
 	sc.namespaces = ns
-	c.scopeMu.Lock()
-	c.scope.namespaces = ns
-	c.scopeMu.Unlock()
+	c.namespaces.Store(&ns)
 	c.mgr.rekey(c, sc.String())
 
 	// An optional cache runs feeds only while its CRD serves it; the
