@@ -177,8 +177,9 @@ type link struct {
 // it runs: changes no longer queue its keys, its workers take no more keys
 // and end once their running reconciles have returned, its queue goes, its
 // [Owns] and [Watches] are removed, and the caches that nothing else uses
-// (not those made by [NewCache]) stop and forget their objects. Its name
-// may be used again. A reconcile still running when ctx is done has its
+// (not those made by [NewCache]) stop and forget their objects; stopped
+// before [Manager.Start], its name may be given to another controller. A
+// reconcile still running when ctx is done has its
 // context canceled, and Stop returns an error that counts them; they end
 // as soon as they honour their context. Stop blocks until its reconciles
 // have returned or ctx is done. A second call returns nil at once. It is
