@@ -178,12 +178,13 @@ type link struct {
 // and end once their running reconciles have returned, its queue goes, its
 // [Owns] and [Watches] are removed, and the caches that nothing else uses
 // (not those made by [NewCache]) stop and forget their objects; stopped
-// before [Manager.Start], its name may be given to another controller. A
-// reconcile still running when ctx is done has its
-// context canceled, and Stop returns an error that counts them; they end
-// as soon as they honour their context. Stop blocks until its reconciles
-// have returned or ctx is done. A second call returns nil at once. It is
-// safe for concurrent use.
+// before [Manager.Start], its name may be given to another controller.
+//
+// A reconcile still running when ctx is done has its context canceled,
+// and Stop returns an error that counts them; they end as soon as they
+// honour their context. Stop blocks until its reconciles have returned or
+// ctx is done. A second call returns nil at once. It is safe for
+// concurrent use.
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
