@@ -71,8 +71,10 @@ type CacheOptions struct {
 	// watched, removes objects that still exist: they are forgotten, with
 	// neither hook. A cache is optional or required, not both: asking for
 	// an existing cache with the other choice is an error. Not for fleet
-	// caches, nor for built-in kinds. Default: required, and Start fails
-	// if the kind is not served.
+	// caches, nor for built-in kinds. A custom resource that may be
+	// missing when the manager is wired declares its scope
+	// (APIResource.Namespaced or ClusterScoped): discovery cannot tell it
+	// then. Default: required, and Start fails if the kind is not served.
 	Optional bool
 }
 

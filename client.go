@@ -31,8 +31,9 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. The objects it returns carry their apiVersion and kind. A Client is
-// safe for concurrent use.
+// them. The objects it returns carry their apiVersion and kind. A key or
+// object without a namespace for a namespaced type is an error on every
+// method, never a NotFound. A Client is safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -189,6 +190,9 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
 	key = c.at(key)
+	if err := c.checkKey("get", key); err != nil {
+		return zero, err
+	}
 	if c.uncached {
 		b, err := c.backend(key.Cluster)
 		if err != nil {
@@ -403,6 +407,16 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 	return nil
 }
 
+// checkKey rejects a key without a namespace for a namespaced resource:
+// the request would go to the cluster-scoped URL and come back NotFound,
+// which reads like success after a Delete.
+func (c *Client[T]) checkKey(verb string, key Key) error {
+	if c.b.Namespaced && key.Namespace == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
+	}
+	return nil
+}
+
 // Create creates obj and returns the object the server stored.
 //
 // A create whose reply is lost (the connection died after the request was
@@ -468,10 +482,13 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 }
 
 func (c *Client[T]) noStatus() error {
-	if c.b.Builtin {
+	switch {
+	case c.b.Builtin:
 		return errors.New("the resource has no status subresource")
+	case c.b.StatusUnknown: // the fakes' default
+		return errors.New("the resource has no status subresource on the fakes, since the type has no status field: set APIResource.Status to have one")
 	}
-	return errors.New("the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one")
+	return errors.New("the resource has no status subresource: its CustomResourceDefinition has no `subresources: {status: {}}`")
 }
 
 // Patch applies a patch to the object with key and returns the result. pt
@@ -492,6 +509,9 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	verb := "patch"
 	if sub != "" {
 		verb = "patch " + sub + " of"
+	}
+	if err := c.checkKey(verb, key); err != nil {
+		return binding.New[T](), err
 	}
 	switch {
 	case pt == types.StrategicMergePatchType && !c.b.Builtin:
@@ -564,6 +584,9 @@ const (
 // reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
+	if err := c.checkKey("create or patch", key); err != nil {
+		return binding.New[T](), Unchanged, err
+	}
 	if mutate == nil {
 		return binding.New[T](), Unchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
@@ -702,14 +725,25 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, erro
 	return out, c.wrap("apply", key, err)
 }
 
-// Delete deletes the object with key. opts carries preconditions (UID,
-// resourceVersion) and the propagation policy; the zero value is the
-// server's default. An object with finalizers is only marked for deletion
-// until they are removed.
-func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
+// Delete deletes the object with key. opts, at most one, carries
+// preconditions (UID, resourceVersion) and the propagation policy; none is
+// the server's default. An object with finalizers is only marked for
+// deletion until they are removed: Delete returns nil then, and the object
+// is still there.
+func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOptions) error {
 	key = c.at(key)
+	if err := c.checkKey("delete", key); err != nil {
+		return err
+	}
+	if len(opts) > 1 {
+		return fmt.Errorf("ctrl: delete %s %s: %d DeleteOptions, want at most one", c.b.Type, key, len(opts))
+	}
+	var o metav1.DeleteOptions
+	if len(opts) == 1 {
+		o = opts[0]
+	}
 	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
-		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
+		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, o)
 	})
 	return c.wrap("delete", key, err)
 }

@@ -15,8 +15,10 @@
 //
 // There is no Scheme to register built-in types in: the type parameter is
 // the registration. A custom resource type is registered once with
-// [Register]. Tests run the same code against client-go's fake clientset
-// (Options.FakeClientset) and wait with [Manager.WaitIdle] instead of sleeping.
+// [Register], by its group, version and resource. Tests run the same code
+// against client-go's fake clientset (Options.FakeClientset, and
+// ctrltest.NewFakeDynamic for custom resources) and wait with
+// [Manager.WaitIdle] instead of sleeping.
 //
 // # Parts
 //
@@ -33,8 +35,10 @@
 //
 // # Guarantees
 //
-//   - Typed: a wiring mistake, such as an unknown type or a custom resource
-//     that was not registered, is an error when wiring, naming the Go type.
+//   - Typed: a wiring mistake, such as an unknown type, a custom resource
+//     that was not registered, or a declared scope or status subresource
+//     that the server's discovery contradicts, is an error when wiring,
+//     naming the Go type.
 //   - Stingy: a key is never reconciled by two workers at once, and a key
 //     queued many times while waiting is reconciled once, with every cause
 //     ([CausesFrom]).
@@ -86,6 +90,14 @@
 //     state its step saw (the write carries that resourceVersion), and is
 //     followed by its Event; a deleted object's finalizer stays until the
 //     machine's cleanup path has ended.
+//   - Told: a list or watch the server forbids is reported at once, in one
+//     log line and in /readyz, naming the RBAC rule to add; it holds up
+//     only the controllers that use that cache. [Manager.RBACRules] lists
+//     the rules the manager's own work needs.
+//   - Testable: the fakes hold a deletion while finalizers remain, as the
+//     API server does, so finalizers run in unit tests; [Manager.WaitIdle]
+//     returns once everything is reconciled, or names each failing key
+//     with its last error.
 //   - Optional: a kind declared optional (CacheOptions.Optional) may be
 //     missing: the manager starts and runs without it, and its cache
 //     lists once its CustomResourceDefinition is Established, empties
@@ -107,9 +119,12 @@
 //
 // Objects in a cache are shared by every reader and must not be modified;
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
-// speed. [Client.Get] and [Client.List] return copies. Managed fields are
-// removed from cached objects unless CacheOptions.KeepManagedFields is set.
-// Objects from caches and clients carry their apiVersion and kind, which
-// client-go's typed decoding drops (a stamp of two strings, no allocation);
-// [ReferenceOf] builds a corev1.ObjectReference to any of them.
+// speed; Cache.Get(key) says whether the object is cached. [Client.Get] and
+// [Client.List] return copies, wait for the cache to sync, and fail with an
+// error (apierrors.IsNotFound for a missing object) that names the type and
+// key. Managed fields are removed from cached objects unless
+// CacheOptions.KeepManagedFields is set. Objects from caches and clients
+// carry their apiVersion and kind, which client-go's typed decoding drops
+// (a stamp of two strings, no allocation); [ReferenceOf] builds a
+// corev1.ObjectReference to any of them.
 package ctrl

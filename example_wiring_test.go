@@ -31,7 +31,7 @@ func newOptionalFake() *dynamicfake.FakeDynamicClient {
 // of the manager, so that WaitIdle waits for what follows from it.
 func installCRD(ctx context.Context, mgr *ctrl.Manager, r schema.GroupVersionResource) error {
 	client, err := ctrl.NewClient[*unstructured.Unstructured](mgr, ctrl.ClientOptions{Resource: ctrl.APIResource{
-		Group: crds.Group, Version: crds.Version, Resource: crds.Resource, Kind: "CustomResourceDefinition"}})
+		Group: crds.Group, Version: crds.Version, Resource: crds.Resource, Kind: "CustomResourceDefinition", ClusterScoped: true}})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import "slices"
 
 func (c *Controller[T]) changed(ev event[T]) {
 	if ev.kind != added && ev.kind != updated {
-		c.forgetKey(ev.key)
+		c.forgetKey(ev.key, ev.kind)
 	}
 	if !c.active.Load() {
 		return
@@ -86,9 +86,18 @@ func (c *Controller[T]) awaited(key Key) bool {
 
 // forgetKey drops what the controller keeps for an object that left the
 // cache, besides its tombstone: so that every per-key map is bounded by
-// the objects that exist.
-func (c *Controller[T]) forgetKey(key Key) {
+// the objects that exist. What finalize did is kept for an object that may
+// still exist (it left the selector, or vanished from a relist): its
+// tombstone's finalizer runs next, and must not run finalize again.
+func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	c.awaited(key)
+	if kind == deleted {
+		c.forgetFinalized(key)
+	}
+}
+
+// forgetFinalized drops the record that finalize succeeded for key.
+func (c *Controller[T]) forgetFinalized(key Key) {
 	if c.finalizer == "" {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -165,12 +166,17 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
-	info, err := binding.Lookup[T]()
+	info, err := resolve[T](m)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
 	if !info.Status {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %s has no status subresource, where the machine writes its moves", name, info)
+	}
+	gr := info.GVR.GroupResource()
+	m.need(schema.GroupResource{Group: gr.Group, Resource: gr.Resource + "/status"}, "patch")
+	if machine.Finalizer != "" {
+		m.need(gr, "patch")
 	}
 	reg := m.opts.Registerer
 	if m.registry != nil {

@@ -28,7 +28,7 @@ import (
 
 // crdResource is where the API server serves CustomResourceDefinitions.
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
-	Kind: "CustomResourceDefinition"}
+	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
 // optional is what an optional cache knows of its CRD.
 type optional struct {
@@ -269,26 +269,25 @@ func (c *Cache[T]) Served() bool {
 	return true
 }
 
-// unserved says, for /readyz, that the cache waits for its CRD (optional)
-// or lost its resource (required); "" if neither.
-func (c *Cache[T]) unserved() (line string, optional bool) {
-	if o := c.opt; o != nil {
-		if why := o.waiting.Load(); why != nil {
-			line = fmt.Sprintf("waiting for CustomResourceDefinition %s (%s): %s", o.crd, *why, c)
-			if users := c.users(); len(users) > 0 {
-				for i, u := range users {
-					users[i] = strconv.Quote(u)
-				}
-				line += ", for controllers " + strings.Join(users, ", ")
-			}
-			return line, true
+// waitingForCRD says, for /readyz, that an optional cache waits for its
+// CRD, or returns "".
+func (c *Cache[T]) waitingForCRD() string {
+	o := c.opt
+	if o == nil {
+		return ""
+	}
+	why := o.waiting.Load()
+	if why == nil {
+		return ""
+	}
+	line := fmt.Sprintf("waiting for CustomResourceDefinition %s (%s): %s", o.crd, *why, c)
+	if users := c.users(); len(users) > 0 {
+		for i, u := range users {
+			users[i] = strconv.Quote(u)
 		}
-		return "", true
+		line += ", for controllers " + strings.Join(users, ", ")
 	}
-	if !c.HasSynced() || c.Served() {
-		return "", false
-	}
-	return fmt.Sprintf("not served: %s: %s", c, c.lastError()), false
+	return line
 }
 
 // crdName is the name of the CRD that would serve info's resource.

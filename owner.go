@@ -13,8 +13,9 @@ import (
 )
 
 // Owns makes controller c reconcile the controlling owner of each object of
-// type O that changes: the object named by O's ownerReference with
-// controller=true whose kind is T's. Set that reference with
+// type O that changes (is created, updated or deleted: a deleted child
+// reconciles its owner, which may create it again): the object named by
+// O's ownerReference with controller=true whose kind is T's. Set that reference with
 // [SetControllerReference]. Updates pass only if one of changed reports
 // true (none: every update passes), for example [GenerationChanged] to
 // ignore status writes on owned Deployments. O is given, T is inferred:
@@ -181,6 +182,9 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 		return gvk, u.GetNamespace() != "", nil
 	}
 	info, err := binding.Lookup[O]()
+	if info.ScopeUnknown { // known to the manager, not here: the owner says
+		return info.GVK(), owner.GetNamespace() != "", err
+	}
 	return info.GVK(), info.Namespaced, err
 }
 

@@ -510,6 +510,14 @@ func (it *queued) merge(later queued) {
 	}
 }
 
+// dueAt returns when key is due, if it waits for a delay.
+func (q *queue) dueAt(key Key) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d, ok := q.due[key]
+	return d.at, ok
+}
+
 // dueWithin reports whether a delayed key is due within d from now.
 func (q *queue) dueWithin(d time.Duration) bool {
 	q.mu.Lock()

@@ -14,7 +14,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,31 +21,6 @@ import (
 
 	"github.com/typedctrl/ctrl"
 )
-
-// logLines collects the lines of a logger.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) add(prefix, args string) {
-	l.mu.Lock()
-	l.lines = append(l.lines, prefix+" "+args)
-	l.mu.Unlock()
-}
-
-// count returns how many lines contain s.
-func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			n++
-		}
-	}
-	return n
-}
 
 // readyz returns the status and body of mgr's /readyz.
 func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
@@ -64,7 +38,7 @@ func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
 func crdClient(t *testing.T, mgr *ctrl.Manager) *ctrl.Client[*unstructured.Unstructured] {
 	t.Helper()
 	c, err := ctrl.NewClient[*unstructured.Unstructured](mgr, ctrl.ClientOptions{Resource: ctrl.APIResource{
-		Group: crds.Group, Version: crds.Version, Resource: crds.Resource, Kind: "CustomResourceDefinition"}})
+		Group: crds.Group, Version: crds.Version, Resource: crds.Resource, Kind: "CustomResourceDefinition", ClusterScoped: true}})
 	must(t, err)
 	return c
 }
@@ -75,8 +49,7 @@ func crdClient(t *testing.T, mgr *ctrl.Manager) *ctrl.Client[*unstructured.Unstr
 // version (objects forgotten, not deleted).
 func TestOptionalKind(t *testing.T) {
 	var logs logLines
-	mgr := newManager(t, ctrl.Options{FakeDynamic: newOptionalFake(), HealthAddress: "127.0.0.1:0",
-		Logger: funcr.New(logs.add, funcr.Options{})})
+	mgr := newManager(t, ctrl.Options{FakeDynamic: newOptionalFake(), HealthAddress: "127.0.0.1:0", Logger: logs.logger()})
 	var mu sync.Mutex
 	reconciled, deleted := map[string]int{}, map[string]int{}
 	c, err := ctrl.NewController(mgr, "widgets", func(ctx context.Context, w *Widget) (ctrl.Result, error) {

@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +38,14 @@ type feed[T Object] struct {
 	fakeEvents atomic.Pointer[<-chan watch.Event]
 	relists    prometheus.Counter // set by run
 	labels     []string           // of the feed's series: resource, namespace, cluster
+	log        logr.Logger        // set by run
+	ctx        context.Context    // set by run
 	notServed  atomic.Bool        // the last list or watch found the resource not served (404)
+
+	accessMu sync.Mutex
+	denials  map[string]*denial // verbs the server refuses now
+	probed   bool               // the list permission was checked
+	rechecks sync.WaitGroup
 
 	stop context.CancelFunc // set when started, for the feeds that stop before their cache
 	done chan struct{}      // closed when run returns
@@ -59,6 +67,10 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
 	}
 	f.labels = []string{res, f.namespace, f.cluster}
+	f.accessMu.Lock()
+	f.log, f.ctx = log, ctx
+	f.accessMu.Unlock()
+	defer f.rechecks.Wait()
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
@@ -123,12 +135,21 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	l, err := f.b.List(ctx, f.namespace, f.options(opts))
-	return l, f.c.notServedError(err)
+	err = f.c.notServedError(err)
+	f.access("list", err)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return l, nil
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		f.probeList(ctx)
+	}
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
 	err = f.c.notServedError(err)
+	f.access("watch", err)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)

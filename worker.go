@@ -71,6 +71,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
 			c.q.forget(key)
+			c.failures.ok(key)
 			return
 		}
 		var cancel context.CancelFunc
@@ -98,6 +99,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// Not the object's failure, and not to retry: this replica may no
 		// longer act, and whoever leads next reconciles every object.
 		c.q.forget(key)
+		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil && c.vanished(ctx, key, ri, err):
 		// Routine, as a conflict is: the object was deleted while it was
@@ -105,6 +107,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// finalizer); nothing is left to retry.
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
@@ -117,27 +120,33 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
 			c.q.forget(key)
+			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state; it spends no shared retry budget.
+			c.failures.failed(key, err)
 			c.q.retryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
 			// Not the object's failure: the key waits for the server, with
 			// neither its own backoff nor the shared budget touched.
+			c.failures.failed(key, err)
 			c.waitForServer(key, cluster, err)
 		default:
+			c.failures.failed(key, err)
 			c.q.retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 	}
 }
 

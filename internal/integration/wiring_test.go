@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"runtime"
 	"slices"
@@ -26,15 +25,15 @@ import (
 	"github.com/typedctrl/ctrl"
 )
 
-// Gizmo and Cog are custom resources whose CRDs the wiring tests
-// install and delete while managers run: Gizmos as an optional kind,
+// Trinket and Cog are custom resources whose CRDs the wiring tests
+// install and delete while managers run: Trinkets as an optional kind,
 // Cogs as a required one. No other test uses them.
-type Gizmo struct {
+type Trinket struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 }
 
-func (g *Gizmo) DeepCopyObject() kruntime.Object {
+func (g *Trinket) DeepCopyObject() kruntime.Object {
 	out := *g
 	g.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return &out
@@ -53,7 +52,7 @@ func (s *Cog) DeepCopyObject() kruntime.Object {
 
 func init() {
 	for _, err := range []error{
-		ctrl.Register[*Gizmo](ctrl.APIResource{Group: "wiring.example.com", Version: "v1", Resource: "gizmos", Namespaced: true}),
+		ctrl.Register[*Trinket](ctrl.APIResource{Group: "wiring.example.com", Version: "v1", Resource: "trinkets", Namespaced: true}),
 		ctrl.Register[*Cog](ctrl.APIResource{Group: "wiring.example.com", Version: "v1", Resource: "cogs", Namespaced: true}),
 	} {
 		if err != nil {
@@ -190,17 +189,6 @@ func (l *logs) matching(from int, subs ...string) ([]string, int) {
 	return out, len(l.lines)
 }
 
-// readyz returns the status and body of mgr's /readyz.
-func readyz(t *testing.T, mgr *ctrl.Manager) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + mgr.Addresses().Health + "/readyz")
-	must(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	must(t, err)
-	return resp.StatusCode, string(body)
-}
-
 // Bounds of TestOptionalCRD. A cache lists within listWithin of the API
 // server serving its resource (the test's own list succeeding, polled
 // every 10 ms). The CRD's watch event takes milliseconds; a list that
@@ -216,7 +204,7 @@ const (
 	reconcileWithin = 2 * time.Second
 )
 
-// TestOptionalCRD runs a controller of an optional kind, Gizmo, through
+// TestOptionalCRD runs a controller of an optional kind, Trinket, through
 // its CRD's life on the real API server: absent at Start, installed,
 // deleted with objects that carry the controller's finalizer, installed
 // again.
@@ -230,10 +218,10 @@ const (
 // resource while it does (no relist loop), and no reconcile fails.
 func TestOptionalCRD(t *testing.T) {
 	ns := newNamespace(t)
-	crd := wiringCRD("gizmos", "Gizmo")
+	crd := wiringCRD("trinkets", "Trinket")
 	deleteCRD(t, crd.GetName()) // in case a failed run left it
-	gizmoPath := "/apis/wiring.example.com/v1/namespaces/" + ns + "/gizmos"
-	reqs := &requests{path: gizmoPath}
+	trinketPath := "/apis/wiring.example.com/v1/namespaces/" + ns + "/trinkets"
+	reqs := &requests{path: trinketPath}
 	cfg := env.Config()
 	cfg.Wrap(reqs.wrap)
 	var log logs
@@ -242,7 +230,7 @@ func TestOptionalCRD(t *testing.T) {
 	must(t, err)
 	var mu sync.Mutex
 	reconciled, finalized, deleted := map[string]time.Time{}, map[string]int{}, map[string]int{}
-	c, err := ctrl.NewController(mgr, "gizmos", func(ctx context.Context, g *Gizmo) (ctrl.Result, error) {
+	c, err := ctrl.NewController(mgr, "trinkets", func(ctx context.Context, g *Trinket) (ctrl.Result, error) {
 		mu.Lock()
 		if _, ok := reconciled[g.Name]; !ok {
 			reconciled[g.Name] = time.Now()
@@ -251,31 +239,31 @@ func TestOptionalCRD(t *testing.T) {
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Optional: true}})
 	must(t, err)
-	must(t, c.OnFinalize("wiring.example.com/cleanup", func(_ context.Context, g *Gizmo) error {
+	must(t, c.OnFinalize("wiring.example.com/cleanup", func(_ context.Context, g *Trinket) error {
 		mu.Lock()
 		finalized[g.Name]++
 		mu.Unlock()
 		return nil
 	}))
-	must(t, c.OnDelete(func(_ context.Context, g *Gizmo) error {
+	must(t, c.OnDelete(func(_ context.Context, g *Trinket) error {
 		mu.Lock()
 		deleted[g.Name]++
 		mu.Unlock()
 		return nil
 	}))
-	gizmos := newClient[*Gizmo](t, mgr)
+	trinkets := newClient[*Trinket](t, mgr)
 	began := time.Now()
 	ctx := start(t, mgr)
 	t.Cleanup(func() { deleteCRD(t, crd.GetName()) }) // before the manager stops: it finalizes
 	waitIdle(t, mgr)
 	t.Logf("started and idle in %s without the CRD", time.Since(began).Round(time.Millisecond))
 
-	waiting := `ctrl_cache_waiting_for_crd{resource="gizmos.wiring.example.com"}`
-	connected := fmt.Sprintf(`ctrl_cache_watch_connected{cluster="",namespace=%q,resource="gizmos.wiring.example.com"}`, ns)
+	waiting := `ctrl_cache_waiting_for_crd{resource="trinkets.wiring.example.com"}`
+	connected := fmt.Sprintf(`ctrl_cache_watch_connected{cluster="",namespace=%q,resource="trinkets.wiring.example.com"}`, ns)
 	checkWaiting := func(step, reason string) {
 		t.Helper()
 		code, body := readyz(t, mgr)
-		want := "waiting for CustomResourceDefinition gizmos.wiring.example.com (" + reason + "): " + c.Cache().String() + `, for controllers "gizmos"`
+		want := "waiting for CustomResourceDefinition trinkets.wiring.example.com (" + reason + "): " + c.Cache().String() + `, for controllers "trinkets"`
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("%s: /readyz: got %d %q, want 200 saying %q", step, code, body, want)
 		}
@@ -287,15 +275,15 @@ func TestOptionalCRD(t *testing.T) {
 		}
 	}
 	checkWaiting("before the CRD", "not installed")
-	if lines, _ := log.matching(0, "waiting for the CustomResourceDefinition", "gizmos.wiring.example.com"); len(lines) != 1 {
+	if lines, _ := log.matching(0, "waiting for the CustomResourceDefinition", "trinkets.wiring.example.com"); len(lines) != 1 {
 		t.Errorf("lines saying the kind waits: got %q, want 1", lines)
 	}
 
-	// install creates the CRD and, at once, a Gizmo, which the server
+	// install creates the CRD and, at once, a Trinket, which the server
 	// accepts 2 s after the CRD became Established; it checks both bounds.
 	dyn, err := dynamic.NewForConfig(env.Config())
 	must(t, err)
-	own := dyn.Resource(schema.GroupVersionResource{Group: "wiring.example.com", Version: "v1", Resource: "gizmos"}).Namespace(ns)
+	own := dyn.Resource(schema.GroupVersionResource{Group: "wiring.example.com", Version: "v1", Resource: "trinkets"}).Namespace(ns)
 	install := func(step, name string) {
 		t.Helper()
 		established := createCRD(t, crd)
@@ -312,7 +300,7 @@ func TestOptionalCRD(t *testing.T) {
 		}()
 		go func() {
 			for time.Since(established) < time.Minute {
-				_, err := gizmos.Uncached().Create(ctx, &Gizmo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+				_, err := trinkets.Uncached().Create(ctx, &Trinket{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 				if err == nil {
 					created <- time.Now()
 					return
@@ -331,7 +319,7 @@ func TestOptionalCRD(t *testing.T) {
 		})
 		servedAt, createdAt := <-served, <-created
 		if servedAt.IsZero() || createdAt.IsZero() {
-			t.Fatalf("%s: the server did not serve gizmos within a minute", step)
+			t.Fatalf("%s: the server did not serve trinkets within a minute", step)
 		}
 		eventually(t, time.Minute, func() error {
 			mu.Lock()
@@ -358,7 +346,7 @@ func TestOptionalCRD(t *testing.T) {
 	}
 	install("installed", "a")
 	for _, name := range []string{"b", "c"} {
-		_, err := gizmos.Create(ctx, &Gizmo{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+		_, err := trinkets.Create(ctx, &Trinket{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 		must(t, err)
 	}
 	waitIdle(t, mgr)
@@ -369,10 +357,10 @@ func TestOptionalCRD(t *testing.T) {
 		t.Errorf("installed: %s: got %v, want 0", waiting, got)
 	}
 
-	// Deleted: the server deletes the Gizmos, which wait for the
+	// Deleted: the server deletes the Trinkets, which wait for the
 	// controller's finalizer, then the CRD.
 	_, mark := log.matching(0)
-	errorsBefore := metric(t, mgr, `controller_runtime_reconcile_errors_total{controller="gizmos"}`)
+	errorsBefore := metric(t, mgr, `controller_runtime_reconcile_errors_total{controller="trinkets"}`)
 	deleteCRD(t, crd.GetName())
 	gone := time.Now()
 	eventually(t, 10*time.Second, func() error {
@@ -396,16 +384,16 @@ func TestOptionalCRD(t *testing.T) {
 	const window = 20 * time.Second
 	time.Sleep(window) // measuring what the manager does meanwhile: nothing
 	if got := reqs.since(waitedAt); len(got) != 0 {
-		t.Errorf("requests to %s in the %s after the cache said it waits: got %d, want none", gizmoPath, window, len(got))
+		t.Errorf("requests to %s in the %s after the cache said it waits: got %d, want none", trinketPath, window, len(got))
 	}
 	t.Logf("requests to the resource from the CRD's deletion to the end of the window: %d", len(reqs.since(gone)))
-	if got := metric(t, mgr, `controller_runtime_reconcile_errors_total{controller="gizmos"}`); got != errorsBefore {
+	if got := metric(t, mgr, `controller_runtime_reconcile_errors_total{controller="trinkets"}`); got != errorsBefore {
 		t.Errorf("reconcile errors while the CRD went: got %v more, want none", got-errorsBefore)
 	}
-	lines, _ := log.matching(mark, "gizmos")
+	lines, _ := log.matching(mark, "trinkets")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="waiting for the CustomResourceDefinition"`) ||
 		!strings.Contains(lines[0], `"reason"="deleted"`) {
-		t.Errorf("lines about gizmos once the CRD was deleted: got\n%s\nwant one saying the kind waits, deleted", strings.Join(lines, "\n"))
+		t.Errorf("lines about trinkets once the CRD was deleted: got\n%s\nwant one saying the kind waits, deleted", strings.Join(lines, "\n"))
 	}
 
 	// Installed again: the controller reconciles again.

@@ -98,6 +98,19 @@ var Settling = wait.Backoff{
 	Steps:    math.MaxInt32,
 }
 
+// Forbidden is the delay between list-and-watch cycles the server refuses
+// (403 Forbidden): the server answered, so this is no outage, and asking
+// again soon only helps once someone grants the permission. A cache
+// allowed to list but not to watch relists the whole type each cycle:
+// that is why the delay grows to half a minute.
+var Forbidden = wait.Backoff{
+	Duration: time.Second,
+	Factor:   2,
+	Jitter:   0.1,
+	Cap:      30 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
@@ -114,6 +127,7 @@ func Run(ctx context.Context, cfg Config) {
 	})
 	backoff := Backoff // for retrying list-and-watch cycles
 	notServed, settling := NotServed, Settling
+	forbidden := Forbidden
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -151,6 +165,11 @@ func Run(ctx context.Context, cfg Config) {
 		}
 		if !notFound {
 			notServed, settling = NotServed, Settling
+		}
+		if apierrors.IsForbidden(err) {
+			pause = max(pause, forbidden.Step())
+		} else {
+			forbidden = Forbidden
 		}
 		lastReturn = time.Now()
 		if pause > 0 {
@@ -221,7 +240,7 @@ func (t *tracking) beforeList(ctx context.Context) error {
 	}
 	_, err := cache.ToListerWithContext(t.ListerWatcher).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
 	t.record(ctx, err)
-	if err != nil {
+	if err != nil && !apierrors.IsForbidden(err) { // a refusal is an answer: the server is back
 		return err
 	}
 	t.recovered() // this is the spread, if any
@@ -291,6 +310,12 @@ func (t *tracking) record(ctx context.Context, err error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if apierrors.IsForbidden(err) {
+		// The server answered, and refused: no outage begins or ends
+		// here, whatever worked before. The caller reports refusals.
+		t.lastErr = err
+		return
+	}
 	if err != nil {
 		t.lastErr = err
 		t.refused = true

@@ -294,6 +294,77 @@ func TestDeadStream(t *testing.T) {
 	}
 }
 
+// TestForbiddenIsNoOutage runs a reflector whose watches the server
+// forbids, after lists it allows, and then one whose lists it forbids
+// until it allows them: a refusal is an answer, so no line says the watch
+// was lost or is back, and OnConnected reports nothing but the first
+// working call; the cycles go on, for the permission may come.
+func TestForbiddenIsNoOutage(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	saved := Forbidden
+	Forbidden.Duration, Forbidden.Cap = time.Millisecond, 5*time.Millisecond
+	defer func() { Forbidden = saved }()
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no RBAC rule"))
+
+	for _, verb := range []string{"watch", "list"} {
+		t.Run(verb, func(t *testing.T) {
+			var mu sync.Mutex
+			lists, watches, refusals := 0, 0, 0
+			allowed := false
+			var connected []bool
+			lw := noWatchList{&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if verb == "list" && !allowed {
+						refusals++
+						return nil, forbidden
+					}
+					lists++
+					return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+				},
+				WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if verb == "watch" && !allowed {
+						refusals++
+						return nil, forbidden
+					}
+					watches++
+					return watch.NewFakeWithChanSize(10, false), nil
+				},
+			}}
+			var log lines
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Run(ctx, Config{Name: "*v1.ConfigMap", Type: &corev1.ConfigMap{}, ListerWatch: lw,
+					Store: cache.NewStore(cache.MetaNamespaceKeyFunc), Logger: log.logger(),
+					OnConnected: func(ok bool, _ time.Duration) { mu.Lock(); connected = append(connected, ok); mu.Unlock() }})
+			}()
+			waitFor(t, "five refusals", func() bool { mu.Lock(); defer mu.Unlock(); return refusals >= 5 })
+			mu.Lock()
+			allowed = true
+			mu.Unlock()
+			waitFor(t, "a watch", func() bool { mu.Lock(); defer mu.Unlock(); return watches > 0 })
+			cancel()
+			<-done
+			for _, s := range []string{"lost the watch", "watch is back", "cannot list or watch"} {
+				if n := log.count(s); n != 0 {
+					t.Errorf("%d lines %q, want none:\n%s", n, s, strings.Join(log.all, "\n"))
+				}
+			}
+			if verb == "watch" && lists < 5 {
+				t.Errorf("%d lists, want a relist per refused watch", lists)
+			}
+			if len(connected) != 1 || !connected[0] {
+				t.Errorf("OnConnected calls %v, want [true]", connected)
+			}
+		})
+	}
+}
+
 var errLost = errors.New("http2: client connection lost")
 
 type failingReader struct{ err error }
