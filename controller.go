@@ -52,13 +52,29 @@ type ControllerOptions struct {
 	// first with DeepCopyObject) nor keep it after returning. Default: off,
 	// as controller-runtime's UnsafeDisableDeepCopy.
 	UnsafeDisableDeepCopy bool
+	// ReconcileTimeout, if positive, bounds each reconcile (with its
+	// finalize and OnDelete hooks): its context is canceled this long
+	// after it began, as controller-runtime's ReconciliationTimeout does.
+	// A reconcile that runs past it counts in ctrl_reconcile_timeouts_total
+	// and, if it returns an error, is retried with backoff. Go cannot stop
+	// a function that ignores its context: the worker waits for it.
+	// Default: no timeout.
+	ReconcileTimeout time.Duration
+	// RequeueJitter spreads the reconciles that Result.RequeueAfter
+	// schedules: each comes a random part of up to this fraction of its
+	// delay later (0.1: up to 10% later), never sooner, so that objects
+	// reconciled together (after a start, a takeover or a relist) do not
+	// come back together and load the API server at once. Between 0 and
+	// 1. Default: 0, no jitter.
+	RequeueJitter float64
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
 // an object mapped to it does, its key is queued and a worker calls the
 // reconcile function with the latest cached state. Create it with
 // [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
-// and its methods.
+// and its methods; Owns and Watches may also be added while the manager
+// runs, and removed with [Unwatch], and [Controller.Stop] ends it.
 //
 // Guarantees:
 //   - a key is never reconciled by two workers at once;
@@ -80,7 +96,6 @@ type Controller[T Object] struct {
 	reconcile func(context.Context, T) (Result, error)
 	opts      ControllerOptions
 	cache     *Cache[T]
-	sources   []managedCache // the caches of Owns and Watches
 	client    *Client[T]
 	q         *queue
 	log       logr.Logger
@@ -116,6 +131,15 @@ type Controller[T Object] struct {
 	wg           sync.WaitGroup
 	outage       outageLog
 	failures     failures // keys whose last reconcile failed, with its error
+
+	// Wiring that changes while the manager runs: links are the
+	// controller's Owns and Watches (under mu), wiring serializes their
+	// changes, removed is set by Stop, and cancel (under mu) cancels the
+	// reconciles of the current term.
+	wiring  sync.Mutex
+	links   []*link
+	removed atomic.Bool
+	cancel  context.CancelFunc
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -145,6 +169,9 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
 	}
+	if j := opts.RequeueJitter; !(j >= 0 && j <= 1) { // NaN too
+		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
+	}
 	if s := m.sharding; s != nil {
 		info, err := binding.InfoFor[T](resourceInfo[T](opts.Cache.Resource))
 		if err != nil {
@@ -153,7 +180,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
 		m.need(info.GVR.GroupResource(), "patch") // the sharder labels the objects
 	}
-	cache, err := NewCache[T](m, opts.Cache)
+	cache, err := makeCache(m, opts.Cache, use[T]{})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
@@ -167,16 +194,22 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		log:       m.log.WithValues("controller", name),
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case m.started:
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
+		err = fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
 	case m.controllers[name] != nil:
-		return nil, fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+		err = fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+	default:
+		if err = cache.addHandler(c); err != nil {
+			err = fmt.Errorf("ctrl: NewController %q: %w", name, err)
+		}
 	}
-	if err := cache.addHandler(c); err != nil {
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+	if err != nil {
+		m.mu.Unlock()
+		m.unuse(cache)
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	names := make([]string, len(reasons))
 	for i, r := range reasons {
 		names[i] = string(r)
@@ -356,13 +389,23 @@ func (c *Controller[T]) prepare() {
 // waited for the caches and, with leader election, each time this replica
 // takes the lead.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed.Load() {
+		return // stopped by Stop
+	}
+	if c.cancel != nil {
+		c.cancel() // the last term's, over already
+	}
+	reconcileCtx, c.cancel = context.WithCancel(reconcileCtx)
 	c.reconcileCtx.Store(&reconcileCtx)
-	if c.waitingFor() == "" {
-		c.activate(reconcileCtx) // the usual case: every cache has synced
+	caches := c.cachesLocked()
+	if unsynced(caches) == "" {
+		c.activateLocked(reconcileCtx) // the usual case: every cache has synced
 		return
 	}
 	c.wg.Go(func() {
-		for _, cc := range append([]managedCache{c.cache}, c.sources...) {
+		for _, cc := range caches {
 			select {
 			case <-cc.syncedChan():
 			case <-c.stop:
@@ -375,10 +418,29 @@ func (c *Controller[T]) start(reconcileCtx context.Context) {
 	})
 }
 
+// cachesLocked returns the controller's caches: its own, and those of its
+// Owns and Watches. Called with c.mu held.
+func (c *Controller[T]) cachesLocked() []managedCache {
+	caches := []managedCache{c.cache}
+	for _, l := range c.links {
+		caches = append(caches, l.src)
+	}
+	return caches
+}
+
 // waitingFor names a cache of the controller that has not synced, and why,
 // or returns "".
 func (c *Controller[T]) waitingFor() string {
-	for _, cc := range append([]managedCache{c.cache}, c.sources...) {
+	c.mu.Lock()
+	caches := c.cachesLocked()
+	c.mu.Unlock()
+	return unsynced(caches)
+}
+
+// unsynced names the first of caches that has not synced, and why, or
+// returns "".
+func unsynced(caches []managedCache) string {
+	for _, cc := range caches {
 		select {
 		case <-cc.syncedChan():
 		default:
@@ -393,7 +455,12 @@ func (c *Controller[T]) waitingFor() string {
 func (c *Controller[T]) activate(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if reconcileCtx.Err() != nil || c.stopping.Load() {
+	c.activateLocked(reconcileCtx)
+}
+
+// activateLocked is activate, with c.mu held.
+func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
+	if reconcileCtx.Err() != nil || c.stopping.Load() || c.removed.Load() {
 		return
 	}
 	// Activate first: a change dispatched from now on is queued, and one

@@ -94,7 +94,6 @@ func TestWiringAfterStart(t *testing.T) {
 	}{
 		{"Start twice", mgr.Start(context.Background())},
 		{"NewController", func() error { _, err := ctrl.NewController(mgr, "late", noop, ctrl.ControllerOptions{}); return err }()},
-		{"Owns", func() error { _, err := ctrl.Owns[*corev1.Secret](c); return err }()},
 		{"FilterUpdates", c.FilterUpdates(ctrl.GenerationChanged)},
 		{"OnDelete", c.OnDelete(func(context.Context, *corev1.ConfigMap) error { return nil })},
 		{"Finalizer", c.OnFinalize("example.com/f", func(context.Context, *corev1.ConfigMap) error { return nil })},

@@ -66,7 +66,10 @@
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen
 //     while leading. An object that only stops matching a cache's selector
 //     is not deleted: OnDelete does not see it, and the controller's
-//     finalizer on it is still run.
+//     finalizer on it is still run. An object a cache only stops reaching
+//     (its namespace no longer watched, its member cluster gone, its
+//     CustomResourceDefinition no longer serving the version) is
+//     forgotten: no hook runs for it.
 //   - Resilient: when the API server goes away, caches retry at least every
 //     second and a half (or after the server's Retry-After) and say so in
 //     one log line, and in one more when they are back; after the server
@@ -95,6 +98,15 @@
 //     API server does, so finalizers run in unit tests; [Manager.WaitIdle]
 //     returns once everything is reconciled, or names each failing key
 //     with its last error.
+//   - Optional: a kind declared optional (CacheOptions.Optional) may be
+//     missing: the manager starts and runs without it, and its cache
+//     lists once its CustomResourceDefinition is Established, empties
+//     when it is deleted (its objects' deletions seen first), and waits
+//     for it again, saying so once, without a request or a restart.
+//   - Rewirable: while the manager runs, controllers stop
+//     ([Controller.Stop]), [Owns] and [Watches] come and go ([Unwatch]),
+//     and caches change namespaces ([Cache.SetNamespaces]); a cache that
+//     nothing uses any more stops and lets its objects go.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
 //   - Guarded: metrics are served over HTTPS only to clients whose token

@@ -126,9 +126,21 @@ func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
 	}
-	for _, f := range c.feeds {
+	if c.opt != nil && c.opt.busy() {
+		return c.String() + ": following a change of its CustomResourceDefinition"
+	}
+	for _, f := range c.ownFeeds() {
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
+		}
+		// A feed started while the cache runs (a namespace added, a CRD
+		// back) lists before the cache is in step again.
+		if !f.isSynced.Load() && c.HasSynced() {
+			busy := fmt.Sprintf("%s: listing namespace %q", c, f.namespace)
+			if err := f.lastErr.Load(); err != nil {
+				busy += ": " + (*err).Error()
+			}
+			return busy
 		}
 	}
 	// A member that has not listed yet is busy, unless it cannot be

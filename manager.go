@@ -146,8 +146,10 @@ type Options struct {
 	// authentication and authorization, and a self-signed certificate.
 	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced), such as ":8081", over plain HTTP to anyone:
-	// kubelet's probes carry no credentials. Default: off.
+	// (every cache has synced, and every required kind is still served;
+	// the optional kinds that wait for their CRD are listed), such as
+	// ":8081", over plain HTTP to anyone: kubelet's probes carry no
+	// credentials. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
@@ -230,6 +232,9 @@ type managedCache interface {
 	warning() string                             // what the server refuses it though it is ready, or ""
 	forbidden() error                            // why the server refuses it a list or watch, or nil
 	groupResource() (schema.GroupResource, bool) // what it lists and watches, and whether in the own cluster
+	waitingForCRD() string                       // for /readyz: an optional kind that waits, or ""
+	refsOf() *cacheRefs                          // under m.mu
+	release()                                    // empties it once it stopped for good
 }
 
 // managedController is the manager's view of a controller.
@@ -350,6 +355,16 @@ func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.
 		return b.(*binding.Binding[T]), nil
 	}
 	b, err := binding.For[T](clients, info)
+	if errors.Is(err, binding.ErrNotServed) {
+		// Its CRD is not installed yet: an optional kind's, or a required
+		// one's, which Start then finds missing. A scope the registration
+		// declares binds it with the fakes' defaults for the rest; the
+		// binding is not kept, so the next one asks discovery again.
+		clients.Discover = nil
+		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
+			return guess, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
@@ -532,9 +547,13 @@ func (m *Manager) fatal(err error) {
 // m.mu held.
 func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
-	ctx, log := m.running, m.log.WithValues("cache", c.describe())
+	ctx, stop := context.WithCancel(m.running) // stopped alone when released
+	r := c.refsOf()
+	r.stop, r.done = stop, make(chan struct{})
+	log, done := m.log.WithValues("cache", c.describe()), r.done
 	go func() {
 		defer m.wg.Done()
+		defer close(done)
 		c.run(ctx, log)
 	}()
 }

@@ -160,7 +160,7 @@ func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 // forbidden returns why the server refuses the cache a list or watch of
 // its own cluster, or nil.
 func (c *Cache[T]) forbidden() error {
-	for _, f := range c.feeds {
+	for _, f := range c.ownFeeds() {
 		if err := f.forbidden(); err != nil {
 			return err
 		}
@@ -180,10 +180,13 @@ func (c *Cache[T]) notReady() string {
 		}
 		return "not synced yet"
 	}
-	for _, f := range c.feeds {
+	for _, f := range c.ownFeeds() {
 		if err := f.forbiddenTo("watch"); err != nil {
 			return err.Error()
 		}
+	}
+	if c.opt == nil && !c.Served() {
+		return fmt.Sprintf("not served: %v", c.lastError()) // its CRD was deleted
 	}
 	return ""
 }

@@ -151,16 +151,22 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 // handshake; otherwise it names each cache that is not ready, a line each,
 // with why. A cache that synced stays ready while its watch reconnects
 // after an API server outage: restarting the process would not bring the
-// server back, and the cache resumes where it stopped.
+// server back, and the cache resumes where it stopped. A required kind
+// that the server stopped serving (its CustomResourceDefinition was
+// deleted) is not ready: the manager cannot do its work. An optional kind
+// that waits for its CRD is listed, and ready.
 func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
-	var notReady []string
+	var notReady, optional []string
 	for _, c := range caches {
 		if why := c.notReady(); why != "" {
 			notReady = append(notReady, c.describe()+": "+why)
+		}
+		if line := c.waitingForCRD(); line != "" {
+			optional = append(optional, line)
 		}
 	}
 	if len(notReady) > 0 {
@@ -174,6 +180,10 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	slices.Sort(optional)
+	for _, line := range optional {
+		fmt.Fprintln(w, line)
+	}
 	// A cache that lists by watching works without the list permission,
 	// until it must fall back to listing: reported, not a reason to
 	// restart the process.

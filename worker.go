@@ -79,10 +79,21 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
+	if d := c.opts.ReconcileTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
+		defer cancel()
+	}
 	ctx = logr.NewContext(ctx, log)
 	ri := &reconcileInfo{key: key, causes: item.causes}
 	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
+	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
+		c.metrics.Timeouts.Inc()
+		if err == nil {
+			log.Info("reconcile ran past ReconcileTimeout", "timeout", c.opts.ReconcileTimeout.String())
+		}
+	}
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
 		// Not the object's failure, and not to retry: this replica may no
@@ -131,12 +142,24 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
 		c.failures.ok(key)
-		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
+		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
 		c.failures.ok(key)
 	}
+}
+
+// errReconcileTimeout is the cause of a reconcile's context canceled by
+// ControllerOptions.ReconcileTimeout.
+var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
+
+// jitter returns d lengthened by a random part of up to fraction of it.
+func jitter(d time.Duration, fraction float64) time.Duration {
+	if fraction <= 0 {
+		return d
+	}
+	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
 // countCauses counts the reconcile once under each reason among all its

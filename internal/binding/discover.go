@@ -3,6 +3,7 @@ package binding
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -120,12 +122,19 @@ func discover(cfg *rest.Config, hc *http.Client, gv schema.GroupVersion) ([]meta
 	return list.APIResources, nil
 }
 
+// ErrNotServed says that the server's discovery does not list a resource:
+// its CustomResourceDefinition is not installed, or not yet.
+var ErrNotServed = errors.New("the API server does not serve the resource (is its CustomResourceDefinition installed?)")
+
 // learn fills in what info leaves unsaid from the server's discovery, and
 // checks what it declares against it.
 func (i Info) learn(d Discover) (Info, error) {
 	// A remembered answer may predate the resource's CRD: ask again once.
 	for _, fresh := range []bool{false, true} {
 		list, err := d(i.GVR.GroupVersion(), fresh)
+		if apierrors.IsNotFound(err) {
+			list, err = nil, nil // the server serves nothing of the group and version
+		}
 		if err != nil {
 			return i, fmt.Errorf("%s: learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): %w", i, err)
 		}
@@ -143,7 +152,7 @@ func (i Info) learn(d Discover) (Info, error) {
 			return i.settle(found.Namespaced, status, found.Kind, "the API server's")
 		}
 	}
-	return i, fmt.Errorf("%s: the API server does not serve the resource (is its CustomResourceDefinition installed?)", i)
+	return i, fmt.Errorf("%s: %w", i, ErrNotServed)
 }
 
 // settle fills in what info leaves unsaid with what the server says, and

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -60,6 +61,9 @@ func TestLearn(t *testing.T) {
 			`its kind is "gadget" (APIResource.Kind, or the Go type's name), but the API server's gadgets.example.dev is of kind "Gadget"`},
 		{"not served", info(false, false, false), func(schema.GroupVersion, bool) ([]metav1.APIResource, error) { return nil, nil }, false, false,
 			"the API server does not serve the resource (is its CustomResourceDefinition installed?)"},
+		{"group not served", info(false, false, false), func(schema.GroupVersion, bool) ([]metav1.APIResource, error) {
+			return nil, apierrors.NewNotFound(schema.GroupResource{}, "")
+		}, false, false, "the API server does not serve the resource (is its CustomResourceDefinition installed?)"},
 		{"discovery fails", info(false, false, false), func(schema.GroupVersion, bool) ([]metav1.APIResource, error) { return nil, errors.New("refused") }, false, false,
 			"learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): refused"},
 		{"fakes: defaults", info(false, false, false), nil, true, true, ""},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -420,3 +422,68 @@ func TestStreamTransport(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNotServedBacksOff runs a reflector against a resource the server
+// does not serve (404, a CRD deleted): its cycles back off past Backoff's
+// cap, at NotServed's pace, or Settling's for 404s the caller expects
+// (Config.Quiet), which also go unlogged.
+func TestNotServedBacksOff(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	savedB, savedN, savedS := Backoff, NotServed, Settling
+	defer func() { Backoff, NotServed, Settling = savedB, savedN, savedS }()
+	Backoff.Duration, Backoff.Cap, Backoff.Jitter = time.Millisecond, 2*time.Millisecond, 0
+	scaled := wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32}
+	unused := wait.Backoff{Duration: time.Minute, Steps: math.MaxInt32} // a schedule not to follow
+
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			NotServed, Settling = scaled, unused
+			if quiet {
+				NotServed, Settling = unused, scaled
+			}
+			notFound := apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "")
+			var mu sync.Mutex
+			var calls []time.Time
+			lw := noWatchList{&cache.ListWatch{
+				ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					calls = append(calls, time.Now())
+					return nil, notFound
+				},
+				WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+					return nil, notFound
+				},
+			}}
+			var log lines
+			cfg := Config{Name: "widgets", Type: &corev1.ConfigMap{}, ListerWatch: lw,
+				Store: cache.NewStore(cache.MetaNamespaceKeyFunc), Logger: log.logger()}
+			if quiet {
+				cfg.Quiet = apierrors.IsNotFound
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Run(ctx, cfg)
+			}()
+			waitFor(t, "ten lists", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) >= 10 })
+			cancel()
+			<-done
+			mu.Lock()
+			defer mu.Unlock()
+			// The ninth pause is the schedule's ninth step, 256 ms: timers
+			// only ever fire late, so this is a lower bound.
+			if gap := calls[9].Sub(calls[8]); gap < 256*time.Millisecond {
+				t.Errorf("gap between the 9th and 10th list: got %s, want at least 256ms", gap)
+			}
+			want := 1
+			if quiet {
+				want = 0
+			}
+			if got := log.count("cannot list or watch; retrying"); got != want {
+				t.Errorf("lines about the failures: got %d, want %d:\n%s", got, want, strings.Join(log.all, "\n"))
+			}
+		})
+	}
+}
