@@ -52,12 +52,39 @@ type CacheOptions struct {
 	// the manager runs; each is listed and watched on its own, and one that
 	// cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
+	// Optional lets the cache's kind be absent: a custom resource whose
+	// CustomResourceDefinition may not be installed, such as another
+	// project's that the program works with when it is there. Start does
+	// not wait for it; the cache watches the CRD (by name, through
+	// apiextensions.k8s.io/v1, which needs get, list and watch on
+	// customresourcedefinitions), lists the kind once the CRD is
+	// Established and serves the cache's version, and goes back to waiting
+	// when the CRD is deleted, all while the manager runs. While it waits
+	// it holds nothing, as the server does: reads find nothing, its
+	// handlers hear nothing, and /readyz and ctrl_cache_waiting_for_crd
+	// name the CRD. When a CRD is deleted, the API server deletes its
+	// objects first: the cache sees those deletions ([Controller.OnDelete]
+	// receives each once, [Controller.OnFinalize] runs, since finalizers
+	// hold the CRD's deletion), and objects it still holds when the CRD is
+	// gone, whose deletions it did not see, are removed as deletions too.
+	// A CRD that stops serving the version, or a namespace no longer
+	// watched, removes objects that still exist: they are forgotten, with
+	// neither hook. A cache is optional or required, not both: asking for
+	// an existing cache with the other choice is an error. Not for fleet
+	// caches, nor for built-in kinds. A custom resource that may be
+	// missing when the manager is wired declares its scope
+	// (APIResource.Namespaced or ClusterScoped): discovery cannot tell it
+	// then. Default: required, and Start fails if the kind is not served.
+	Optional bool
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
 // one type, fed by a list-and-watch on the API server (one per namespace of
 // CacheOptions.Namespaces). All controllers, clients and indexes that ask
-// for the same type with the same [CacheOptions] share one Cache.
+// for the same type with the same [CacheOptions] share one Cache. A cache
+// that only controllers and their [Owns] and [Watches] use stops, and
+// lets its objects go, when the last of them is removed ([Controller.Stop],
+// [Unwatch]); one made by [NewCache] stays while the manager runs.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
 // every other reader: never modify them; call DeepCopyObject first. They
@@ -65,19 +92,29 @@ type CacheOptions struct {
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
-	mgr    *Manager
-	b      *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
-	opts   CacheOptions
-	scope  scope
-	feeds  []*feed[T] // of the own cluster
-	kind   string     // for causes: "ConfigMap"
-	synced chan struct{}
+	mgr  *Manager
+	b    *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
+	opts CacheOptions
+	// scope is what the cache selects; its namespaces change with
+	// SetNamespaces, so they are read from namespaces (see currentScope).
+	scope      scope
+	namespaces atomic.Pointer[[]string]
+	kind       string // for causes: "ConfigMap"
+	synced     chan struct{}
+	syncOnce   sync.Once
+	opt        *optional // nil for a required kind
+	refs       cacheRefs // under mgr.mu
 	// typeMeta is stamped on every object stored: typed decoding drops it.
 	typeMeta metav1.TypeMeta
 
-	// A fleet cache's feeds, per member, started as members join while it
-	// runs.
+	// Feeds start and stop while the cache runs: a fleet cache's per
+	// member as members join and leave, an ordinary cache's as its
+	// namespaces change or its CRD comes and goes. rewire serializes the
+	// changes of the own cluster's feeds; fleetMu guards the fields below
+	// it, and feeds once the cache runs.
+	rewire   sync.Mutex
 	fleetMu  sync.Mutex
+	feeds    []*feed[T]      // of the own cluster
 	running  context.Context // set by run; nil before and after
 	runLog   logr.Logger
 	members  map[string]*memberFeeds[T]
@@ -97,7 +134,6 @@ type Cache[T Object] struct {
 	// change at a time, in order, whichever watch it came from.
 	dispatch    sync.Mutex
 	dispatching atomic.Int32
-	syncedFeeds atomic.Int32
 	log         logr.Logger // set by run
 }
 
@@ -131,6 +167,11 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
+	// forgotten: still on the server, but out of the cache's reach: its
+	// namespace is no longer watched, its member cluster left, or its CRD
+	// no longer serves the cache's version. Neither a deletion nor an exit
+	// from a selector: no hook runs for it.
+	forgotten
 )
 
 // index files objects under the values its function returns, and under
@@ -143,23 +184,35 @@ type index[T Object] struct {
 
 // NewCache returns the manager's cache of T for opts, creating it on first
 // use. A cache created before [Manager.Start] starts with the manager; one
-// created later starts at once. It returns an error if T is not a known
-// resource or cannot be watched, or if opts name a resource for a typed T.
+// created later starts at once. A cache made by NewCache is kept while the
+// manager runs: [Controller.Stop] and [Unwatch] stop and empty only the
+// caches that nothing else uses. It returns an error if T is not a known
+// resource or cannot be watched, if opts name a resource for a typed T, or
+// if the cache exists and is required where opts say optional, or the
+// reverse.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
-	return newCache[T](m, opts, nil)
+	return makeCache(m, opts, use[T]{pin: true})
 }
 
 // newCache is NewCache with a first handler, registered before the cache
-// can start: for caches made while the manager runs. It returns an error
-// if the cache exists and has started.
+// can start: for the manager's own caches, made while it runs and kept.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
-	return makeCache(m, opts, h, "", nil)
+	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
 
-// makeCache is newCache. A cache with a private name is shared with no
-// other caller, and its objects pass through trim before anything else
-// sees them.
-func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private string, trim func(T) T) (*Cache[T], error) {
+// use is how a caller asks makeCache for a cache.
+type use[T Object] struct {
+	handler handler[T] // registered before the cache can start; nil: none
+	private string     // a cache shared with no other caller, under this name
+	trim    func(T) T  // what a private cache's objects pass through first
+	pin     bool       // held for the manager's life; else a user, for Manager.unuse
+	either  bool       // an existing cache will do, optional or required (Owns)
+}
+
+// makeCache returns the cache of T for opts, made if need be. A cache with
+// a private name is shared with no other caller, and its objects pass
+// through trim before anything else sees them.
+func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], error) {
 	var b *binding.Binding[T]
 	var err error
 	if opts.Fleet {
@@ -179,19 +232,32 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 	if !b.Watchable {
 		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
 	}
+	if opts.Optional {
+		if err := checkOptional(m, b.Info, opts); err != nil {
+			return nil, err
+		}
+	}
 	opts.Resource = APIResource{} // in the binding now
 	sc := newScope(b.Info, m.opts.Namespace, opts)
 	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: private}
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: u.private}
 	m.mu.Lock()
-	if c, ok := m.caches[id]; ok {
+	if mc, ok := m.caches[id]; ok {
+		c := mc.(*Cache[T])
+		if !u.either && (c.opt != nil) != opts.Optional {
+			m.mu.Unlock()
+			what := map[bool]string{true: "optional", false: "required"}
+			return nil, fmt.Errorf("ctrl: cache of %s: asked for as %s, but it exists as %s", c, what[opts.Optional], what[c.opt != nil])
+		}
+		c.refs.hold(u.pin)
 		m.mu.Unlock()
-		if h != nil {
-			if err := c.(*Cache[T]).addHandler(h); err != nil {
+		if u.handler != nil {
+			if err := c.addHandler(u.handler); err != nil {
+				m.unuse(c)
 				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
 			}
 		}
-		return c.(*Cache[T]), nil
+		return c, nil
 	}
 	c := &Cache[T]{
 		mgr:     m,
@@ -202,23 +268,26 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
-		userTF:  trim,
+		userTF:  u.trim,
 	}
 	c.typeMeta = typeMetaOf(b.Info)
-	if h != nil {
-		c.handlers = append(c.handlers, h)
+	c.refs.id = id
+	c.refs.hold(u.pin)
+	if u.handler != nil {
+		c.handlers = append(c.handlers, u.handler)
 	}
 	var members []*member
-	if opts.Fleet {
+	switch {
+	case opts.Fleet:
 		c.members = map[string]*memberFeeds[T]{}
 		m.fleetCaches = append(m.fleetCaches, c)
 		for _, mb := range m.members {
 			members = append(members, mb)
 		}
-	} else {
-		for _, ns := range feedNamespaces(sc) {
-			c.feeds = append(c.feeds, &feed[T]{c: c, b: b, namespace: ns})
-		}
+	case opts.Optional:
+		c.opt = newOptional(m, b.Info) // feeds come with the CRD
+	default:
+		c.feeds = c.newFeeds(feedNamespaces(sc))
 	}
 	m.caches[id] = c
 	m.cacheList = append(m.cacheList, c)
@@ -226,6 +295,12 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		m.startCache(c)
 	}
 	m.mu.Unlock()
+	if c.opt != nil {
+		if err := c.watchCRD(); err != nil {
+			m.unuse(c)
+			return nil, err
+		}
+	}
 	for _, mb := range members {
 		if err := c.engage(mb); err != nil {
 			return nil, err
@@ -253,10 +328,28 @@ func feedNamespaces(sc scope) []string {
 	return sc.namespaces
 }
 
+// newFeeds returns a feed of the own cluster for each namespace.
+func (c *Cache[T]) newFeeds(namespaces []string) []*feed[T] {
+	feeds := make([]*feed[T], len(namespaces))
+	for i, ns := range namespaces {
+		feeds[i] = &feed[T]{c: c, b: c.b, namespace: ns}
+	}
+	return feeds
+}
+
+// currentScope returns what the cache selects now.
+func (c *Cache[T]) currentScope() scope {
+	sc := c.scope
+	if ns := c.namespaces.Load(); ns != nil {
+		sc.namespaces = *ns
+	}
+	return sc
+}
+
 // String describes the cache for logs and errors: its type, resource and
 // scope.
 func (c *Cache[T]) String() string {
-	if s := c.scope.String(); s != "" {
+	if s := c.currentScope().String(); s != "" {
 		return c.b.Info.String() + " " + s
 	}
 	return c.b.Info.String()
@@ -421,7 +514,9 @@ func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Unlock()
 }
 
-// HasSynced reports whether the cache has completed its first list.
+// HasSynced reports whether the cache has completed its first list, or,
+// for an optional kind, found its CustomResourceDefinition missing: either
+// way it is in step with the server.
 func (c *Cache[T]) HasSynced() bool {
 	select {
 	case <-c.synced:
@@ -431,7 +526,7 @@ func (c *Cache[T]) HasSynced() bool {
 	}
 }
 
-// WaitForSync blocks until the cache has completed its first list, or ctx
+// WaitForSync blocks until the cache has synced ([Cache.HasSynced]), or ctx
 // is done. Before the manager starts, it waits for the start.
 func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 	select {
@@ -447,7 +542,7 @@ func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 }
 
 // addHandler registers h for every change from now on. Handlers are added
-// while wiring, before the manager starts.
+// while wiring, before the manager starts; see addLiveHandler for later.
 func (c *Cache[T]) addHandler(h handler[T]) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -463,12 +558,22 @@ func (c *Cache[T]) addHandler(h handler[T]) error {
 func (c *Cache[T]) describe() string { return c.String() }
 
 func (c *Cache[T]) lastError() error {
-	for _, f := range c.feeds {
+	if c.opt != nil {
+		return c.opt.lastError() // its CRD's watch: the cache's own feeds may wait
+	}
+	for _, f := range c.ownFeeds() {
 		if e := f.lastErr.Load(); e != nil {
 			return *e
 		}
 	}
 	return nil
+}
+
+// ownFeeds returns the own cluster's feeds.
+func (c *Cache[T]) ownFeeds() []*feed[T] {
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	return c.feeds
 }
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
@@ -492,26 +597,99 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 		c.runFleet(ctx, log)
 		return
 	}
-	var wg sync.WaitGroup
-	for _, f := range c.feeds[1:] {
-		wg.Go(func() { f.run(ctx, log) })
+	c.fleetMu.Lock()
+	c.running, c.runLog = ctx, log
+	for _, f := range c.feeds { // none for an optional cache: they come with its CRD
+		c.startFeed(f)
 	}
-	c.feeds[0].run(ctx, log)
-	wg.Wait()
+	c.fleetMu.Unlock()
+	if c.opt != nil {
+		c.follow(ctx, log)
+	}
+	<-ctx.Done()
+	c.fleetMu.Lock()
+	c.running = nil
+	c.fleetMu.Unlock()
+	c.fleetRun.Wait()
 }
 
-// feedSynced records that one feed completed its first list.
-func (c *Cache[T]) feedSynced() {
-	if int(c.syncedFeeds.Add(1)) == len(c.feeds) {
-		close(c.synced)
+// startFeed runs f on the cache's goroutines until the cache stops or
+// stopFeeds stops it. Called with c.fleetMu held, while the cache runs.
+func (c *Cache[T]) startFeed(f *feed[T]) {
+	ctx, stop := context.WithCancel(c.running)
+	f.stop, f.done = stop, make(chan struct{})
+	log := c.runLog
+	c.fleetRun.Go(func() {
+		defer close(f.done)
+		f.run(ctx, log)
+	})
+}
+
+// stopFeeds stops the own cluster's feeds that keep does not keep, waits
+// until they have returned (so that none of them changes the cache any
+// more), and deletes their metrics. Called with c.rewire held.
+func (c *Cache[T]) stopFeeds(keep func(*feed[T]) bool) {
+	c.fleetMu.Lock()
+	var stopped []*feed[T]
+	kept := c.feeds[:0:0]
+	for _, f := range c.feeds {
+		if keep(f) {
+			kept = append(kept, f)
+		} else {
+			stopped = append(stopped, f)
+		}
 	}
+	c.feeds = kept
+	c.fleetMu.Unlock()
+	for _, f := range stopped {
+		if f.stop != nil {
+			f.stop()
+			<-f.done
+		}
+		f.forgetMetrics()
+	}
+}
+
+// startFeeds adds a feed for each namespace ("" for all) the own cluster
+// has none for, and starts it if the cache runs. Called with c.rewire held.
+func (c *Cache[T]) startFeeds(namespaces []string) {
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	for _, ns := range namespaces {
+		if slices.ContainsFunc(c.feeds, func(f *feed[T]) bool { return f.namespace == ns }) {
+			continue
+		}
+		f := &feed[T]{c: c, b: c.b, namespace: ns}
+		c.feeds = append(c.feeds, f)
+		if c.running != nil {
+			c.startFeed(f)
+		}
+	}
+}
+
+// feedSynced records that a feed of the own cluster completed its first
+// list: the cache has synced once every feed has.
+func (c *Cache[T]) feedSynced() {
+	for _, f := range c.ownFeeds() {
+		if !f.isSynced.Load() {
+			return
+		}
+	}
+	c.markSynced()
+}
+
+// markSynced records that the cache is in step with the server: every feed
+// listed, or, for an optional kind, the server serves none.
+func (c *Cache[T]) markSynced() {
+	c.syncOnce.Do(func() { close(c.synced) })
 }
 
 // feedOf returns the feed that watches key's cluster and namespace, or
 // nil.
 func (c *Cache[T]) feedOf(key Key) *feed[T] {
-	feeds := c.feeds
-	if c.opts.Fleet {
+	var feeds []*feed[T]
+	switch {
+	case c.opts.Fleet:
 		c.fleetMu.Lock()
 		mf := c.members[key.Cluster]
 		c.fleetMu.Unlock()
@@ -519,8 +697,10 @@ func (c *Cache[T]) feedOf(key Key) *feed[T] {
 			return nil
 		}
 		feeds = mf.feeds
-	} else if key.Cluster != "" {
+	case key.Cluster != "":
 		return nil
+	default:
+		feeds = c.ownFeeds()
 	}
 	for _, f := range feeds {
 		if f.namespace == "" || f.namespace == key.Namespace {
@@ -577,8 +757,9 @@ func (c *Cache[T]) notFound(key Key) error {
 // covers reports whether the cache holds every object that could have key:
 // no selector, key's namespace watched, and key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
+	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
-		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace))
+		(len(ns) == 0 || slices.Contains(ns, key.Namespace))
 }
 
 // coversNamespace reports whether the cache holds every object in ns (""
@@ -587,10 +768,11 @@ func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
 		return false
 	}
-	if len(c.scope.namespaces) == 0 {
+	namespaces := c.currentScope().namespaces
+	if len(namespaces) == 0 {
 		return true
 	}
-	return ns != "" && slices.Contains(c.scope.namespaces, ns)
+	return ns != "" && slices.Contains(namespaces, ns)
 }
 
 // coversCluster reports whether the cache holds objects of cluster: its own

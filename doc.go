@@ -15,8 +15,10 @@
 //
 // There is no Scheme to register built-in types in: the type parameter is
 // the registration. A custom resource type is registered once with
-// [Register]. Tests run the same code against client-go's fake clientset
-// (Options.FakeClientset) and wait with [Manager.WaitIdle] instead of sleeping.
+// [Register], by its group, version and resource. Tests run the same code
+// against client-go's fake clientset (Options.FakeClientset, and
+// ctrltest.NewFakeDynamic for custom resources) and wait with
+// [Manager.WaitIdle] instead of sleeping.
 //
 // # Parts
 //
@@ -33,8 +35,10 @@
 //
 // # Guarantees
 //
-//   - Typed: a wiring mistake, such as an unknown type or a custom resource
-//     that was not registered, is an error when wiring, naming the Go type.
+//   - Typed: a wiring mistake, such as an unknown type, a custom resource
+//     that was not registered, or a declared scope or status subresource
+//     that the server's discovery contradicts, is an error when wiring,
+//     naming the Go type.
 //   - Stingy: a key is never reconciled by two workers at once, and a key
 //     queued many times while waiting is reconciled once, with every cause
 //     ([CausesFrom]).
@@ -62,7 +66,10 @@
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen
 //     while leading. An object that only stops matching a cache's selector
 //     is not deleted: OnDelete does not see it, and the controller's
-//     finalizer on it is still run.
+//     finalizer on it is still run. An object a cache only stops reaching
+//     (its namespace no longer watched, its member cluster gone, its
+//     CustomResourceDefinition no longer serving the version) is
+//     forgotten: no hook runs for it.
 //   - Resilient: when the API server goes away, caches retry at least every
 //     second and a half (or after the server's Retry-After) and say so in
 //     one log line, and in one more when they are back; after the server
@@ -89,6 +96,23 @@
 //     by four fifths of that limit ([Options.MemoryLimit]) instead of by
 //     twice the heap, so a cache that fits is neither killed for the
 //     garbage beside it nor collected every few thousand events.
+//   - Told: a list or watch the server forbids is reported at once, in one
+//     log line and in /readyz, naming the RBAC rule to add; it holds up
+//     only the controllers that use that cache. [Manager.RBACRules] lists
+//     the rules the manager's own work needs.
+//   - Testable: the fakes hold a deletion while finalizers remain, as the
+//     API server does, so finalizers run in unit tests; [Manager.WaitIdle]
+//     returns once everything is reconciled, or names each failing key
+//     with its last error.
+//   - Optional: a kind declared optional (CacheOptions.Optional) may be
+//     missing: the manager starts and runs without it, and its cache
+//     lists once its CustomResourceDefinition is Established, empties
+//     when it is deleted (its objects' deletions seen first), and waits
+//     for it again, saying so once, without a request or a restart.
+//   - Rewirable: while the manager runs, controllers stop
+//     ([Controller.Stop]), [Owns] and [Watches] come and go ([Unwatch]),
+//     and caches change namespaces ([Cache.SetNamespaces]); a cache that
+//     nothing uses any more stops and lets its objects go.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
 //   - Guarded: metrics are served over HTTPS only to clients whose token
@@ -101,10 +125,12 @@
 //
 // Objects in a cache are shared by every reader and must not be modified;
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
-// speed. [Client.Get] and [Client.List] return copies. Managed fields are
-// removed from cached objects (of protobuf, not even decoded) unless
-// CacheOptions.KeepManagedFields is set.
-// Objects from caches and clients carry their apiVersion and kind, which
-// client-go's typed decoding drops (a stamp of two strings, no allocation);
+// speed; Cache.Get(key) says whether the object is cached. [Client.Get] and
+// [Client.List] return copies, wait for the cache to sync, and fail with an
+// error (apierrors.IsNotFound for a missing object) that names the type and
+// key. Managed fields are removed from cached objects (of protobuf, not
+// even decoded) unless CacheOptions.KeepManagedFields is set. Objects from
+// caches and clients carry their apiVersion and kind, which client-go's
+// typed decoding drops (a stamp of two strings, no allocation);
 // [ReferenceOf] builds a corev1.ObjectReference to any of them.
 package ctrl

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -44,6 +45,7 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
+	m.need(schema.GroupResource{Resource: "events"}, "create", "update", "patch")
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 

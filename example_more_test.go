@@ -317,7 +317,7 @@ func ExampleResult() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	// The horizon covers the requeues, so WaitIdle waits for them.
+	// The requeues are due within a minute, so WaitIdle waits for them.
 	if err := mgr.WaitIdle(ctx, time.Second); err != nil {
 		panic(err)
 	}

@@ -9,7 +9,7 @@ import "slices"
 
 func (c *Controller[T]) changed(ev event[T]) {
 	if ev.kind != added && ev.kind != updated {
-		c.forgetKey(ev.key)
+		c.forgetKey(ev.key, ev.kind)
 	}
 	if !c.active.Load() {
 		return
@@ -86,9 +86,18 @@ func (c *Controller[T]) awaited(key Key) bool {
 
 // forgetKey drops what the controller keeps for an object that left the
 // cache, besides its tombstone: so that every per-key map is bounded by
-// the objects that exist.
-func (c *Controller[T]) forgetKey(key Key) {
+// the objects that exist. What finalize did is kept for an object that may
+// still exist (it left the selector, or vanished from a relist): its
+// tombstone's finalizer runs next, and must not run finalize again.
+func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	c.awaited(key)
+	if kind == deleted {
+		c.forgetFinalized(key)
+	}
+}
+
+// forgetFinalized drops the record that finalize succeeded for key.
+func (c *Controller[T]) forgetFinalized(key Key) {
 	if c.finalizer == "" {
 		return
 	}
@@ -107,7 +116,9 @@ type tombstone[T Object] struct {
 // remember keeps a tombstone for a removal the controller must act on: a
 // deletion for OnDelete, and an object that carried the controller's
 // finalizer when it left. It reports whether the removal concerns the
-// controller at all.
+// controller at all. This is where every reason an object leaves a cache
+// is weighed: the hooks run for the tombstones kept here, and for nothing
+// else.
 func (c *Controller[T]) remember(ev event[T]) bool {
 	fin := c.finalizer != "" && slices.Contains(ev.obj.GetFinalizers(), c.finalizer)
 	var keep bool
@@ -118,6 +129,11 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 		keep = fin
 	case vanished:
 		keep = c.onDelete != nil || fin
+	case forgotten:
+		// Out of reach, neither deleted nor out of the selector: no hook,
+		// and nothing to reconcile. Its finalizer, if any, stays for
+		// whoever watches it next.
+		return false
 	}
 	if keep {
 		c.mu.Lock()
@@ -140,7 +156,17 @@ type target interface {
 	// queueAll queues every object of the controller through the backlog,
 	// if it is active.
 	queueAll(cause Cause)
+	// name is the controller's name.
+	name() string
 }
+
+// A handler that serves a controller says whose it is, for the reports
+// of a cache that waits for its CRD.
+type user interface{ user() string }
+
+func (c *Controller[T]) user() string   { return c.ctrlName }
+func (h *ownerHandler[O]) user() string { return h.to.name() }
+func (h *mapHandler[O]) user() string   { return h.to.name() }
 
 func (c *Controller[T]) queue(key Key, cause Cause) {
 	if !c.active.Load() {

@@ -13,7 +13,7 @@ import (
 // TestMustRegister checks that MustRegister registers like Register, and
 // panics with Register's error.
 func TestMustRegister(t *testing.T) {
-	same := ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}
+	same := ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	ctrl.MustRegister[*Widget](same) // as the tests' init registered it: nothing to do
 	for name, register := range map[string]func(){
 		"built-in": func() { ctrl.MustRegister[*corev1.Pod](ctrl.APIResource{Version: "v1", Resource: "pods"}) },

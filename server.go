@@ -146,27 +146,32 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz reports ready once every cache has synced, naming the caches that
-// have not, and the webhook server, if any, completes a TLS handshake. A
-// cache that synced stays ready while its watch reconnects after an API
-// server outage: restarting the process would not bring the server back,
-// and the cache resumes where it stopped.
+// readyz reports ready once every cache has synced and none is forbidden
+// to list or watch, and the webhook server, if any, completes a TLS
+// handshake; otherwise it names each cache that is not ready, a line each,
+// with why. A cache that synced stays ready while its watch reconnects
+// after an API server outage: restarting the process would not bring the
+// server back, and the cache resumes where it stopped. A required kind
+// that the server stopped serving (its CustomResourceDefinition was
+// deleted) is not ready: the manager cannot do its work. An optional kind
+// that waits for its CRD is listed, and ready.
 func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
-	var waiting []string
+	var notReady, optional []string
 	for _, c := range caches {
-		select {
-		case <-c.syncedChan():
-		default:
-			waiting = append(waiting, c.describe())
+		if why := c.notReady(); why != "" {
+			notReady = append(notReady, c.describe()+": "+why)
+		}
+		if line := c.waitingForCRD(); line != "" {
+			optional = append(optional, line)
 		}
 	}
-	if len(waiting) > 0 {
+	if len(notReady) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		fmt.Fprintf(w, "not ready:\n%s\n", strings.Join(notReady, "\n"))
 		return
 	}
 	if err := m.webhookReady(r.Context()); err != nil {
@@ -175,6 +180,18 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	slices.Sort(optional)
+	for _, line := range optional {
+		fmt.Fprintln(w, line)
+	}
+	// A cache that lists by watching works without the list permission,
+	// until it must fall back to listing: reported, not a reason to
+	// restart the process.
+	for _, c := range caches {
+		if warn := c.warning(); warn != "" {
+			fmt.Fprintf(w, "%s: %s\n", c.describe(), warn)
+		}
+	}
 	// Members of a fleet come and go; one that is down is reported, not a
 	// reason to restart the process.
 	m.mu.Lock()

@@ -225,8 +225,8 @@ func (m *Manager) runSharder(ctx context.Context) {
 		opts := st.opts
 		opts.Resource = st.res
 		changed := &changedKeys{}
-		c, err := makeCache(m, opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{kick, changed}),
-			"sharder", trimForSharder)
+		c, err := makeCache(m, opts, use[*metav1.PartialObjectMetadata]{
+			handler: poker[*metav1.PartialObjectMetadata]{kick, changed}, private: "sharder", trim: trimForSharder, pin: true})
 		var cl *Client[*metav1.PartialObjectMetadata]
 		if err == nil {
 			cl, err = NewClient[*metav1.PartialObjectMetadata](m, ClientOptions{Resource: st.res})

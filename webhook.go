@@ -100,7 +100,7 @@ func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opt
 }
 
 func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], opts []WebhookOptions) error {
-	info, err := binding.Lookup[T]()
+	info, err := resolve[T](m)
 	if err != nil {
 		return fmt.Errorf("ctrl: %s: %w", verb, err)
 	}

@@ -71,6 +71,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
 			c.q.forget(key)
+			c.failures.ok(key)
 			return
 		}
 		var cancel context.CancelFunc
@@ -78,15 +79,27 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
+	if d := c.opts.ReconcileTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
+		defer cancel()
+	}
 	ctx = logr.NewContext(ctx, log)
 	ri := &reconcileInfo{key: key, causes: item.causes}
 	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
+	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
+		c.metrics.Timeouts.Inc()
+		if err == nil {
+			log.Info("reconcile ran past ReconcileTimeout", "timeout", c.opts.ReconcileTimeout.String())
+		}
+	}
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
 		// Not the object's failure, and not to retry: this replica may no
 		// longer act, and whoever leads next reconciles every object.
 		c.q.forget(key)
+		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil && c.vanished(ctx, key, ri, err):
 		// Routine, as a conflict is: the object was deleted while it was
@@ -94,6 +107,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// finalizer); nothing is left to retry.
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
@@ -106,28 +120,46 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
 			c.q.forget(key)
+			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state; it spends no shared retry budget.
+			c.failures.failed(key, err)
 			c.q.retryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
 			// Not the object's failure: the key waits for the server, with
 			// neither its own backoff nor the shared budget touched.
+			c.failures.failed(key, err)
 			c.waitForServer(key, cluster, err)
 		default:
+			c.failures.failed(key, err)
 			c.q.retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
-		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
+		c.failures.ok(key)
+		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 	}
+}
+
+// errReconcileTimeout is the cause of a reconcile's context canceled by
+// ControllerOptions.ReconcileTimeout.
+var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
+
+// jitter returns d lengthened by a random part of up to fraction of it.
+func jitter(d time.Duration, fraction float64) time.Duration {
+	if fraction <= 0 {
+		return d
+	}
+	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
 // countCauses counts the reconcile once under each reason among all its

@@ -1067,7 +1067,7 @@ func TestToolkitNoStatusSubresource(t *testing.T) {
 	for name, write := range writes {
 		t.Run(name, func(t *testing.T) {
 			err := write()
-			if err == nil || !strings.Contains(err.Error(), "registered without a status subresource: set APIResource.Status") {
+			if err == nil || !strings.Contains(err.Error(), "the resource has no status subresource: its CustomResourceDefinition has no `subresources: {status: {}}`") {
 				t.Errorf("got %v, want the error that says the resource has no status subresource", err)
 			}
 			if requests, _ := log.take(); len(requests) != 0 {
