@@ -51,6 +51,8 @@ type CacheOptions struct {
 	// the manager runs; each is listed and watched on its own, and one that
 	// cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
+
+	shard *shardScope // the share of a ring this cache holds; set by sharded controllers
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
@@ -127,6 +129,11 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
+	// forgotten: still on the server, but out of this replica's reach, as
+	// when a sharded ring moves it to another replica: neither deleted nor
+	// out of the selector, so no hook runs, and its finalizer stays for
+	// whoever holds it next.
+	forgotten
 )
 
 type index[T Object] struct {
@@ -291,6 +298,13 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 		}
 	}
 	return out
+}
+
+// count returns how many objects the cache holds.
+func (c *Cache[T]) count() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.items.len()
 }
 
 // keys returns the keys of every cached object.

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -52,6 +51,11 @@ type ControllerOptions struct {
 	// first with DeepCopyObject) nor keep it after returning. Default: off,
 	// as controller-runtime's UnsafeDisableDeepCopy.
 	UnsafeDisableDeepCopy bool
+	// Unsharded makes every replica reconcile every object of the
+	// controller, as without sharding, in a manager whose Options.Sharding
+	// shares the objects of its other controllers among the replicas.
+	// Default: sharded, when Options.Sharding names a ring.
+	Unsharded bool
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
@@ -138,12 +142,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
 	}
-	if s := m.sharding; s != nil {
-		info, err := binding.InfoFor[T](resourceInfo[T](opts.Cache.Resource))
-		if err != nil {
+	if m.sharding != nil && !opts.Unsharded {
+		var err error
+		if opts.Cache, err = shardCache[T](m, opts.Cache, true); err != nil {
 			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 		}
-		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
 	}
 	cache, err := NewCache[T](m, opts.Cache)
 	if err != nil {
@@ -176,6 +179,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
+	if sc := cache.scope.shard; sc != nil {
+		sc.s.mu.Lock()
+		sc.s.primary[cache] = cache.count
+		sc.s.mu.Unlock()
+	}
 	return c, nil
 }
 

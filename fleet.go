@@ -213,8 +213,9 @@ func (m *Manager) runProvider(ctx context.Context) {
 
 // reconcileInfo is what a reconcile's context carries about it.
 type reconcileInfo struct {
-	key    Key
-	causes *Causes
+	key      Key
+	causes   *Causes
+	identity string // Manager.Identity
 }
 
 type reconcileKey struct{}

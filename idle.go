@@ -77,6 +77,11 @@ func (m *Manager) busy(horizon time.Duration) string {
 			return b
 		}
 	}
+	if s := m.sharding; s != nil {
+		if b := s.busy(); b != "" {
+			return b
+		}
+	}
 	if m.activity.Load() != before {
 		return "activity while checking"
 	}

@@ -215,7 +215,7 @@ func NewManager(opts Options) (*Manager, error) {
 	switch {
 	case !own && opts.Clusters == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
-	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
+	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Ring != ""):
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
@@ -243,7 +243,7 @@ func NewManager(opts Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	if opts.Sharding.Name != "" {
+	if opts.Sharding.Ring != "" {
 		var err error
 		if m.sharding, err = shardingConfig(opts); err != nil {
 			return nil, err
@@ -263,6 +263,11 @@ func NewManager(opts Options) (*Manager, error) {
 	if cfg := opts.Config; cfg != nil {
 		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
+		}
+	}
+	if m.sharding != nil {
+		if err := m.wireSharding(); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
@@ -397,6 +402,11 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		}
 	}()
 	m.runProvider(cacheCtx)
+	if s := m.sharding; s != nil {
+		m.wg.Go(func() {
+			s.detect(cacheCtx, func(msg string, kv ...any) { m.log.Info(msg, append(kv, "ring", s.ring)...) })
+		})
+	}
 	servers.serve(m)
 	stopEvents := m.startEvents()
 	defer stopEvents()

@@ -31,6 +31,14 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error
 	if c.cache.b.Namespaced {
 		opts.Namespaces = c.cache.scope.namespaces
 	}
+	if sc := c.cache.scope.shard; sc != nil && sc.s.byNamespace {
+		// The owned objects of this replica's namespaces only, where the
+		// server selects by namespace.
+		var err error
+		if opts, err = shardCache[O](c.mgr, opts, false); err != nil {
+			return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		}
+	}
 	owned, err := NewCache[O](c.mgr, opts)
 	if err != nil {
 		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
@@ -68,8 +76,8 @@ func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 }
 
 func (h *ownerHandler[O]) changed(ev event[O]) {
-	if ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
-		return
+	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
+		return // out of reach, or filtered
 	}
 	cause := Cause{Reason: ReasonOwned, Kind: h.srcKind, Object: ev.key}
 	k, ok := h.owner(ev.key, ev.obj)

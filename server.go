@@ -174,6 +174,9 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	if s := m.sharding; s != nil {
+		fmt.Fprintln(w, s.state())
+	}
 	// Members of a fleet come and go; one that is down is reported, not a
 	// reason to restart the process.
 	m.mu.Lock()

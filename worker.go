@@ -45,6 +45,12 @@ func (c *Controller[T]) work() {
 // process reconciles one key and decides when it comes back: the whole fate
 // of a key is in the switch below.
 func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
+	ctx, leave, ok := c.admit(ctx, key)
+	if !ok {
+		c.q.forget(key) // another replica's: it reconciles the object
+		return
+	}
+	defer leave()
 	// The queue counts keys in processing, for the idle check and the
 	// shutdown report; the gauge is for the metrics.
 	c.metrics.Active.Inc()
@@ -78,7 +84,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
 	ctx = logr.NewContext(ctx, log)
-	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes})
+	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()})
 	res, err := c.safely(ctx, log, key)
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
@@ -86,6 +92,10 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// longer act, and whoever leads next reconciles every object.
 		c.q.forget(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
+	case err != nil && errors.Is(context.Cause(ctx), errMoved):
+		// Not the object's failure either: it is another replica's now.
+		c.q.forget(key)
+		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
 		c.metrics.Errors.Inc()
@@ -165,9 +175,6 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
 		obj = cached.DeepCopyObject().(T)
-	}
-	if released, err := c.release(ctx, obj); released || err != nil {
-		return Result{}, err // the object is another replica's now
 	}
 	if c.finalizer != "" {
 		done, err := c.finalizeStep(ctx, &obj)

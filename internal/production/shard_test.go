@@ -32,7 +32,7 @@ const leaseDuration = 5 * time.Second
 
 // ring is the Sharding of the test's replicas.
 func ring(identity string) ctrl.Sharding {
-	return ctrl.Sharding{Name: "ring", Identity: identity,
+	return ctrl.Sharding{Ring: "ring", Identity: identity,
 		LeaseDuration: leaseDuration, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond}
 }
 
