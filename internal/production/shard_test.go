@@ -21,9 +21,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -87,12 +90,12 @@ func (g *Gizmo) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	if os.Getenv(shardChildEnv) != "" {
-		os.Exit(runShardChild())
-	}
 	err := ctrl.Register[*Gizmo](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "gizmos", Namespaced: true, Status: true})
 	if err != nil {
 		panic(err)
+	}
+	if os.Getenv(shardChildEnv) != "" {
+		os.Exit(runShardChild())
 	}
 }
 
@@ -159,6 +162,9 @@ func runShardChild() int {
 		var seq int64
 		var seqMu sync.Mutex
 		return func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			if strings.HasPrefix(cm.Name, "sentinel") {
+				return ctrl.Result{}, nil
+			}
 			start := monoNow()
 			defer func() { say("run %s %s %s %d %d", name, cm.Name, cm.UID, start, monoNow()) }()
 			if cm.Annotations[annotation] == ctrl.IdentityFrom(ctx) && !kinds["writer"] {
@@ -168,7 +174,8 @@ func runShardChild() int {
 			seq++
 			n := seq
 			seqMu.Unlock()
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"%d"}}}`, annotation, ctrl.IdentityFrom(ctx), seqAnnotation, n)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"%d"}}}`, annotation, ctrl.IdentityFrom(ctx),
+				writerAnnotation, ctrl.IdentityFrom(ctx), seqAnnotation, n)
 			_, err := cms.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, []byte(patch))
 			if errors.Is(err, ctrl.ErrLeadershipLost) {
 				say("refused %d", monoNow())
@@ -224,7 +231,13 @@ func runShardChild() int {
 					say("run machine %s %s %d %d", g.Name, g.UID, start, monoNow())
 					return ctrl.Next[GizmoPhase]{To: "Ready"}, nil
 				}},
-				"Ready": {Ready: true, SpecChanged: "Pending"},
+				// Ready's step stays: it shows which replica runs the machine
+				// on the object.
+				"Ready": {Ready: true, SpecChanged: "Pending", Step: func(ctx context.Context, g *Gizmo) (ctrl.Next[GizmoPhase], error) {
+					start := monoNow()
+					say("run machine %s %s %d %d", g.Name, g.UID, start, monoNow())
+					return ctrl.Next[GizmoPhase]{}, nil
+				}},
 			},
 			Phase:              func(g *Gizmo) *GizmoPhase { return &g.Status.Phase },
 			Conditions:         func(g *Gizmo) *[]metav1.Condition { return &g.Status.Conditions },
@@ -670,19 +683,123 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 }
 
 // TestShardingLabels: a ring in label mode (the API server does not
-// select by hash). Each object gets its shard label once, and keeps it
-// through every move.
+// select by hash), whose controller owns a finalizer. Each object gets its
+// shard label once, and keeps it through every move; moves run no cleanup
+// (a label-selected cache sees a moved object leave, as it sees a deleted
+// one), and every deletion runs it once.
 func TestShardingLabels(t *testing.T) {
-	rec, _, _ := testDeaths(t, env, true, "stamp", 3000)
+	const n = 2000
+	rec, children, ns := testDeaths(t, env, true, "stamp,finalizer", n)
 	writes := rec.labelWrites()
-	for name, n := range writes {
-		if n != 1 {
-			t.Errorf("%s: its shard label was written %d times, want once", name, n)
+	for name, k := range writes {
+		if k != 1 {
+			t.Errorf("%s: its shard label was written %d times, want once", name, k)
 			break
 		}
 	}
-	if len(writes) != 3000 {
-		t.Errorf("%d objects labeled, want 3000", len(writes))
+	if len(writes) != n {
+		t.Errorf("%d objects labeled, want %d", len(writes), n)
+	}
+	testCleanup(t, env, ns, children, n)
+}
+
+// TestShardingControllersOfOneType: each replica runs two controllers of
+// ConfigMaps, one of them filtered to generation changes, and a state
+// machine beside a plain controller of Gizmos. Nothing crashes; each
+// object is labeled once whatever the number of controllers of its type;
+// and a replica that joins has every one of its objects reconciled by all
+// four controllers within shardBound, filters or not.
+func TestShardingControllersOfOneType(t *testing.T) {
+	const n = 300
+	cs := kubernetes.NewForConfigOrDie(env.Config())
+	dyn := dynamic.NewForConfigOrDie(env.Config())
+	gizmos := func(ns string) dynamic.ResourceInterface {
+		return dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gizmos"}).Namespace(ns)
+	}
+	ns := namespaceIn(t, env.Config())
+	cms := recordConfigMaps(t, cs, ns)
+	gs := record(t, func(ctx context.Context) (runtime.Object, error) { return gizmos(ns).List(ctx, metav1.ListOptions{}) },
+		func(ctx context.Context, rv string) (watch.Interface, error) {
+			return gizmos(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+		})
+	createConfigMapsIn(t, cs, ns, "cm", n)
+	for i := range n {
+		g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Gizmo",
+			"metadata": map[string]any{"name": fmt.Sprintf("g-%04d", i)}, "spec": map[string]any{"size": int64(1)}}}
+		_, err := gizmos(ns).Create(context.Background(), g, metav1.CreateOptions{})
+		must(t, err)
+	}
+	const kinds = "stamp,filtered,twice,machine"
+	r1 := startShardChild(t, env, ns, "r1", kinds)
+	r2 := startShardChild(t, env, ns, "r2", kinds)
+	children := []*shardChild{r1, r2}
+	settledOn(t, cs, ns, true, 2*time.Minute, "r1", "r2")
+
+	started := time.Now()
+	joined := monoNow()
+	r3 := startShardChild(t, env, ns, "r3", kinds)
+	children = append(children, r3)
+	eventually(t, 30*time.Second, "r3 joins", func() bool { return ringLeases(t, cs, ns)["r3"] != nil })
+	took := eventually(t, time.Minute, "r3 runs every controller on its share", func() bool {
+		l := ringLeases(t, cs, ns)["r3"]
+		if l == nil || shard.Held(l).Fraction() < 1.0/3-1.0/shard.Buckets-1e-9 {
+			return false
+		}
+		held := shard.Held(l)
+		cmList, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		gList, err := gizmos(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		want := map[string][]string{}
+		for _, cm := range cmList.Items {
+			if b, err := strconv.Atoi(cm.Labels[shardLabel]); err == nil && held.Contains(shard.BucketSpan(b).First) {
+				want["run stamp"] = append(want["run stamp"], cm.Name)
+				want["run stamp2"] = append(want["run stamp2"], cm.Name)
+			}
+		}
+		for _, g := range gList.Items {
+			if b, err := strconv.Atoi(g.GetLabels()[shardLabel]); err == nil && held.Contains(shard.BucketSpan(b).First) {
+				want["run machine"] = append(want["run machine"], g.GetName())
+				want["run gizmo"] = append(want["run gizmo"], g.GetName())
+			}
+		}
+		runs := calls([]*shardChild{r3}, "run")
+		for what, names := range want {
+			done := firstAfter(runs, what, "", joined)
+			for _, name := range names {
+				if _, ok := done[name]; !ok {
+					return false
+				}
+			}
+		}
+		return len(want["run stamp"]) > 0 && len(want["run machine"]) > 0
+	})
+	t.Logf("r3 ran all four controllers on its share %s after its Lease appeared (%s after it started)",
+		took.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+	if took > shardBound {
+		t.Errorf("r3 took its share %s after joining, want within %s", took.Round(time.Millisecond), shardBound)
+	}
+	for _, c := range children {
+		c.alive(t)
+	}
+	for what, rec := range map[string]*recorder{"ConfigMaps": cms, "Gizmos": gs} {
+		writes := rec.labelWrites()
+		if len(writes) != n {
+			t.Errorf("%d %s labeled, want %d", len(writes), what, n)
+		}
+		for name, k := range writes {
+			if k != 1 {
+				t.Errorf("%s %s: its shard label was written %d times, want once", what, name, k)
+				break
+			}
+		}
+	}
+	if o := overlaps(calls(children, "run")); len(o) > 0 {
+		t.Errorf("%d objects reconciled by two replicas at once, first: %v", len(o), o[:min(5, len(o))])
 	}
 }
 
@@ -749,4 +866,71 @@ func testCleanup(t *testing.T, e *ctrltest.Env, ns string, children []*shardChil
 	if o := overlaps(all); len(o) > 0 {
 		t.Errorf("%d objects acted on by two replicas at once, first: %v", len(o), o[:min(5, len(o))])
 	}
+}
+
+// TestShardingPausedReplica pauses a replica (SIGSTOP) for twice the lease
+// duration while it writes continuously, with patches that carry no
+// precondition. The other replica takes its share once its Lease has
+// expired; the paused one, resumed (SIGCONT), never writes again (counted
+// on the server), stops counting itself a member within pauseCancelBound,
+// and exits.
+func TestShardingPausedReplica(t *testing.T) {
+	ns := namespaceIn(t, env.Config())
+	cs := kubernetes.NewForConfigOrDie(env.Config())
+	createConfigMapsIn(t, cs, ns, "obj", 40)
+	_, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sentinel-0"}}, metav1.CreateOptions{})
+	must(t, err)
+	w := watchWrites(t, cs, ns)
+	r1 := startShardChild(t, env, ns, "r1", "stamp,writer")
+	r2 := startShardChild(t, env, ns, "r2", "stamp,writer")
+	eventually(t, time.Minute, "both replicas write", func() bool {
+		return len(w.by("r1", 0, 1<<62)) > 40 && len(w.by("r2", 0, 1<<62)) > 40
+	})
+
+	must(t, r1.cmd.Process.Signal(syscall.SIGSTOP))
+	paused := time.Now()
+	took := eventually(t, shardBound+10*time.Second, "r2 serves everything while r1 is paused", func() bool {
+		l := ringLeases(t, cs, ns)["r2"]
+		return l != nil && shard.Held(l).Equal(shard.All)
+	})
+	t.Logf("r2 took r1's share %s after r1 was paused (lease %s)", took.Round(time.Millisecond), shardLease)
+	if took < shardLease-time.Second {
+		t.Errorf("r2 took r1's share %s after the pause, before r1's Lease could expire", took.Round(time.Millisecond))
+	}
+	startR2 := revision(t, cs, ns)
+	eventually(t, 10*time.Second, "r2 writes r1's objects", func() bool { return len(w.by("r2", startR2, 1<<62)) > 40 })
+	time.Sleep(time.Until(paused.Add(2 * shardLease))) // the pause the test is about: not a wait for the controller
+
+	resumedAt := revision(t, cs, ns)
+	resumed := monoNow()
+	must(t, r1.cmd.Process.Signal(syscall.SIGCONT))
+	eventually(t, 10*time.Second, "r1 is no member any more", func() bool {
+		l := r1.printed("leading")
+		return len(l) > 0 && l[len(l)-1][0] == "false"
+	})
+	l := r1.printed("leading")
+	at, _ := strconv.ParseInt(l[len(l)-1][1], 10, 64)
+	notMember := time.Duration(at - resumed)
+	t.Logf("after SIGCONT: Leading false after %s; %d writes refused", notMember.Round(time.Microsecond), len(r1.printed("refused")))
+	if notMember > pauseCancelBound {
+		t.Errorf("r1 counted itself a member %s after the resume, want within %s", notMember, pauseCancelBound)
+	}
+	select {
+	case err := <-r1.exited:
+		r1.exited <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("r1 did not exit after losing its membership")
+	}
+	if s := r1.printed("start"); len(s) == 0 || !strings.Contains(strings.Join(s[0], " "), "leadership lost") {
+		t.Errorf("r1's Start returned %v, want an error saying its membership was lost", s)
+	}
+	flushed := w.flush(t, cs, ns)
+	if late := w.by("r1", resumedAt, flushed); len(late) > 0 {
+		t.Errorf("r1 wrote %d times after it was resumed, while r2 served its share: %v", len(late), late[:min(5, len(late))])
+	}
+	if n := len(w.by("r2", startR2, flushed)); n == 0 {
+		t.Error("r2 did not write while it served everything")
+	}
+	r2.alive(t)
 }
