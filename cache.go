@@ -540,13 +540,17 @@ func (c *Cache[T]) notFound(key Key) error {
 // no selector, key's namespace watched, and key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
-		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace))
+		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace)) &&
+		c.scope.shard.holdsAll(key.Namespace)
 }
 
 // coversNamespace reports whether the cache holds every object in ns (""
 // for all namespaces) of cluster.
 func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
+		return false
+	}
+	if !c.scope.shard.holdsAll(ns) {
 		return false
 	}
 	if len(c.scope.namespaces) == 0 {

@@ -140,6 +140,7 @@ type sharding struct {
 	inflight map[*entry]bool // reconciles running, by entry
 	left     chan struct{}   // receives when a reconcile leaves
 	settled  bool            // the ring's last step found nothing to do
+	share    float64         // of the units, served
 	stepping bool            // the ring's loop is looking at a change
 	members  int
 	labeled  map[Key]string // objects labeled, at the version labeled
@@ -389,6 +390,19 @@ func (s *sharding) detect(ctx context.Context, log func(string, ...any)) {
 	close(s.modeSet)
 }
 
+// modeNow returns the ring's mode, or "" while it is not known.
+func (s *sharding) modeNow() string {
+	select {
+	case <-s.modeSet:
+		return s.mode
+	default:
+		return ""
+	}
+}
+
+// modeIs reports whether the ring's mode is known to be mode.
+func (s *sharding) modeIs(mode string) bool { return s.modeNow() == mode }
+
 // waitMode waits until the mode is known, and reports whether it is.
 func (s *sharding) waitMode(ctx context.Context) bool {
 	select {
@@ -403,18 +417,18 @@ func (s *sharding) waitMode(ctx context.Context) bool {
 // controller's own cache always; a related one only where the server
 // selects by namespace.
 func (sc *shardScope) filters() bool {
-	return !sc.related || sc.s.mode == shardModeServer && sc.s.byNamespace
+	return !sc.related || sc.s.modeIs(shardModeServer) && sc.s.byNamespace
 }
 
 // byLabel reports whether a cache of this scope selects its share by the
 // shard label.
-func (sc *shardScope) byLabel() bool { return sc.filters() && sc.s.mode == shardModeLabels }
+func (sc *shardScope) byLabel() bool { return sc.filters() && sc.s.modeIs(shardModeLabels) }
 
 // point returns where obj is in the hash space, as the cache's selection
 // places it: by the hashed field where the server selects, by the shard
 // label in label mode. An object without a valid label is nowhere.
 func (s *sharding) point(obj Object, related bool) (uint64, bool) {
-	if s.mode == shardModeServer || related {
+	if s.modeIs(shardModeServer) || related {
 		if s.byNamespace {
 			return shard.Hash(obj.GetNamespace()), true
 		}
@@ -459,6 +473,22 @@ func (sc *shardScope) serves(obj Object) bool {
 	return sc.s.serving.Contains(p)
 }
 
+// holdsAll reports whether a cache of this scope holds every object of
+// namespace ns: unsharded, or sharded by namespace where the server
+// selects and ns is served here. A cache sharded by UID or by label holds
+// no namespace whole.
+func (sc *shardScope) holdsAll(ns string) bool {
+	if sc == nil || sc.related && !sc.filters() {
+		return true
+	}
+	if ns == "" || !sc.s.byNamespace || !sc.filters() || !sc.s.modeIs(shardModeServer) {
+		return false
+	}
+	sc.s.mu.Lock()
+	defer sc.s.mu.Unlock()
+	return sc.s.serving.Contains(shard.Hash(ns))
+}
+
 // current returns the view caches filter on now.
 func (s *sharding) current() *shardView {
 	s.mu.Lock()
@@ -470,7 +500,7 @@ func (s *sharding) current() *shardView {
 // Called with s.mu held.
 func (s *sharding) setViewLocked() {
 	v := &shardView{serving: s.serving, changed: make(chan struct{})}
-	if s.byNamespace && s.mode == shardModeLabels && s.namespaces != nil {
+	if s.byNamespace && s.modeIs(shardModeLabels) && s.namespaces != nil {
 		for _, ns := range s.namespaces.List("", nil) {
 			if s.serving.Contains(shard.Hash(ns.Name)) {
 				v.namespaces = append(v.namespaces, ns.Name)
@@ -497,7 +527,7 @@ func (sc *shardScope) selection(v *shardView) (shardSel string, label *labels.Re
 		return "", nil, false
 	}
 	s := sc.s
-	if s.mode == shardModeServer {
+	if s.modeIs(shardModeServer) {
 		return v.serving.Selector(s.field), nil, true
 	}
 	var values []string
@@ -591,7 +621,7 @@ func (s *sharding) enter(ctx context.Context, p uint64) (context.Context, func()
 func (s *sharding) annotations() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mode := s.mode
+	mode := s.modeNow()
 	if s.byNamespace {
 		mode += " by namespace"
 	} else {
@@ -714,7 +744,7 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 	}()
 	var last shard.Set
 	for {
-		if s.byNamespace && s.mode == shardModeLabels {
+		if s.byNamespace && s.modeIs(shardModeLabels) {
 			s.mu.Lock()
 			s.setViewLocked() // namespaces may have come or gone
 			s.mu.Unlock()
@@ -723,7 +753,7 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		if err != nil && ctx.Err() == nil {
 			log.V(1).Info("the ring's step failed; trying again", "err", err.Error())
 		}
-		if s.mode == shardModeLabels {
+		if s.modeIs(shardModeLabels) {
 			if err := m.startLabelers(); err != nil {
 				m.fatal(err)
 				return
@@ -735,12 +765,13 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		m.forgetExpired(ctx, b, r)
 		s.mu.Lock()
 		s.settled, s.members = settled && err == nil, len(live)
+		s.share = unitsServed(r.Units(), r.Serving())
 		s.mu.Unlock()
 		if serving := r.Serving(); !serving.Equal(last) {
 			log.Info("serving", "share", fmt.Sprintf("%.3f", serving.Fraction()), "members", live)
 			last = serving
 		}
-		share.Set(r.Serving().Fraction())
+		share.Set(s.share)
 		members.Set(float64(len(live)))
 		n := 0
 		s.mu.Lock()
@@ -763,6 +794,20 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		s.stepping = true
 		s.mu.Unlock()
 	}
+}
+
+// unitsServed returns the part of units, from 0 to 1, that serving holds.
+func unitsServed(units []shard.Span, serving shard.Set) float64 {
+	if len(units) == 0 {
+		return 0
+	}
+	n := 0
+	for _, u := range units {
+		if serving.Covers(u) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(units))
 }
 
 // label gives the objects this replica serves that carry no shard label
@@ -860,12 +905,16 @@ func (s *sharding) busy() string {
 func (s *sharding) state() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mode := s.mode
+	mode := s.modeNow()
 	if mode == "" {
 		mode = "not yet known"
 	}
-	return fmt.Sprintf("ring %s: mode %s, by %s, serving %.3f of the space among %d members",
-		s.ring, mode, strings.TrimPrefix(s.field, "object.metadata."), s.serving.Fraction(), s.members)
+	units := "64 buckets of the hash space"
+	if s.byNamespace {
+		units = "namespaces"
+	}
+	return fmt.Sprintf("ring %s: mode %s, serving %.3f of the %s among %d members",
+		s.ring, mode, s.share, units, s.members)
 }
 
 // admit decides whether this replica may reconcile key now: with

@@ -141,7 +141,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		}, []string{"ring", "replica"}),
 		ShardShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_shard_share",
-			Help: "The part of the hash space this replica serves, from 0 to 1.",
+			Help: "The part of the ring's units this replica serves, from 0 to 1: of the 64 buckets of the hash space, or of the namespaces when sharded by namespace.",
 		}, []string{"ring"}),
 		ShardMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_shard_members",

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -933,4 +934,132 @@ func TestShardingPausedReplica(t *testing.T) {
 		t.Error("r2 did not write while it served everything")
 	}
 	r2.alive(t)
+}
+
+// TestShardingByNamespace: three replicas, in this process, share twelve
+// namespaces whose names differ in their last characters (so their hashes
+// share their top bits), where the API server selects by namespace. Each
+// namespace is served by one replica: its ConfigMaps are in that
+// replica's cache only, and so are the Secrets they own, in the cache
+// Owns made; the other replicas' caches do not hold the namespace. A
+// replica that stops cleanly hands its namespaces over at once.
+func TestShardingByNamespace(t *testing.T) {
+	e := gatedEnv(t)
+	cs := kubernetes.NewForConfigOrDie(e.Config())
+	leaseNS := namespaceIn(t, e.Config())
+	const perNS = 10
+	var nss []string
+	for i := range 12 {
+		ns, err := cs.CoreV1().Namespaces().Create(context.Background(),
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-team-%02d", leaseNS, i)}}, metav1.CreateOptions{})
+		must(t, err)
+		nss = append(nss, ns.Name)
+		for j := range perNS {
+			cm, err := cs.CoreV1().ConfigMaps(ns.Name).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("cm-%d", j), Labels: map[string]string{"test": leaseNS}}}, metav1.CreateOptions{})
+			must(t, err)
+			_, err = cs.CoreV1().Secrets(ns.Name).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("owned-%d", j), OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap",
+					Name: cm.Name, UID: cm.UID, Controller: new(true)}}}}, metav1.CreateOptions{})
+			must(t, err)
+		}
+	}
+	type member struct {
+		mgr     *ctrl.Manager
+		c       *ctrl.Controller[*corev1.ConfigMap]
+		secrets *ctrl.Client[*corev1.Secret]
+		stop    func()
+		mu      sync.Mutex
+		seen    map[string]int // owned Secrets a reconcile listed from the cache, by namespace
+	}
+	start := func(id string) *member {
+		m := &member{seen: map[string]int{}}
+		var err error
+		m.mgr, err = ctrl.NewManager(ctrl.Options{Config: e.Config(), Sharding: ctrl.Sharding{Ring: "byns", Namespace: leaseNS,
+			Identity: id, LeaseDuration: shardLease, ByNamespace: true}})
+		must(t, err)
+		m.secrets, err = ctrl.NewClient[*corev1.Secret](m.mgr, ctrl.ClientOptions{})
+		must(t, err)
+		m.c, err = ctrl.NewController(m.mgr, "owner", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			owned, err := m.secrets.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace})
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			m.mu.Lock()
+			m.seen[cm.Namespace] = len(owned)
+			m.mu.Unlock()
+			return ctrl.Result{}, nil
+		}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"test": leaseNS})}})
+		must(t, err)
+		must(t, ctrl.Owns[*corev1.Secret](m.c))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.mgr.Start(ctx) }()
+		var once sync.Once
+		m.stop = func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("%s: Start: %v", id, err)
+				}
+			})
+		}
+		t.Cleanup(m.stop)
+		return m
+	}
+	members := map[string]*member{"a": start("a"), "b": start("b"), "c": start("c")}
+	// check waits until each namespace is served by exactly one of live:
+	// its ConfigMaps in that replica's cache and no other's, its owned
+	// Secrets listed by a reconcile there, and no other replica's client
+	// able to read the namespace from a cache.
+	check := func(live ...string) time.Duration {
+		return eventually(t, time.Minute, fmt.Sprintf("%v share the namespaces", live), func() bool {
+			count := map[string]int{}
+			for _, ns := range nss {
+				owners := 0
+				for _, id := range live {
+					m := members[id]
+					n := len(m.c.Cache().List(ns, nil))
+					_, err := m.secrets.List(context.Background(), ctrl.ListOptions{Namespace: ns})
+					m.mu.Lock()
+					seen := m.seen[ns]
+					m.mu.Unlock()
+					switch {
+					case n == perNS && err == nil && seen == perNS:
+						owners++
+						count[id]++
+					case n != 0 || err == nil:
+						return false
+					}
+				}
+				if owners != 1 {
+					return false
+				}
+			}
+			for _, id := range live {
+				if count[id] < 2 || count[id] > 12/len(live)+3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	took := check("a", "b", "c")
+	t.Logf("three replicas share twelve namespaces, %s after they started", took.Round(time.Millisecond))
+	for _, id := range []string{"a", "b", "c"} {
+		share := gauge(t, members[id].mgr.Registry(), `ctrl_shard_share{ring="byns"}`)
+		mode := gauge(t, members[id].mgr.Registry(), `ctrl_shard_mode{mode="server",ring="byns"}`)
+		t.Logf("%s serves %.3f of the space, mode server %v", id, share, mode)
+		if mode != 1 {
+			t.Errorf("%s: ctrl_shard_mode{mode=server} = %v, want 1", id, mode)
+		}
+	}
+	stopped := time.Now()
+	members["c"].stop()
+	took = check("a", "b")
+	t.Logf("after c stopped cleanly, a and b serve its namespaces %s later", took.Round(time.Millisecond))
+	if took > shardBound-shardLease {
+		t.Errorf("c's namespaces moved %s after it stopped, want within %s: a clean stop deletes its Lease",
+			time.Since(stopped).Round(time.Millisecond), shardBound-shardLease)
+	}
 }
