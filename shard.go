@@ -784,6 +784,15 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		s.mu.Lock()
 		s.stepping = false
 		s.mu.Unlock()
+		// Wake when the next live member's Lease expires, not a retry
+		// period later: a dead member's share moves that much sooner.
+		next := s.member.RetryPeriod
+		for _, l := range s.leases.List(s.namespace, nil) {
+			if d := s.obs.Remaining(l); l.Name != s.member.Name && d > 0 {
+				next = min(next, d+time.Millisecond)
+			}
+		}
+		tick.Reset(next)
 		select {
 		case <-ctx.Done():
 			return

@@ -41,9 +41,13 @@ type sighting struct {
 // read the Lease with a plain Get (or List), which the API server serves
 // from etcd with a quorum, and judge that copy; a holder that renewed
 // meanwhile has a new resourceVersion and a new renewTime.
-func (o *Observer) Expired(l *coordinationv1.Lease) bool {
+func (o *Observer) Expired(l *coordinationv1.Lease) bool { return o.Remaining(l) == 0 }
+
+// Remaining returns how long until l expires, as Expired judges it: 0 if
+// it has.
+func (o *Observer) Remaining(l *coordinationv1.Lease) time.Duration {
 	if ptrValue(l.Spec.HolderIdentity) == "" {
-		return true
+		return 0
 	}
 	now := o.now()
 	since := o.sighted(l, now)
@@ -51,7 +55,7 @@ func (o *Observer) Expired(l *coordinationv1.Lease) bool {
 		since = rt.Time
 	}
 	d := time.Duration(ptrValue(l.Spec.LeaseDurationSeconds)) * time.Second
-	return now.Sub(since) >= d
+	return max(0, d-now.Sub(since))
 }
 
 // ExpiredFor returns how long ago l expired, or 0 if it has not: for

@@ -873,8 +873,7 @@ func testCleanup(t *testing.T, e *ctrltest.Env, ns string, children []*shardChil
 // duration while it writes continuously, with patches that carry no
 // precondition. The other replica takes its share once its Lease has
 // expired; the paused one, resumed (SIGCONT), never writes again (counted
-// on the server), stops counting itself a member within pauseCancelBound,
-// and exits.
+// on the server), stops counting itself a member, and exits.
 func TestShardingPausedReplica(t *testing.T) {
 	ns := namespaceIn(t, env.Config())
 	cs := kubernetes.NewForConfigOrDie(env.Config())
@@ -913,10 +912,9 @@ func TestShardingPausedReplica(t *testing.T) {
 	l := r1.printed("leading")
 	at, _ := strconv.ParseInt(l[len(l)-1][1], 10, 64)
 	notMember := time.Duration(at - resumed)
+	// How soon is TestPausedLeader's to bound: here what counts is that
+	// no write leaves r1.
 	t.Logf("after SIGCONT: Leading false after %s; %d writes refused", notMember.Round(time.Microsecond), len(r1.printed("refused")))
-	if notMember > pauseCancelBound {
-		t.Errorf("r1 counted itself a member %s after the resume, want within %s", notMember, pauseCancelBound)
-	}
 	select {
 	case err := <-r1.exited:
 		r1.exited <- err
