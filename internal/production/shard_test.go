@@ -38,10 +38,12 @@ import (
 )
 
 // The ring's replicas set only LeaseDuration: the renew deadline and the
-// retry period follow it (2.67 s and 533 ms). Short, so that a dead
+// retry period follow it (5.3 s and 1.07 s). Short, so that a dead
 // replica's share moves in seconds; long enough that a replica renews on a
-// loaded machine.
-const shardLease = 4 * time.Second
+// loaded machine, where the API server answers a renewal in seconds while
+// thousands of writes compete with it (at 4 s, with a renew deadline of
+// 2.7 s, replicas lost their membership beside two CPU-bound processes).
+const shardLease = 8 * time.Second
 
 // shardBound is how soon after a replica died, or joined, every object of
 // the share that moves is reconciled by its new owner: the lease duration
@@ -278,6 +280,29 @@ type shardChild struct {
 	mu     sync.Mutex
 	lines  []string
 	exited chan error
+	killed bool // by the test: its exit is no failure
+}
+
+// running holds each test's replica processes, for failing it as soon as
+// one exits unasked.
+var running sync.Map // *testing.T -> *[]*shardChild
+
+// checkChildren fails the test if one of its replicas exited unasked. It
+// is called from the polls of the test's goroutine.
+func checkChildren(t *testing.T) {
+	t.Helper()
+	v, ok := running.Load(t)
+	if !ok {
+		return
+	}
+	for _, c := range *v.(*[]*shardChild) {
+		c.mu.Lock()
+		killed := c.killed
+		c.mu.Unlock()
+		if !killed {
+			c.alive(t)
+		}
+	}
 }
 
 // startShardChild starts replica id over namespace ns of the control
@@ -292,6 +317,8 @@ func startShardChild(t *testing.T, e *ctrltest.Env, ns, id, kinds string) *shard
 	cmd.Stderr = os.Stderr
 	must(t, cmd.Start())
 	c := &shardChild{id: id, cmd: cmd, exited: make(chan error, 1)}
+	v, _ := running.LoadOrStore(t, &[]*shardChild{})
+	*v.(*[]*shardChild) = append(*v.(*[]*shardChild), c)
 	scanned := make(chan struct{})
 	go func() {
 		defer close(scanned)
@@ -307,6 +334,7 @@ func startShardChild(t *testing.T, e *ctrltest.Env, ns, id, kinds string) *shard
 		c.exited <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
+		running.Delete(t)
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		<-c.exited
@@ -344,6 +372,9 @@ func (c *shardChild) alive(t *testing.T) {
 // the monotonic time of the kill.
 func (c *shardChild) kill(t *testing.T) int64 {
 	t.Helper()
+	c.mu.Lock()
+	c.killed = true
+	c.mu.Unlock()
 	at := monoNow()
 	must(t, c.cmd.Process.Kill())
 	err := <-c.exited
@@ -552,6 +583,7 @@ func shareOf(l *coordinationv1.Lease, cms []corev1.ConfigMap, byLabel bool) []st
 func settledOn(t *testing.T, cs kubernetes.Interface, ns string, byLabel bool, timeout time.Duration, live ...string) time.Duration {
 	t.Helper()
 	return eventually(t, timeout, fmt.Sprintf("%v share the objects", live), func() bool {
+		checkChildren(t)
 		leases := ringLeases(t, cs, ns)
 		owners, cms := ownersOf(t, cs, ns)
 		var all shard.Set
@@ -635,6 +667,7 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 		}
 		var last int64
 		eventually(t, shardBound+30*time.Second, fmt.Sprintf("%v reconcile %s's %d objects", ids, dead.id, len(share)), func() bool {
+			checkChildren(t)
 			first := firstAfter(calls(children, "run"), "run stamp", dead.id, killed)
 			last = 0
 			for _, name := range share {
@@ -742,6 +775,7 @@ func TestShardingControllersOfOneType(t *testing.T) {
 	children = append(children, r3)
 	eventually(t, 30*time.Second, "r3 joins", func() bool { return ringLeases(t, cs, ns)["r3"] != nil })
 	took := eventually(t, time.Minute, "r3 runs every controller on its share", func() bool {
+		checkChildren(t)
 		l := ringLeases(t, cs, ns)["r3"]
 		if l == nil || shard.Held(l).Fraction() < 1.0/3-1.0/shard.Buckets-1e-9 {
 			return false
@@ -888,6 +922,9 @@ func TestShardingPausedReplica(t *testing.T) {
 		return len(w.by("r1", 0, 1<<62)) > 40 && len(w.by("r2", 0, 1<<62)) > 40
 	})
 
+	r1.mu.Lock()
+	r1.killed = true // it is to exit once resumed
+	r1.mu.Unlock()
 	must(t, r1.cmd.Process.Signal(syscall.SIGSTOP))
 	paused := time.Now()
 	took := eventually(t, shardBound+10*time.Second, "r2 serves everything while r1 is paused", func() bool {
