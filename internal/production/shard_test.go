@@ -587,6 +587,7 @@ func settledOn(t *testing.T, cs kubernetes.Interface, ns string, byLabel bool, t
 		leases := ringLeases(t, cs, ns)
 		owners, cms := ownersOf(t, cs, ns)
 		var all shard.Set
+		served := 0
 		for _, id := range live {
 			l := leases[id]
 			if l == nil {
@@ -597,13 +598,15 @@ func settledOn(t *testing.T, cs kubernetes.Interface, ns string, byLabel bool, t
 				return false
 			}
 			all = all.Union(held)
-			for _, name := range shareOf(l, cms, byLabel) {
+			share := shareOf(l, cms, byLabel)
+			for _, name := range share {
 				if owners[name] != id {
 					return false
 				}
 			}
+			served += len(share)
 		}
-		return all.Equal(shard.All)
+		return all.Equal(shard.All) && served == len(cms) // in label mode, every object labeled
 	})
 }
 
@@ -722,7 +725,7 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 // (a label-selected cache sees a moved object leave, as it sees a deleted
 // one), and every deletion runs it once.
 func TestShardingLabels(t *testing.T) {
-	const n = 2000
+	const n = 600
 	rec, children, ns := testDeaths(t, env, true, "stamp,finalizer", n)
 	writes := rec.labelWrites()
 	for name, k := range writes {
@@ -744,7 +747,7 @@ func TestShardingLabels(t *testing.T) {
 // and a replica that joins has every one of its objects reconciled by all
 // four controllers within shardBound, filters or not.
 func TestShardingControllersOfOneType(t *testing.T) {
-	const n = 300
+	const n = 200
 	cs := kubernetes.NewForConfigOrDie(env.Config())
 	dyn := dynamic.NewForConfigOrDie(env.Config())
 	gizmos := func(ns string) dynamic.ResourceInterface {
@@ -844,14 +847,14 @@ func TestShardingControllersOfOneType(t *testing.T) {
 // and every deletion runs it once.
 func TestShardingServer(t *testing.T) {
 	e := gatedEnv(t)
-	rec, children, ns := testDeaths(t, e, false, "stamp,finalizer", 1500)
+	rec, children, ns := testDeaths(t, e, false, "stamp,finalizer", 600)
 	if !strings.HasPrefix(mustLease(t, e, ns, "r2").Annotations[shard.ModeAnnotation], "server") {
 		t.Fatalf("the ring runs in mode %q, want server", mustLease(t, e, ns, "r2").Annotations[shard.ModeAnnotation])
 	}
 	if n := len(rec.labelWrites()); n != 0 {
 		t.Errorf("%d objects got a shard label, want none", n)
 	}
-	testCleanup(t, e, ns, children, 1500)
+	testCleanup(t, e, ns, children, 600)
 }
 
 func mustLease(t *testing.T, e *ctrltest.Env, ns, id string) *coordinationv1.Lease {
