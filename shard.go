@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -134,6 +135,9 @@ type sharding struct {
 	modeSet chan struct{} // closed once mode is known
 	mode    string
 
+	// mu guards what follows. It is a leaf: a cache calls serves, which
+	// takes it, while holding the cache's own lock, so nothing may call
+	// into a cache while holding mu.
 	mu       sync.Mutex
 	serving  shard.Set       // what this replica serves now
 	view     *shardView      // what caches filter on; replaced on every change
@@ -496,14 +500,29 @@ func (s *sharding) current() *shardView {
 	return s.view
 }
 
-// setView replaces the view, which restarts the sharded caches' watches.
-// Called with s.mu held.
-func (s *sharding) setViewLocked() {
+// labelNamespaces returns the namespaces a cache selects by label in
+// label mode with ByNamespace, to be served: all of them, read before
+// taking s.mu, which is never held while calling into a cache (a cache
+// calls serves, which takes s.mu, while it holds its own lock).
+func (s *sharding) labelNamespaces() []string {
+	if !s.byNamespace || !s.modeIs(shardModeLabels) || s.namespaces == nil {
+		return nil
+	}
+	var names []string
+	for _, ns := range s.namespaces.List("", nil) {
+		names = append(names, ns.Name)
+	}
+	return names
+}
+
+// setViewLocked replaces the view, which restarts the sharded caches'
+// watches; names are labelNamespaces'. Called with s.mu held.
+func (s *sharding) setViewLocked(names []string) {
 	v := &shardView{serving: s.serving, changed: make(chan struct{})}
-	if s.byNamespace && s.modeIs(shardModeLabels) && s.namespaces != nil {
-		for _, ns := range s.namespaces.List("", nil) {
-			if s.serving.Contains(shard.Hash(ns.Name)) {
-				v.namespaces = append(v.namespaces, ns.Name)
+	if s.byNamespace && s.modeIs(shardModeLabels) {
+		for _, ns := range names {
+			if s.serving.Contains(shard.Hash(ns)) {
+				v.namespaces = append(v.namespaces, ns)
 			}
 		}
 		slices.Sort(v.namespaces)
@@ -555,10 +574,11 @@ func (sc *shardScope) selection(v *shardView) (shardSel string, label *labels.Re
 // serves is let go at once: running reconciles of those objects are
 // canceled, and serve returns once they have all returned, or ctx is done.
 func (s *sharding) serve(ctx context.Context, set shard.Set) error {
+	names := s.labelNamespaces()
 	s.mu.Lock()
 	released, taken := s.serving.Minus(set), set.Minus(s.serving)
 	s.serving = set
-	s.setViewLocked()
+	s.setViewLocked(names)
 	if !released.Empty() {
 		s.handovers.WithLabelValues(s.ring, "released").Inc()
 	}
@@ -744,9 +764,9 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 	}()
 	var last shard.Set
 	for {
-		if s.byNamespace && s.modeIs(shardModeLabels) {
+		if names := s.labelNamespaces(); names != nil {
 			s.mu.Lock()
-			s.setViewLocked() // namespaces may have come or gone
+			s.setViewLocked(names) // namespaces may have come or gone
 			s.mu.Unlock()
 		}
 		settled, live, err := r.Step(ctx)
@@ -773,12 +793,13 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		}
 		share.Set(s.share)
 		members.Set(float64(len(live)))
-		n := 0
 		s.mu.Lock()
-		for _, count := range s.primary {
+		counts := slices.Collect(maps.Values(s.primary))
+		s.mu.Unlock()
+		n := 0
+		for _, count := range counts {
 			n += count()
 		}
-		s.mu.Unlock()
 		objects.Set(float64(n))
 		m.activity.Add(1)
 		s.mu.Lock()
@@ -861,12 +882,15 @@ func (m *Manager) label(ctx context.Context) int {
 	wg.Wait()
 	// Forget the objects that left the labelers' caches: labeled, or gone.
 	s.mu.Lock()
-	for key := range s.labeled {
+	tried := slices.Collect(maps.Keys(s.labeled))
+	s.mu.Unlock()
+	for _, key := range tried {
 		if !slices.ContainsFunc(s.labelers, func(l labeler) bool { _, ok := l.cache.Get(key); return ok }) {
+			s.mu.Lock()
 			delete(s.labeled, key)
+			s.mu.Unlock()
 		}
 	}
-	s.mu.Unlock()
 	return n
 }
 
