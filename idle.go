@@ -98,6 +98,9 @@ func (c *Cache[T]) busy() string {
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
 		}
+		if sc := c.scope.shard; sc != nil && sc.filters() && (f.relisting.Load() || f.shardView.Load() != sc.s.current()) {
+			return fmt.Sprintf("%s: listing its new share", c)
+		}
 	}
 	// A member that has not listed yet is busy, unless it cannot be
 	// reached: one member down keeps no one waiting.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -124,6 +125,7 @@ type sharding struct {
 	leases     *Cache[*coordinationv1.Lease]
 	namespaces *Cache[*metav1.PartialObjectMetadata] // ByNamespace only
 	kick       chan struct{}                         // wakes the ring's loop
+	pokes      atomic.Uint64                         // changes that woke it, or will
 	handovers  *prometheus.CounterVec
 
 	// probes tell whether the API server selects each sharded type by
@@ -145,7 +147,7 @@ type sharding struct {
 	left     chan struct{}   // receives when a reconcile leaves
 	settled  bool            // the ring's last step found nothing to do
 	share    float64         // of the units, served
-	stepping bool            // the ring's loop is looking at a change
+	looked   uint64          // pokes before the ring's last round began
 	members  int
 	labeled  map[Key]string // objects labeled, at the version labeled
 	held     shard.Set      // published in the Lease
@@ -310,7 +312,16 @@ func shardCache[T Object](m *Manager, opts CacheOptions, primary bool) (CacheOpt
 		Resource: apiResource(info)}
 	id := fmt.Sprintf("%s %s", info, newScope(info, m.opts.Namespace, lopts))
 	if !slices.ContainsFunc(s.labelers, func(l labeler) bool { return l.id == id }) {
-		s.labelers = append(s.labelers, labeler{id: id, opts: lopts})
+		// Labels are written through a client of T, so that WaitIdle waits
+		// for the controller's cache to see them.
+		cl, err := NewClient[T](m, ClientOptions{Resource: opts.Resource})
+		if err != nil {
+			return opts, err
+		}
+		s.labelers = append(s.labelers, labeler{id: id, opts: lopts, patch: func(ctx context.Context, key Key, data []byte) error {
+			_, err := cl.Patch(ctx, key, types.MergePatchType, data)
+			return err
+		}})
 	}
 	return opts, nil
 }
@@ -325,9 +336,6 @@ func (m *Manager) startLabelers() error {
 			continue
 		}
 		c, err := makeCache(m, l.opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{s}), "shard-labels", trimForLabeler)
-		if err == nil {
-			l.client, err = NewClient[*metav1.PartialObjectMetadata](m, ClientOptions{Resource: l.opts.Resource})
-		}
 		if err != nil {
 			return fmt.Errorf("ctrl: ring %s: %w", s.ring, err)
 		}
@@ -342,13 +350,13 @@ func trimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetada
 		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
 }
 
-// labeler is the cache of one sharded type's unlabeled objects, and the
-// client that labels them, made once the ring is known to need labels.
+// labeler is the cache of one sharded type's unlabeled objects, made once
+// the ring is known to need labels, and what labels them.
 type labeler struct {
-	id     string // type and scope: one labeler for controllers of one type alike
-	opts   CacheOptions
-	cache  *Cache[*metav1.PartialObjectMetadata]
-	client *Client[*metav1.PartialObjectMetadata]
+	id    string // type and scope: one labeler for controllers of one type alike
+	opts  CacheOptions
+	cache *Cache[*metav1.PartialObjectMetadata]
+	patch func(ctx context.Context, key Key, data []byte) error
 }
 
 // shardScope marks a cache as sharded. A related cache (owned by a
@@ -764,6 +772,7 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 	}()
 	var last shard.Set
 	for {
+		began := s.pokes.Load() // the changes this round looks at
 		if names := s.labelNamespaces(); names != nil {
 			s.mu.Lock()
 			s.setViewLocked(names) // namespaces may have come or gone
@@ -784,7 +793,7 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		}
 		m.forgetExpired(ctx, b, r)
 		s.mu.Lock()
-		s.settled, s.members = settled && err == nil, len(live)
+		s.settled, s.members, s.looked = settled && err == nil, len(live), began
 		s.share = unitsServed(r.Units(), r.Serving())
 		s.mu.Unlock()
 		if serving := r.Serving(); !serving.Equal(last) {
@@ -802,9 +811,6 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		}
 		objects.Set(float64(n))
 		m.activity.Add(1)
-		s.mu.Lock()
-		s.stepping = false
-		s.mu.Unlock()
 		// Wake when the next live member's Lease expires, not a retry
 		// period later: a dead member's share moves that much sooner.
 		next := s.member.RetryPeriod
@@ -820,9 +826,6 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		case <-tick.C:
 		case <-s.kick:
 		}
-		s.mu.Lock()
-		s.stepping = true
-		s.mu.Unlock()
 	}
 }
 
@@ -866,7 +869,7 @@ func (m *Manager) label(ctx context.Context) int {
 			wg.Go(func() {
 				defer func() { <-sem }()
 				patch := shard.LabelPatch(o.ResourceVersion, s.label, v)
-				_, err := l.client.Patch(ctx, key, types.MergePatchType, patch)
+				err := l.patch(ctx, key, patch)
 				switch {
 				case err == nil:
 					m.metrics.ShardLabels.WithLabelValues(s.ring).Inc()
@@ -928,7 +931,7 @@ func (s *sharding) busy() string {
 	switch {
 	case !s.settled:
 		return fmt.Sprintf("ring %s: taking its share", s.ring)
-	case s.stepping || len(s.kick) > 0:
+	case s.pokes.Load() != s.looked:
 		return fmt.Sprintf("ring %s: looking at a change", s.ring)
 	}
 	return ""
@@ -1000,6 +1003,7 @@ func IdentityFrom(ctx context.Context) string {
 type poker[T Object] struct{ s *sharding }
 
 func (p poker[T]) poke() {
+	p.s.pokes.Add(1)
 	select {
 	case p.s.kick <- struct{}{}:
 	default:

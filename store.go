@@ -38,6 +38,10 @@ type feed[T Object] struct {
 	relists    prometheus.Counter        // set by run
 	labels     []string                  // of the feed's series: resource, namespace, cluster
 	shardView  atomic.Pointer[shardView] // of a sharded cache: what its watch selects
+	// relisting is set while a sharded cache's feed lists and watches
+	// again for a new share, until its watch is open (fakes) or its list
+	// is in.
+	relisting atomic.Bool
 }
 
 // run lists and watches the feed's namespace until ctx is done. A sharded
@@ -58,6 +62,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 	}
 	for ctx.Err() == nil {
 		v := sc.s.current()
+		f.relisting.Store(true)
 		f.shardView.Store(v)
 		if _, _, any := sc.selection(v); !any {
 			// Nothing to watch: what the cache held is another's now.
@@ -66,6 +71,7 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 			f.c.mu.RUnlock()
 			_ = f.Replace(nil, rv)
 			f.markSynced()
+			f.relisting.Store(false)
 			select {
 			case <-ctx.Done():
 			case <-v.changed:
@@ -184,6 +190,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		// not deletions: a cache that reported sync after its list would
 		// miss deletions made right after WaitForSync returned.
 		f.markSynced()
+		f.relisting.Store(false)
 	}
 	return w, err
 }
@@ -234,6 +241,11 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 // transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
+	if ok && f.c.transform != nil && f.b.Fake() {
+		// A fake may hand one object to the watches of several caches of
+		// its resource: a transform in place must work on a copy.
+		t = t.DeepCopyObject().(T)
+	}
 	if !ok && f.b.Project != nil {
 		t, ok = f.b.Project(obj)
 	}
@@ -424,6 +436,9 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		for _, h := range c.handlers {
 			h.joined(f.cluster)
 		}
+	}
+	if !f.b.Fake() {
+		f.relisting.Store(false)
 	}
 	if f.isSynced.Load() && f.relists != nil {
 		f.relists.Inc()
