@@ -40,9 +40,10 @@ import (
 // share a replica. Where the API server offers it (the
 // ShardedListAndWatch feature, alpha since Kubernetes 1.36), each replica
 // lists and watches its share only (ListOptions.ShardSelector), and
-// sharding writes nothing to any object. Elsewhere each object carries a
-// label (shard.ctrl.dev/<Ring>) with its part of the space, written once
-// by the replica that serves it, and caches select on that. The mode runs
+// sharding writes nothing to any object. Elsewhere, or with ByLabel, each
+// object carries a label (shard.ctrl.dev/<Ring>) with its part of the
+// space, written once by the replica that serves it, and caches select on
+// that. The mode runs
 // for the whole ring, is logged at the start, and is in /readyz and
 // ctrl_shard_mode.
 //
@@ -89,6 +90,12 @@ type Sharding struct {
 	// It needs list and watch on namespaces, whose names are shared out
 	// one by one. Default: by UID.
 	ByNamespace bool
+	// ByLabel selects each replica's objects by the shard label even where
+	// the API server could select them by hash: for clusters where
+	// ShardedListAndWatch, alpha, is not trusted, or not on in every API
+	// server (the mode is decided once, from one answer). Default: by hash
+	// where the server offers it.
+	ByLabel bool
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before taking its share. Default: 15 s, or 1.5
 	// times RenewDeadline if only that is set.
@@ -116,7 +123,7 @@ const (
 // what it publishes in its Lease.
 type sharding struct {
 	ring, namespace, identity string
-	byNamespace               bool
+	byNamespace, byLabel      bool
 	member                    leader.Config
 	label                     string // the shard label's key
 	field                     string // what the server hashes
@@ -205,7 +212,7 @@ func shardingConfig(opts Options) (*sharding, error) {
 	if errs := validation.IsDNS1123Label(sh.Identity); len(errs) > 0 {
 		return nil, fmt.Errorf("ctrl: NewManager: Sharding.Identity %q: %s", sh.Identity, errs[0])
 	}
-	s := &sharding{ring: sh.Ring, namespace: sh.Namespace, identity: sh.Identity, byNamespace: sh.ByNamespace,
+	s := &sharding{ring: sh.Ring, namespace: sh.Namespace, identity: sh.Identity, byNamespace: sh.ByNamespace, byLabel: sh.ByLabel,
 		label: shard.Label(sh.Ring), field: "object.metadata.uid", obs: &leader.Observer{},
 		kick: make(chan struct{}, 1), modeSet: make(chan struct{}), inflight: map[*entry]bool{}, primary: map[any]func() int{}, labeled: map[Key]string{},
 		left: make(chan struct{}, 1), storedCh: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -375,6 +382,9 @@ func (s *sharding) detect(ctx context.Context, log func(string, ...any)) {
 	probes := slices.Clone(s.probes)
 	s.mu.Unlock()
 	mode := shardModeServer
+	if s.byLabel {
+		mode, probes = shardModeLabels, nil
+	}
 	for _, probe := range probes {
 		for {
 			ok, err := probe(ctx)
