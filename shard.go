@@ -43,9 +43,8 @@ import (
 // sharding writes nothing to any object. Elsewhere, or with ByLabel, each
 // object carries a label (shard.ctrl.dev/<Ring>) with its part of the
 // space, written once by the replica that serves it, and caches select on
-// that. The mode runs
-// for the whole ring, is logged at the start, and is in /readyz and
-// ctrl_shard_mode.
+// that. The mode is the whole ring's, decided at the start, logged, and
+// shown in /readyz and ctrl_shard_mode.
 //
 // Guarantees, for each sharded controller:
 //   - One owner: no two replicas reconcile an object at once, nor run its
@@ -64,8 +63,9 @@ import (
 //     since the next owner lists the objects it takes.
 //   - No orphans: the share of a replica that stops cleanly is taken as
 //     soon as it has stopped (its Lease is deleted); that of one that died,
-//     within LeaseDuration of its last renewal and a RetryPeriod, however
-//     long ago the others started.
+//     once its Lease expires, LeaseDuration after its last renewal began,
+//     however long ago the others started; then its objects are listed and
+//     reconciled by their new owners.
 //   - No stop-the-world: a replica that joins takes its share as the
 //     others give it up; the rest of the objects are not disturbed.
 //
@@ -107,7 +107,8 @@ type Sharding struct {
 	// two thirds of LeaseDuration (10 s).
 	RenewDeadline time.Duration
 	// RetryPeriod is how often Leases are renewed, and how often a replica
-	// looks for members that died. Default: two fifteenths of
+	// looks at the ring when nothing changed; it also looks when another
+	// member's Lease is due to expire. Default: two fifteenths of
 	// LeaseDuration (2 s).
 	RetryPeriod time.Duration
 }

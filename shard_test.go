@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +43,7 @@ func TestShardMoveIsNoRemoval(t *testing.T) {
 		objs, seed = append(objs, cm), append(seed, cm)
 	}
 	cs := fake.NewClientset(seed...)
-	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t),
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t), HealthAddress: "127.0.0.1:0",
 		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}})
 	must(t, err)
 	var mu sync.Mutex
@@ -83,6 +86,13 @@ func TestShardMoveIsNoRemoval(t *testing.T) {
 	idle()
 	if got := len(c.Cache().List("default", nil)); got != n {
 		t.Fatalf("alone, the replica caches %d objects, want %d", got, n)
+	}
+	resp, err := http.Get("http://" + mgr.Endpoints().Health + "/readyz")
+	must(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "ring ring: mode labels, serving 1.000 of the 64 buckets of the hash space among 1 members"; !strings.Contains(string(body), want) {
+		t.Errorf("/readyz says %q, want a line %q", body, want)
 	}
 	count := func(m map[string]int) map[string]int {
 		mu.Lock()

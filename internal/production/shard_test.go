@@ -1013,8 +1013,8 @@ func TestShardingByNamespace(t *testing.T) {
 	start := func(id string) *member {
 		m := &member{seen: map[string]int{}}
 		var err error
-		m.mgr, err = ctrl.NewManager(ctrl.Options{Config: e.Config(), Sharding: ctrl.Sharding{Ring: "byns", Namespace: leaseNS,
-			Identity: id, LeaseDuration: shardLease, ByNamespace: true}})
+		m.mgr, err = ctrl.NewManager(ctrl.Options{Config: e.Config(), HealthAddress: "127.0.0.1:0", Sharding: ctrl.Sharding{Ring: "byns",
+			Namespace: leaseNS, Identity: id, LeaseDuration: shardLease, ByNamespace: true}})
 		must(t, err)
 		m.secrets, err = ctrl.NewClient[*corev1.Secret](m.mgr, ctrl.ClientOptions{})
 		must(t, err)
@@ -1090,6 +1090,9 @@ func TestShardingByNamespace(t *testing.T) {
 		t.Logf("%s serves %.3f of the space, mode server %v", id, share, mode)
 		if mode != 1 {
 			t.Errorf("%s: ctrl_shard_mode{mode=server} = %v, want 1", id, mode)
+		}
+		if body := scrape(t, "http://"+members[id].mgr.Endpoints().Health+"/readyz"); !strings.Contains(body, "ring byns: mode server, serving") {
+			t.Errorf("%s: /readyz says %q, want a line naming the ring's mode", id, body)
 		}
 	}
 	stopped := time.Now()
