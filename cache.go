@@ -51,6 +51,13 @@ type CacheOptions struct {
 	// the manager runs; each is listed and watched on its own, and one that
 	// cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
+	// Sharded makes the cache hold the objects of the namespaces this
+	// replica serves only, in a manager sharded by namespace
+	// (Sharding.ByNamespace) where the API server selects by hash: for the
+	// caches a sharded controller [Watches], as [Owns] makes its own.
+	// Elsewhere, and for cluster-scoped types, it holds every object.
+	// Default: every namespace.
+	Sharded bool
 
 	shard *shardScope // the share of a ring this cache holds; set by sharded controllers
 }
@@ -146,6 +153,12 @@ type index[T Object] struct {
 // created later starts at once. It returns an error if T is not a known
 // resource or cannot be watched, or if opts name a resource for a typed T.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
+	if opts.Sharded && opts.shard == nil && m.sharding != nil && m.sharding.byNamespace {
+		var err error
+		if opts, err = shardCache[T](m, opts, false); err != nil {
+			return nil, err
+		}
+	}
 	return newCache[T](m, opts, nil)
 }
 

@@ -188,3 +188,46 @@ func testLog(t *testing.T) logr.Logger {
 	}
 	return funcr.New(func(p, a string) { fmt.Println(time.Now().Format("15:04:05.000"), p, a) }, funcr.Options{Verbosity: 1})
 }
+
+// TestShardingConfig: what NewManager accepts and refuses of Sharding.
+// LeaseDuration alone scales the other durations (15:10:2), so that a short
+// lease needs no other setting.
+func TestShardingConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		opts ctrl.Options
+		want string // in the error; "" for none
+	}{
+		{"lease duration alone", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseDuration: 5 * time.Second}}, ""},
+		{"identity sharder", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", Identity: "sharder"}}, ""},
+		{"ring not a label", ctrl.Options{Sharding: ctrl.Sharding{Ring: "R.1"}}, `Sharding.Ring "R.1"`},
+		{"identity not a label", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", Identity: "a_b"}}, `Sharding.Identity "a_b"`},
+		{"with leader election", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r"}, LeaderElection: ctrl.LeaderElection{Name: "l"}}, "choose one"},
+		{"by namespace in one namespace", ctrl.Options{Namespace: "ns", Sharding: ctrl.Sharding{Ring: "r", ByNamespace: true}}, "restricted to namespace"},
+		{"renew deadline too long", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseDuration: 5 * time.Second, RenewDeadline: 6 * time.Second}}, "must be longer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.FakeClientset = fake.NewClientset()
+			mgr, err := ctrl.NewManager(tt.opts)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("got %v, want no error", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			case err == nil && mgr.Identity() == "":
+				t.Error("no identity chosen")
+			}
+		})
+	}
+	// A cluster-scoped type cannot be sharded by namespace.
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), Sharding: ctrl.Sharding{Ring: "r", ByNamespace: true}})
+	must(t, err)
+	_, err = ctrl.NewController(mgr, "nodes", func(context.Context, *corev1.Node) (ctrl.Result, error) { return ctrl.Result{}, nil }, ctrl.ControllerOptions{})
+	if err == nil || !strings.Contains(err.Error(), "cluster-scoped") {
+		t.Errorf("a sharded controller of Nodes by namespace: got %v, want an error saying Nodes are cluster-scoped", err)
+	}
+	_, err = ctrl.NewController(mgr, "nodes-everywhere", func(context.Context, *corev1.Node) (ctrl.Result, error) { return ctrl.Result{}, nil },
+		ctrl.ControllerOptions{Unsharded: true})
+	must(t, err)
+}

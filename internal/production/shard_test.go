@@ -979,8 +979,9 @@ func TestShardingPausedReplica(t *testing.T) {
 // share their top bits), where the API server selects by namespace. Each
 // namespace is served by one replica: its ConfigMaps are in that
 // replica's cache only, and so are the Secrets they own, in the cache
-// Owns made; the other replicas' caches do not hold the namespace. A
-// replica that stops cleanly hands its namespaces over at once.
+// Owns made, and in a cache made Sharded (as for Watches); the other
+// replicas' caches do not hold the namespace. A replica that stops cleanly
+// hands its namespaces over at once.
 func TestShardingByNamespace(t *testing.T) {
 	e := gatedEnv(t)
 	cs := kubernetes.NewForConfigOrDie(e.Config())
@@ -1006,6 +1007,7 @@ func TestShardingByNamespace(t *testing.T) {
 		mgr     *ctrl.Manager
 		c       *ctrl.Controller[*corev1.ConfigMap]
 		secrets *ctrl.Client[*corev1.Secret]
+		cache   *ctrl.Cache[*corev1.Secret] // Sharded, as for Watches
 		stop    func()
 		mu      sync.Mutex
 		seen    map[string]int // owned Secrets a reconcile listed from the cache, by namespace
@@ -1030,6 +1032,8 @@ func TestShardingByNamespace(t *testing.T) {
 		}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"test": leaseNS})}})
 		must(t, err)
 		must(t, ctrl.Owns[*corev1.Secret](m.c))
+		m.cache, err = ctrl.NewCache[*corev1.Secret](m.mgr, ctrl.CacheOptions{Sharded: true})
+		must(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- m.mgr.Start(ctx) }()
@@ -1058,15 +1062,16 @@ func TestShardingByNamespace(t *testing.T) {
 				for _, id := range live {
 					m := members[id]
 					n := len(m.c.Cache().List(ns, nil))
+					secrets := len(m.cache.List(ns, nil))
 					_, err := m.secrets.List(context.Background(), ctrl.ListOptions{Namespace: ns})
 					m.mu.Lock()
 					seen := m.seen[ns]
 					m.mu.Unlock()
 					switch {
-					case n == perNS && err == nil && seen == perNS:
+					case n == perNS && secrets == perNS && err == nil && seen == perNS:
 						owners++
 						count[id]++
-					case n != 0 || err == nil:
+					case n != 0 || secrets != 0 || err == nil:
 						return false
 					}
 				}
