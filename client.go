@@ -60,7 +60,7 @@ type Client[T Object] struct {
 // a resource for a typed T.
 //
 // A client reaches the manager's own cluster, and the members of its fleet
-// through [Client.In] or keys that name their cluster. A type that only
+// through [Client.InCluster] or keys that name their cluster. A type that only
 // members serve gets a client too; its use in the own cluster returns the
 // error that binding it there gave.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
@@ -74,18 +74,18 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 		res = &i
 	}
 	info, ierr := binding.InfoFor[T](res)
-	if ierr != nil || m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+	if ierr != nil || m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, err // not a fleet: the error belongs to wiring
 	}
 	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
 }
 
-// In returns a client of T bound to cluster: a member of the fleet, or ""
+// InCluster returns a client of T bound to cluster: a member of the fleet, or ""
 // for the manager's own. Its writes of objects (Create, Update, Apply, ...)
 // go to that cluster, and so do its reads and writes of keys that name no
 // cluster; a key that names one is always served by that one. In a
 // reconcile, [ClusterFrom] names the reconciled object's cluster.
-func (c *Client[T]) In(cluster string) *Client[T] {
+func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
 	return &in
@@ -202,7 +202,7 @@ type ListOptions struct {
 	// huge response at once. Ignored for cached lists. Default: one page.
 	Limit int64
 	// Cluster lists a member cluster of the fleet. Default: the client's
-	// cluster ([Client.In]), or the manager's own.
+	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
 }
 
@@ -453,15 +453,15 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 // Operation says what [Client.CreateOrPatch] did.
 type Operation string
 
-// The operations of CreateOrPatch. OperationPatched means the object was
-// patched, and its status too if mutate changed it; OperationPatchedStatus
+// The operations of CreateOrPatch. Patched means the object was
+// patched, and its status too if mutate changed it; StatusPatched
 // means only the status changed, and only the status subresource was
 // patched.
 const (
-	OperationUnchanged     Operation = "unchanged"
-	OperationCreated       Operation = "created"
-	OperationPatched       Operation = "patched"
-	OperationPatchedStatus Operation = "patchedStatus"
+	Unchanged     Operation = "unchanged"
+	Created       Operation = "created"
+	Patched       Operation = "patched"
+	StatusPatched Operation = "patchedStatus"
 )
 
 // CreateOrPatch makes the object with key what mutate says: mutate receives
@@ -474,13 +474,13 @@ const (
 // a changed status is patched through the subresource after the object
 // (a new object's status is not written: the server ignores it on create).
 // If the object's patch succeeds and the status patch fails, it returns
-// the object as patched, OperationPatched and the error. mutate must not
+// the object as patched, Patched and the error. mutate must not
 // change the name or namespace. Without a cache of T that covers key, it
 // reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
 	key = c.at(key)
 	if mutate == nil {
-		return binding.New[T](), OperationUnchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
+		return binding.New[T](), Unchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
 	}
 	reader := c
 	if !c.uncached && !c.coveredByCache(key) {
@@ -492,46 +492,46 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		obj.SetNamespace(key.Namespace)
 		obj.SetName(key.Name)
 		if err := c.mutate(key, obj, mutate); err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		out, err := c.In(key.Cluster).Create(ctx, obj)
+		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
 		if err != nil {
-			return obj, OperationUnchanged, err
+			return obj, Unchanged, err
 		}
-		return out, OperationCreated, nil
+		return out, Created, nil
 	}
 	if err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	changed := cur.DeepCopyObject().(T)
 	if err := c.mutate(key, changed, mutate); err != nil {
-		return cur, OperationUnchanged, err
+		return cur, Unchanged, err
 	}
 	if !c.b.Status {
 		patch, err := mergePatch(cur, changed)
 		if err != nil || patch == nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
 		if err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		return out, OperationPatched, nil
+		return out, Patched, nil
 	}
 	rest, status, err := splitPatches(cur, changed)
 	if err != nil {
-		return cur, OperationUnchanged, c.wrap("patch", key, err)
+		return cur, Unchanged, c.wrap("patch", key, err)
 	}
-	out, op := cur, OperationUnchanged
+	out, op := cur, Unchanged
 	if rest != nil {
 		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
-			return cur, OperationUnchanged, c.wrap("patch", key, err)
+			return cur, Unchanged, c.wrap("patch", key, err)
 		}
 		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
-			return cur, OperationUnchanged, err
+			return cur, Unchanged, err
 		}
-		op = OperationPatched
+		op = Patched
 	}
 	if status != nil {
 		// The object's own patch, if any, did not touch the status: the
@@ -545,8 +545,8 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 			return out, op, err
 		}
 		out = next
-		if op == OperationUnchanged {
-			op = OperationPatchedStatus
+		if op == Unchanged {
+			op = StatusPatched
 		}
 	}
 	return out, op, nil

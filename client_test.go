@@ -60,7 +60,7 @@ func TestClient(t *testing.T) {
 		t.Errorf("strategic merge patch: got data %v", patched.Data)
 	}
 	applied, err := cms.Apply(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}, Data: map[string]string{"x": "1"}},
-		ctrl.ApplyOptions{FieldManager: "test"})
+		ctrl.ApplyParams{FieldManager: "test"})
 	must(t, err)
 	if applied.Data["x"] != "1" {
 		t.Errorf("apply: got data %v", applied.Data)
@@ -73,7 +73,7 @@ func TestClient(t *testing.T) {
 	if live.Data["x"] != "1" || cached.Data["x"] != "1" {
 		t.Errorf("after apply: live %v, cached %v, want x=1 in both", live.Data, cached.Data)
 	}
-	list, err := cms.List(ctx, ctrl.ListOptions{Namespace: "ns"})
+	list, err := cms.List(ctx, ctrl.ListParams{Namespace: "ns"})
 	must(t, err)
 	if len(list) != 2 {
 		t.Errorf("List: got %d objects, want 2", len(list))
@@ -121,7 +121,7 @@ func TestClientWithoutCache(t *testing.T) {
 	if _, err := cms.Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("cached Get outside every cache:\ngot  %v\nwant %s", err, want)
 	}
-	if _, err := cms.List(ctx, ctrl.ListOptions{}); err == nil || !strings.Contains(err.Error(), `holds namespace "ns"`) {
+	if _, err := cms.List(ctx, ctrl.ListParams{}); err == nil || !strings.Contains(err.Error(), `holds namespace "ns"`) {
 		t.Errorf("cached List outside every cache: got %v, want an error naming the namespace", err)
 	}
 	if _, err := cms.Uncached().Get(ctx, ctrl.Key{Namespace: "other", Name: "a"}); err != nil {

@@ -51,7 +51,7 @@ func TestRecorderAfterStart(t *testing.T) {
 	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
 		must(t, err)
 		if len(list) == 1 && list[0].Message == "seen late" {
 			return

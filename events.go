@@ -41,16 +41,16 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if component == "" {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: empty component", info)
 	}
-	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.Clusters == nil && len(m.Clusters()) == 0 {
+	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 
-// In returns a recorder of the same events in cluster, a member of the
+// InCluster returns a recorder of the same events in cluster, a member of the
 // fleet ("" for the manager's own): events about an object belong in its
 // cluster ([ClusterFrom]).
-func (r *Recorder[T]) In(cluster string) *Recorder[T] {
+func (r *Recorder[T]) InCluster(cluster string) *Recorder[T] {
 	in := *r
 	in.cluster = cluster
 	return &in

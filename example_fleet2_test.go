@@ -20,7 +20,7 @@ import (
 )
 
 // A controller over the ConfigMaps of every member of a fleet writes to
-// each object's own cluster: ClusterFrom names it, Client.In binds the
+// each object's own cluster: ClusterFrom names it, Client.InCluster binds the
 // client to it.
 func ExampleClusterFrom() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset()})
@@ -44,7 +44,7 @@ func ExampleClusterFrom() {
 		}
 		stamped := cm.DeepCopy()
 		stamped.Labels = map[string]string{"cluster": cluster}
-		_, err := configMaps.In(cluster).PatchFrom(ctx, cm, stamped)
+		_, err := configMaps.InCluster(cluster).PatchFrom(ctx, cm, stamped)
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
 	if err != nil {
@@ -87,7 +87,7 @@ current-context: east
 	if err := os.WriteFile(filepath.Join(dir, "east.yaml"), []byte(kubeconfig), 0o600); err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), Clusters: ctrl.KubeconfigDir(dir)})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), ClusterProvider: ctrl.KubeconfigDir(dir)})
 	if err != nil {
 		panic(err)
 	}

@@ -41,7 +41,7 @@ func ExampleManager_Engage() {
 	mirror := labels.SelectorFromSet(labels.Set{"mirror": "yes"})
 	c, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
 		for _, member := range mgr.Clusters() {
-			_, _, err := configMaps.In(member).CreateOrPatch(ctx, ctrl.KeyOf(src), func(cm *corev1.ConfigMap) error {
+			_, _, err := configMaps.InCluster(member).CreateOrPatch(ctx, ctrl.KeyOf(src), func(cm *corev1.ConfigMap) error {
 				cm.Labels = map[string]string{"mirror": "yes"}
 				cm.Data = maps.Clone(src.Data)
 				return nil

@@ -212,20 +212,20 @@ func ExampleNewMachine() {
 
 // Test a machine one step at a time, without a manager: each Step returns
 // the object as the API server would hold it afterwards.
-func ExampleMachine_Step() {
+func ExampleMachine_Reconcile() {
 	machine := bucketMachine(&cloud{buckets: map[string]bool{}}, 0)
 	b := &Bucket{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "photos", Generation: 1}}
 	ctx := context.Background()
 	for range 3 {
 		var err error
-		if b, _, err = machine.Step(ctx, b); err != nil {
+		if b, _, err = machine.Reconcile(ctx, b); err != nil {
 			panic(err)
 		}
 		ready := meta.FindStatusCondition(b.Status.Conditions, "Ready")
 		fmt.Println(b.Status.Phase, ready.Status, ready.Reason, b.Finalizers)
 	}
 	b.Generation = 2 // a new spec
-	b, _, _ = machine.Step(ctx, b)
+	b, _, _ = machine.Reconcile(ctx, b)
 	fmt.Println(b.Status.Phase, meta.FindStatusCondition(b.Status.Conditions, "Ready").Message)
 	// Output:
 	// Pending False Created [example.com/bucket]

@@ -209,7 +209,7 @@ func ExampleClient_Apply() {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "owned"},
 		Data:       map[string]string{"owner": "me"},
 	}
-	out, err := client.Apply(context.Background(), cm, ctrl.ApplyOptions{FieldManager: "example"})
+	out, err := client.Apply(context.Background(), cm, ctrl.ApplyParams{FieldManager: "example"})
 	if err != nil {
 		panic(err)
 	}
@@ -381,7 +381,7 @@ func ExampleNewRecorder() {
 		panic(err)
 	}
 	for {
-		list, err := all.Uncached().List(ctx, ctrl.ListOptions{Namespace: "default"})
+		list, err := all.Uncached().List(ctx, ctrl.ListParams{Namespace: "default"})
 		if err != nil {
 			panic(err)
 		}

@@ -288,7 +288,7 @@ func ExampleClient_CreateOrPatch() {
 			verbs = append(verbs, a.GetVerb())
 		}
 		fmt.Printf("%s: data %v, requests %v\n", op, cm.Data, verbs)
-		if op == ctrl.OperationCreated { // someone else adds a key
+		if op == ctrl.Created { // someone else adds a key
 			_, err := clientset.CoreV1().ConfigMaps("default").Patch(ctx, "settings", types.MergePatchType, []byte(`{"data":{"owner":"ops"}}`), metav1.PatchOptions{})
 			if err != nil {
 				panic(err)
@@ -375,7 +375,7 @@ func ExampleCacheOptions_namespaces() {
 	}
 	slices.Sort(keys)
 	fmt.Println(keys)
-	inB, err := configMaps.List(ctx, ctrl.ListOptions{Namespace: "team-b"})
+	inB, err := configMaps.List(ctx, ctrl.ListParams{Namespace: "team-b"})
 	fmt.Println(len(inB), err)
 	_, err = configMaps.Get(ctx, ctrl.Key{Namespace: "team-c", Name: "settings"})
 	fmt.Println(err != nil && !apierrors.IsNotFound(err))
@@ -501,7 +501,7 @@ func ExampleManager_Endpoints() {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	addr := mgr.Endpoints().Health
+	addr := mgr.Addresses().Health
 	fmt.Println(strings.HasPrefix(addr, "127.0.0.1:") && addr != "127.0.0.1:0")
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + addr + "/readyz")
@@ -575,7 +575,7 @@ func ExampleListOptions() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	onNode2, err := pods.List(ctx, ctrl.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-2")})
+	onNode2, err := pods.List(ctx, ctrl.ListParams{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-2")})
 	if err != nil {
 		panic(err)
 	}
@@ -593,7 +593,7 @@ func ExampleListOptions() {
 // In a manager of a fleet, a key names its cluster too.
 func ExampleKey_In() {
 	key := ctrl.Key{Namespace: "default", Name: "web"}
-	fmt.Println(key, key.In("eu-west"))
+	fmt.Println(key, key.InCluster("eu-west"))
 	// Output:
 	// default/web eu-west:default/web
 }

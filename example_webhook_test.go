@@ -31,7 +31,7 @@ func ExampleValidate() {
 				return field.Invalid(field.NewPath("spec", "size"), w.Spec.Size, "must be at most 10")
 			}
 			if w.Spec.Size == 0 {
-				ctrl.Warn(ctx, "a Widget of size 0 does nothing")
+				ctrl.AdmissionWarning(ctx, "a Widget of size 0 does nothing")
 			}
 			return nil
 		},

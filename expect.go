@@ -84,10 +84,10 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 			// which the cache may already hold. Only its removal settles
 			// this. (If the server kept it, the reply is newer than the
 			// cache: see below.)
-			key = KeyOf(obj).In(key.Cluster)
+			key = KeyOf(obj).InCluster(key.Cluster)
 			e.rv, e.gone = obj.GetResourceVersion(), true
 		case !deleted:
-			key = KeyOf(obj).In(key.Cluster) // a create with generateName has its name now
+			key = KeyOf(obj).InCluster(key.Cluster) // a create with generateName has its name now
 			e.rv = obj.GetResourceVersion()
 		}
 		c.mu.Lock()

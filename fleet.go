@@ -21,7 +21,7 @@ import (
 // with CacheOptions.Fleet holds the objects of every member, under keys
 // that carry the member's name (Key.Cluster); a controller over such a
 // cache reconciles them all, with clients bound to each object's cluster
-// ([Client.In], [ClusterFrom]). Each member has its own connection, watches
+// ([Client.InCluster], [ClusterFrom]). Each member has its own connection, watches
 // and recovery: one that is slow or gone does not hold up the others.
 
 // Cluster says how to reach a member cluster: Config for a real one, or
@@ -44,7 +44,7 @@ type Fleet interface {
 // A Provider finds the member clusters of a fleet: its Run calls Engage
 // for each cluster that appears or changes and Disengage for each that
 // goes, until ctx is done. [Manager.Start] runs the provider of
-// Options.Clusters; an error from Run other than ctx's stops the manager.
+// Options.ClusterProvider; an error from Run other than ctx's stops the manager.
 type Provider interface {
 	Run(ctx context.Context, fleet Fleet) error
 }
@@ -197,9 +197,9 @@ func bindIn[T Object](m *Manager, cluster string, res APIResource) (*binding.Bin
 	return bindWith[T](m, mb.bindings, mb.clients, res)
 }
 
-// runProvider runs Options.Clusters until ctx is done.
+// runProvider runs Options.ClusterProvider until ctx is done.
 func (m *Manager) runProvider(ctx context.Context) {
-	p := m.opts.Clusters
+	p := m.opts.ClusterProvider
 	if p == nil {
 		return
 	}
@@ -231,7 +231,7 @@ func keyFrom(ctx context.Context, obj Object) Key {
 
 // ClusterFrom returns the cluster of the object being reconciled in ctx: a
 // member's name, or "" for the manager's own cluster and outside a
-// reconcile. Bind clients to it with [Client.In].
+// reconcile. Bind clients to it with [Client.InCluster].
 func ClusterFrom(ctx context.Context) string {
 	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
 		return ri.key.Cluster

@@ -26,7 +26,7 @@ type Key struct {
 }
 
 // KeyOf returns the key of obj in the manager's own cluster; use
-// [Key.In] for another cluster.
+// [Key.InCluster] for another cluster.
 func KeyOf(obj metav1.Object) Key { return Key{Namespace: obj.GetNamespace(), Name: obj.GetName()} }
 
 // String returns "namespace/name", or "name" for cluster-scoped objects,
@@ -42,9 +42,9 @@ func (k Key) String() string {
 	return s
 }
 
-// In returns the key of the object with the same namespace and name in
+// InCluster returns the key of the object with the same namespace and name in
 // cluster.
-func (k Key) In(cluster string) Key {
+func (k Key) InCluster(cluster string) Key {
 	k.Cluster = cluster
 	return k
 }

@@ -33,7 +33,7 @@ import (
 
 // Machine declares a state machine over the phase S, a string type such as
 // BucketPhase, kept in the status of objects of type T. Run it with
-// [NewMachine]; test it one step at a time with [Machine.Step].
+// [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
 // Each reconcile makes at most one move. An object with no phase enters
 // Initial. An object in a state with a Step runs it: the step does the
@@ -210,7 +210,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	return c, nil
 }
 
-// Step runs one reconcile of the machine on obj without a manager, for unit
+// Reconcile runs one reconcile of the machine on obj without a manager, for unit
 // tests: it makes the move the machine would make, or runs the step of
 // obj's state, and returns the object as the API server would hold it
 // afterwards: obj with the machine's finalizer added or removed and the new
@@ -224,10 +224,10 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 // Calling Step until the phase stops changing runs obj to a resting state.
 // On error the returned object still holds what was written before it
 // failed, such as the finalizer added before a step that failed.
-func (m Machine[T, S]) Step(ctx context.Context, obj T) (T, Result, error) {
+func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {
-		return obj, Result{}, fmt.Errorf("ctrl: Machine.Step: %w", err)
+		return obj, Result{}, fmt.Errorf("ctrl: Machine.Reconcile: %w", err)
 	}
 	out, _, res, err := d.advance(ctx, obj.DeepCopyObject().(T), memoryWriter[T]{})
 	return out, res, err
@@ -554,7 +554,7 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 }
 
 func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
-	return r.ctrl.client.In(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
+	return r.ctrl.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
 }
 
 func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
@@ -562,10 +562,10 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 	if err != nil || patch == nil {
 		return old, err
 	}
-	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).In(ClusterFrom(ctx)), types.MergePatchType, patch)
+	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(ClusterFrom(ctx)), types.MergePatchType, patch)
 }
 
-// memoryWriter writes as the API server would, to memory: Machine.Step's.
+// memoryWriter writes as the API server would, to memory: Machine.Reconcile's.
 type memoryWriter[T Object] struct{}
 
 func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }

@@ -54,7 +54,7 @@ func deleting(b *Bucket) *Bucket {
 }
 
 // TestMachineStep drives the machine's rules one step at a time with
-// Machine.Step: where each object goes, what is written, and what is
+// Machine.Reconcile: where each object goes, what is written, and what is
 // refused.
 func TestMachineStep(t *testing.T) {
 	failing := withStep(bucketMachine(&cloud{buckets: map[string]bool{}}, 0), BucketProvisioning,
@@ -148,7 +148,7 @@ func TestMachineStep(t *testing.T) {
 			}
 			in := tt.in.DeepCopyObject().(*Bucket)
 			before := meta.FindStatusCondition(in.Status.Conditions, "Ready")
-			out, res, err := machine.Step(context.Background(), in)
+			out, res, err := machine.Reconcile(context.Background(), in)
 			switch {
 			case tt.err == "" && err != nil:
 				t.Fatalf("got error %v, want none", err)
@@ -204,7 +204,7 @@ func TestMachineStepToRest(t *testing.T) {
 	run := func(b *Bucket) (*Bucket, []BucketPhase) {
 		var phases []BucketPhase
 		for range 20 {
-			next, _, err := machine.Step(ctx, b)
+			next, _, err := machine.Reconcile(ctx, b)
 			must(t, err)
 			if next.Status.Phase == b.Status.Phase && slices.Equal(next.Finalizers, b.Finalizers) {
 				return next, phases
@@ -280,7 +280,7 @@ func TestMachineDeclaration(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), `ctrl: NewMachine "bucket": `) {
 				t.Errorf("NewMachine: got %v, want an error that says %q", err, tt.want)
 			}
-			if _, _, err := tt.machine.Step(context.Background(), &Bucket{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, _, err := tt.machine.Reconcile(context.Background(), &Bucket{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Step: got %v, want an error that says %q", err, tt.want)
 			}
 		})

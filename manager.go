@@ -43,7 +43,7 @@ type Options struct {
 	// A limit of 20 requests/s (controller-runtime's default) makes 200
 	// creates take 8.5 s against a local server that serves them in 0.4 s
 	// without it (BenchmarkCreate200). A manager whose every cache is a
-	// fleet's (Options.Clusters, CacheOptions.Fleet) may leave Config and
+	// fleet's (Options.ClusterProvider, CacheOptions.Fleet) may leave Config and
 	// the fakes unset: it has no cluster of its own, and cannot elect a
 	// leader or shard.
 	Config *rest.Config
@@ -102,10 +102,10 @@ type Options struct {
 	// defaults. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
-	// Clusters finds the member clusters of a fleet, which caches with
+	// ClusterProvider finds the member clusters of a fleet, which caches with
 	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
 	// directly with [Manager.Engage]. Default: none.
-	Clusters Provider
+	ClusterProvider Provider
 
 	// Sharding splits the objects of every controller among the replicas,
 	// instead of LeaderElection's taking turns; see [Sharding]. Default:
@@ -213,7 +213,7 @@ type managedController interface {
 func NewManager(opts Options) (*Manager, error) {
 	own := opts.Config != nil || opts.FakeClientset != nil || opts.FakeDynamic != nil
 	switch {
-	case !own && opts.Clusters == nil:
+	case !own && opts.ClusterProvider == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
 	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Ring != ""):
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")

@@ -36,20 +36,20 @@ func TestEndpoints(t *testing.T) {
 	tests := []struct {
 		name string
 		opts func(addr string) ctrl.Options
-		addr func(ctrl.Endpoints) string
+		addr func(ctrl.Addresses) string
 		path string
 		want []string
 	}{
-		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, func(e ctrl.Endpoints) string { return e.Metrics }, "/metrics", []string{
+		{"metrics", func(a string) ctrl.Options { return ctrl.Options{MetricsAddress: a} }, func(e ctrl.Addresses) string { return e.Metrics }, "/metrics", []string{
 			`controller_runtime_reconcile_total{controller="endpoints",result="success"} 1`,
 			`controller_runtime_max_concurrent_reconciles{controller="endpoints"} 1`,
 			`workqueue_adds_total{controller="endpoints",name="endpoints"} 1`,
 			`workqueue_depth{controller="endpoints",name="endpoints"} 0`,
 			"go_goroutines",
 		}},
-		{"readyz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Endpoints) string { return e.Health }, "/readyz", []string{"ok"}},
-		{"healthz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Endpoints) string { return e.Health }, "/healthz", []string{"ok"}},
-		{"pprof", func(a string) ctrl.Options { return ctrl.Options{PprofAddress: a} }, func(e ctrl.Endpoints) string { return e.Pprof }, "/debug/pprof/", []string{"goroutine"}},
+		{"readyz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Addresses) string { return e.Health }, "/readyz", []string{"ok"}},
+		{"healthz", func(a string) ctrl.Options { return ctrl.Options{HealthAddress: a} }, func(e ctrl.Addresses) string { return e.Health }, "/healthz", []string{"ok"}},
+		{"pprof", func(a string) ctrl.Options { return ctrl.Options{PprofAddress: a} }, func(e ctrl.Addresses) string { return e.Pprof }, "/debug/pprof/", []string{"goroutine"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestEndpoints(t *testing.T) {
 			must(t, err)
 			start(t, mgr)
 			waitIdle(t, mgr)
-			code, body := get(t, "http://"+tt.addr(mgr.Endpoints())+tt.path)
+			code, body := get(t, "http://"+tt.addr(mgr.Addresses())+tt.path)
 			if code != http.StatusOK {
 				t.Fatalf("GET %s: got status %d, want 200: %s", tt.path, code, body)
 			}
@@ -90,7 +90,7 @@ func TestReadyzBeforeSync(t *testing.T) {
 	var code int
 	var body string
 	for deadline := time.Now().Add(time.Minute); ctx.Err() == nil && time.Now().Before(deadline); {
-		if addr := mgr.Endpoints().Health; addr != "" {
+		if addr := mgr.Addresses().Health; addr != "" {
 			if code, body = get(t, "http://"+addr+"/readyz"); code != 0 {
 				break
 			}
@@ -158,7 +158,7 @@ func TestRecorder(t *testing.T) {
 	must(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		list, err := events.Uncached().List(ctx, ctrl.ListOptions{Namespace: "ns"})
+		list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
 		must(t, err)
 		if len(list) == 1 {
 			e := list[0]

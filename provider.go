@@ -125,7 +125,7 @@ func engageKubeconfig(fleet Fleet, name string, kubeconfig []byte) error {
 // Secret, named after it, reached through the kubeconfig in its data key
 // "kubeconfig". A Secret added or changed engages its member; one deleted,
 // or no longer matching, disengages it. It watches the Secrets with a
-// cache of the manager it is given to (Options.Clusters).
+// cache of the manager it is given to (Options.ClusterProvider).
 func KubeconfigSecrets(namespace string, selector labels.Selector) Provider {
 	return &kubeconfigSecrets{namespace: namespace, selector: selector}
 }

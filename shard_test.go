@@ -87,7 +87,7 @@ func TestShardMoveIsNoRemoval(t *testing.T) {
 	if got := len(c.Cache().List("default", nil)); got != n {
 		t.Fatalf("alone, the replica caches %d objects, want %d", got, n)
 	}
-	resp, err := http.Get("http://" + mgr.Endpoints().Health + "/readyz")
+	resp, err := http.Get("http://" + mgr.Addresses().Health + "/readyz")
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -278,7 +278,7 @@ func (f *feed[T]) Update(obj any) error {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -334,7 +334,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).In(f.cluster)
+	key := KeyOf(t).InCluster(f.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -372,7 +372,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			return err
 		}
 		if c.scope.selects(t) != notSelected && c.scope.shard.serves(t) {
-			listed[KeyOf(t).In(f.cluster)] = t
+			listed[KeyOf(t).InCluster(f.cluster)] = t
 		}
 	}
 	var changes, removed []event[T]

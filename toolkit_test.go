@@ -97,7 +97,7 @@ func TestUnstructuredOwner(t *testing.T) {
 	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	must(t, err)
 	var mu sync.Mutex
-	var ops []ctrl.Operation
+	var ops []ctrl.Outcome
 	c, err := ctrl.NewController(mgr, "unstructured-owner", func(ctx context.Context, u *unstructured.Unstructured) (ctrl.Result, error) {
 		_, op, err := configMaps.CreateOrPatch(ctx, ctrl.KeyOf(u), func(cm *corev1.ConfigMap) error {
 			return ctrl.SetControllerReference(u, cm)

@@ -39,7 +39,7 @@ import (
 // request's timeout; a function still running then is left to finish on its
 // own and the request is denied, as it is when the function panics. ctx
 // carries the manager's logger with the request's uid and the webhook's
-// path (logr.FromContext). Call [Warn] to add warnings to the answer.
+// path (logr.FromContext). Call [AdmissionWarning] to add warnings to the answer.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -222,7 +222,7 @@ func (m *Manager) webhookReady(ctx context.Context) error {
 	if m.opts.WebhookAddress == "" {
 		return nil
 	}
-	addr := m.Endpoints().Webhook
+	addr := m.Addresses().Webhook
 	if addr == "" {
 		return errors.New("not listening yet")
 	}

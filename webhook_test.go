@@ -122,7 +122,7 @@ func TestWebhookServer(t *testing.T) {
 	}))
 	start(t, mgr)
 	waitIdle(t, mgr)
-	url := "https://" + mgr.Endpoints().Webhook + "/validate--v1-configmap?timeout=10s"
+	url := "https://" + mgr.Addresses().Webhook + "/validate--v1-configmap?timeout=10s"
 
 	post := func(client *http.Client, data map[string]string) (*admissionv1.AdmissionResponse, error) {
 		resp, err := client.Post(url, "application/json", bytes.NewReader(configMapReview(t, data)))
@@ -151,7 +151,7 @@ func TestWebhookServer(t *testing.T) {
 		t.Errorf("got %+v, want allowed", resp.Result)
 	}
 
-	if code, body := get(t, "http://"+mgr.Endpoints().Health+"/readyz"); code != 200 {
+	if code, body := get(t, "http://"+mgr.Addresses().Health+"/readyz"); code != 200 {
 		t.Errorf("readyz: got %d %s, want 200", code, body)
 	}
 	families, err := reg.Gather()

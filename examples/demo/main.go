@@ -115,7 +115,7 @@ func run() error {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		return err
 	}
-	webhookURL := "https://" + mgr.Endpoints().Webhook
+	webhookURL := "https://" + mgr.Addresses().Webhook
 	fmt.Printf("\n--- installing the Widget webhooks: the API server calls them at %s\n", webhookURL)
 	if err := installWebhooks(ctx, env, mgr, webhookURL, caBundle); err != nil {
 		return err
@@ -141,7 +141,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	list, err := configMaps.Uncached().List(ctx, ctrl.ListOptions{Namespace: "default"})
+	list, err := configMaps.Uncached().List(ctx, ctrl.ListParams{Namespace: "default"})
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func setup(mgr *ctrl.Manager, triggers <-chan ctrl.Key, resolve func(ctx context
 			d.Spec.Template.Spec.Containers[0].Image = image
 			return ctrl.SetControllerReference(app, d)
 		})
-		if err == nil && op != ctrl.OperationUnchanged {
+		if err == nil && op != ctrl.Unchanged {
 			logr.FromContextOrDiscard(ctx).Info("wrote the Deployment", "operation", op, "image", image)
 		}
 		return ctrl.Result{}, err

@@ -76,7 +76,7 @@ func runMirror(ns string) int {
 	}
 	c, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, src *corev1.ConfigMap) (ctrl.Result, error) {
 		dst := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: "dst-" + src.Name}, Data: src.Data}
-		_, err := cms.Apply(ctx, dst, ctrl.ApplyOptions{Force: true})
+		_, err := cms.Apply(ctx, dst, ctrl.ApplyParams{Force: true})
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Workers: 4, Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"role": "src"})}})
 	if err != nil {
@@ -98,7 +98,7 @@ func runMirror(ns string) int {
 	}()
 	go func() {
 		if err := mgr.WaitIdle(ctx, time.Hour); err == nil {
-			fmt.Printf("metrics %s\n", mgr.Endpoints().Metrics)
+			fmt.Printf("metrics %s\n", mgr.Addresses().Metrics)
 		}
 	}()
 	if err := mgr.Start(ctx); err != nil {

@@ -67,7 +67,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 	ctx := context.Background() // Apply does not need a started manager
 	key := ctrl.KeyOf(c.alice)
 
-	if _, err := client.Apply(ctx, c.alice, ctrl.ApplyOptions{FieldManager: "alice"}); err != nil {
+	if _, err := client.Apply(ctx, c.alice, ctrl.ApplyParams{FieldManager: "alice"}); err != nil {
 		t.Fatalf("alice's apply: %v", err)
 	}
 	got, err := client.Uncached().Get(ctx, key)
@@ -76,7 +76,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 		t.Errorf("after alice's apply, which creates: %v", err)
 	}
 
-	_, err = client.Apply(ctx, c.bob, ctrl.ApplyOptions{FieldManager: "bob"})
+	_, err = client.Apply(ctx, c.bob, ctrl.ApplyParams{FieldManager: "bob"})
 	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "alice") {
 		t.Errorf("bob's apply without force: got %v, want a conflict with alice", err)
 	}
@@ -86,7 +86,7 @@ func testApply[T ctrl.Object](t *testing.T, ns string, c applyCase[T]) {
 		t.Errorf("after bob's failed apply: %v", err)
 	}
 
-	if _, err := client.Apply(ctx, c.bob, ctrl.ApplyOptions{FieldManager: "bob", Force: true}); err != nil {
+	if _, err := client.Apply(ctx, c.bob, ctrl.ApplyParams{FieldManager: "bob", Force: true}); err != nil {
 		t.Fatalf("bob's forced apply: %v", err)
 	}
 	got, err = client.Uncached().Get(ctx, key)

@@ -134,7 +134,7 @@ func testCRUD[T ctrl.Object](t *testing.T, c crudCase[T]) {
 					name = r.name + " in zero namespace"
 				}
 				t.Run(name, func(t *testing.T) {
-					opts := ctrl.ListOptions{Namespace: listNS, LabelSelector: labels.SelectorFromSet(labels.Set{"app": "a"})}
+					opts := ctrl.ListParams{Namespace: listNS, LabelSelector: labels.SelectorFromSet(labels.Set{"app": "a"})}
 					got, err := r.client.List(ctx, opts)
 					if err != nil {
 						t.Fatal(err)

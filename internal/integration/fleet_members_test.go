@@ -61,7 +61,7 @@ func TestFleetMembers(t *testing.T) {
 		Data:       map[string]string{"v": "1"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, Clusters: ctrl.KubeconfigDir(dir)})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, ClusterProvider: ctrl.KubeconfigDir(dir)})
 	must(t, err)
 	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	mirror := labels.SelectorFromSet(labels.Set{"mirror": "yes"})
@@ -72,7 +72,7 @@ func TestFleetMembers(t *testing.T) {
 		for _, member := range mgr.Clusters() {
 			// Each member on its own: one that is down does not stop the
 			// others from getting the change.
-			_, _, err := configMaps.In(member).CreateOrPatch(ctx, ctrl.Key{Namespace: "default", Name: src.Name}, func(cm *corev1.ConfigMap) error {
+			_, _, err := configMaps.InCluster(member).CreateOrPatch(ctx, ctrl.Key{Namespace: "default", Name: src.Name}, func(cm *corev1.ConfigMap) error {
 				cm.Labels = map[string]string{"mirror": "yes"}
 				cm.Data = maps.Clone(src.Data)
 				return nil

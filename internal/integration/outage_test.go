@@ -121,7 +121,7 @@ func TestAPIServerOutage(t *testing.T) {
 // observed checks that the Widgets of ns on the server are exactly those
 // of want, each with its size observed in its status.
 func observed(ctx context.Context, widgets *ctrl.Client[*Widget], ns string, want map[string]int) error {
-	list, err := widgets.List(ctx, ctrl.ListOptions{Namespace: ns})
+	list, err := widgets.List(ctx, ctrl.ListParams{Namespace: ns})
 	if err != nil {
 		return err
 	}

@@ -353,7 +353,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 		cm, op, err := configMaps.CreateOrPatch(ctx, key, setMine("1"))
 		must(t, err)
 		requests, _ := log.take()
-		if op != ctrl.OperationCreated || cm.UID == "" || cm.Data["mine"] != "1" {
+		if op != ctrl.Created || cm.UID == "" || cm.Data["mine"] != "1" {
 			t.Errorf("got %s, uid %q, data %v; want created with mine=1", op, cm.UID, cm.Data)
 		}
 		// The default field manager is the program's name.
@@ -381,7 +381,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 		cm, op, err := configMaps.CreateOrPatch(ctx, key, setMine("2"))
 		must(t, err)
 		requests, patches := log.take()
-		if op != ctrl.OperationPatched || cm.Data["mine"] != "2" || cm.Data["theirs"] != "x" {
+		if op != ctrl.Patched || cm.Data["mine"] != "2" || cm.Data["theirs"] != "x" {
 			t.Errorf("got %s, data %v; want patched with mine=2 and theirs=x", op, cm.Data)
 		}
 		want := fmt.Sprintf(`{"data":{"mine":"2"},"metadata":{"resourceVersion":%q}}`, before.ResourceVersion)
@@ -401,7 +401,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 	t.Run("unchanged", func(t *testing.T) {
 		cm, op, err := configMaps.CreateOrPatch(ctx, key, setMine("2"))
 		must(t, err)
-		if requests, _ := log.take(); op != ctrl.OperationUnchanged || len(requests) != 0 || cm.Data["mine"] != "2" {
+		if requests, _ := log.take(); op != ctrl.Unchanged || len(requests) != 0 || cm.Data["mine"] != "2" {
 			t.Errorf("got %s with requests %q, data %v; want unchanged, no request", op, requests, cm.Data)
 		}
 	})
@@ -416,7 +416,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 			}
 			return setMine("3")(cm)
 		})
-		if !apierrors.IsConflict(err) || op != ctrl.OperationUnchanged {
+		if !apierrors.IsConflict(err) || op != ctrl.Unchanged {
 			t.Fatalf("got %s, %v; want a conflict", op, err)
 		}
 		got, err := configMaps.Uncached().Get(ctx, key)
@@ -441,7 +441,7 @@ func TestToolkitCreateOrPatch(t *testing.T) {
 		cm, op, err := configMaps.Uncached().CreateOrPatch(ctx, key, setMine("4"))
 		must(t, err)
 		requests, _ := log.take()
-		if op != ctrl.OperationPatched || cm.Data["mine"] != "4" || len(requests) != 2 || !strings.HasPrefix(requests[0], "GET ") {
+		if op != ctrl.Patched || cm.Data["mine"] != "4" || len(requests) != 2 || !strings.HasPrefix(requests[0], "GET ") {
 			t.Errorf("got %s, data %v, requests %q; want patched after a GET from the server", op, cm.Data, requests)
 		}
 	})
@@ -465,7 +465,7 @@ func TestToolkitCreateOrPatchStatus(t *testing.T) {
 	}
 	w, op, err := widgets.CreateOrPatch(ctx, key, set(1, "New"))
 	must(t, err)
-	if op != ctrl.OperationCreated || w.Status.Phase != "" {
+	if op != ctrl.Created || w.Status.Phase != "" {
 		t.Errorf("create: got %s, phase %q; want created, and no phase (the server ignores status on create)", op, w.Status.Phase)
 	}
 	log.take()
@@ -474,7 +474,7 @@ func TestToolkitCreateOrPatchStatus(t *testing.T) {
 	must(t, err)
 	requests, patches := log.take()
 	statusPath := "/apis/example.com/v1/namespaces/" + ns + "/widgets/w/status"
-	if op != ctrl.OperationPatchedStatus || w.Status.Phase != "Ready" || w.Generation != 1 {
+	if op != ctrl.StatusPatched || w.Status.Phase != "Ready" || w.Generation != 1 {
 		t.Errorf("status only: got %s, phase %q, generation %d; want patchedStatus, Ready, 1", op, w.Status.Phase, w.Generation)
 	}
 	if len(requests) != 2 || !strings.HasPrefix(requests[0], "GET ") || !strings.HasPrefix(requests[1], "PATCH "+statusPath) ||
@@ -486,7 +486,7 @@ func TestToolkitCreateOrPatchStatus(t *testing.T) {
 	w, op, err = widgets.CreateOrPatch(ctx, key, set(2, "Resizing"))
 	must(t, err)
 	requests, patches = log.take()
-	if op != ctrl.OperationPatched || w.Spec.Size != 2 || w.Status.Phase != "Resizing" || w.Generation != 2 {
+	if op != ctrl.Patched || w.Spec.Size != 2 || w.Status.Phase != "Resizing" || w.Generation != 2 {
 		t.Errorf("both: got %s, size %d, phase %q, generation %d; want patched, 2, Resizing, 2", op, w.Spec.Size, w.Status.Phase, w.Generation)
 	}
 	if len(requests) != 3 || !strings.HasPrefix(requests[2], "PATCH "+statusPath) || len(patches) != 2 ||
@@ -502,7 +502,7 @@ func TestToolkitCreateOrPatchStatus(t *testing.T) {
 
 	_, op, err = widgets.CreateOrPatch(ctx, key, set(2, "Resizing"))
 	must(t, err)
-	if requests, _ := log.take(); op != ctrl.OperationUnchanged || len(requests) != 1 {
+	if requests, _ := log.take(); op != ctrl.Unchanged || len(requests) != 1 {
 		t.Errorf("unchanged: got %s with requests %q; want unchanged after one GET", op, requests)
 	}
 }
@@ -635,13 +635,13 @@ func TestToolkitNamespacesCache(t *testing.T) {
 	if got, _ := snapshot(); fmt.Sprint(got) != fmt.Sprint(map[string]int{a + "/one": 1, a + "/two": 1, b + "/one": 1}) {
 		t.Errorf("reconciled: got %v, want each object of the two namespaces once", got)
 	}
-	if list, err := configMaps.List(ctx, ctrl.ListOptions{Namespace: b}); err != nil || !slices.Equal(keys(list), []string{b + "/one"}) {
+	if list, err := configMaps.List(ctx, ctrl.ListParams{Namespace: b}); err != nil || !slices.Equal(keys(list), []string{b + "/one"}) {
 		t.Errorf("List of namespace %s: got %v, %v; want its one object", b, keys(list), err)
 	}
 	for _, read := range []func() error{
 		func() error { _, err := configMaps.Get(ctx, ctrl.Key{Namespace: other, Name: "one"}); return err },
-		func() error { _, err := configMaps.List(ctx, ctrl.ListOptions{Namespace: other}); return err },
-		func() error { _, err := configMaps.List(ctx, ctrl.ListOptions{}); return err },
+		func() error { _, err := configMaps.List(ctx, ctrl.ListParams{Namespace: other}); return err },
+		func() error { _, err := configMaps.List(ctx, ctrl.ListParams{}); return err },
 	} {
 		if err := read(); err == nil || apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no cache") {
 			t.Errorf("read outside the cache's namespaces: got %v, want an error that names the missing cache", err)
@@ -857,18 +857,18 @@ func TestToolkitListPages(t *testing.T) {
 		name  string
 		path  string
 		limit int64
-		list  func(ctrl.ListOptions) ([]string, error)
+		list  func(ctrl.ListParams) ([]string, error)
 		n     int
 	}{
-		{"ConfigMap", "/api/v1/namespaces/" + ns + "/configmaps", 10, func(o ctrl.ListOptions) ([]string, error) {
+		{"ConfigMap", "/api/v1/namespaces/" + ns + "/configmaps", 10, func(o ctrl.ListParams) ([]string, error) {
 			l, err := configMaps.List(ctx, o)
 			return keys(l), err
 		}, 25},
-		{"Widget", "/apis/example.com/v1/namespaces/" + ns + "/widgets", 5, func(o ctrl.ListOptions) ([]string, error) {
+		{"Widget", "/apis/example.com/v1/namespaces/" + ns + "/widgets", 5, func(o ctrl.ListParams) ([]string, error) {
 			l, err := widgets.List(ctx, o)
 			return keys(l), err
 		}, 12},
-		{"unstructured Widget", "/apis/example.com/v1/namespaces/" + ns + "/widgets", 5, func(o ctrl.ListOptions) ([]string, error) {
+		{"unstructured Widget", "/apis/example.com/v1/namespaces/" + ns + "/widgets", 5, func(o ctrl.ListParams) ([]string, error) {
 			l, err := objects.List(ctx, o)
 			return keys(l), err
 		}, 12},
@@ -876,7 +876,7 @@ func TestToolkitListPages(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, limit := range []int64{tt.limit, 0} {
-				got, err := tt.list(ctrl.ListOptions{Limit: limit})
+				got, err := tt.list(ctrl.ListParams{Limit: limit})
 				must(t, err)
 				requests, _ := log.take()
 				pages := 1
@@ -947,9 +947,9 @@ func TestToolkitFieldSelectors(t *testing.T) {
 		t.Run(tt.selector, func(t *testing.T) {
 			sel, err := fields.ParseSelector(tt.selector)
 			must(t, err)
-			live, err := secrets.Uncached().List(ctx, ctrl.ListOptions{FieldSelector: sel})
+			live, err := secrets.Uncached().List(ctx, ctrl.ListParams{FieldSelector: sel})
 			must(t, err)
-			cached, err := secrets.List(ctx, ctrl.ListOptions{FieldSelector: sel})
+			cached, err := secrets.List(ctx, ctrl.ListParams{FieldSelector: sel})
 			must(t, err)
 			if got := names(live); !slices.Equal(got, tt.want) {
 				t.Errorf("live: got %v, want %v", got, tt.want)
@@ -1053,7 +1053,7 @@ func TestToolkitNoStatusSubresource(t *testing.T) {
 		"UpdateStatus": func() error { _, err := sprockets.UpdateStatus(ctx, s); return err },
 		"PatchStatus":  func() error { _, err := sprockets.PatchStatus(ctx, key, types.MergePatchType, statusPatch); return err },
 		"Apply status": func() error {
-			_, err := sprockets.Apply(ctx, s, ctrl.ApplyOptions{Status: true, FieldManager: "test"})
+			_, err := sprockets.Apply(ctx, s, ctrl.ApplyParams{Status: true, FieldManager: "test"})
 			return err
 		},
 		"unstructured PatchStatus": func() error {

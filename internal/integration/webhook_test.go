@@ -65,7 +65,7 @@ func webhookManager(t *testing.T, ns string, opts ctrl.Options) (*ctrl.Manager, 
 func installWebhooks(t *testing.T, mgr *ctrl.Manager, name string, ca []byte) ctrl.WebhookConfigurations {
 	t.Helper()
 	ctx := context.Background()
-	configs, err := mgr.WebhookConfigurations(name, ctrl.WebhookTarget{URL: "https://" + mgr.Endpoints().Webhook, CABundle: ca})
+	configs, err := mgr.WebhookConfigurations(name, ctrl.WebhookTarget{URL: "https://" + mgr.Addresses().Webhook, CABundle: ca})
 	must(t, err)
 	api := clientset.AdmissionregistrationV1()
 	if configs.Validating != nil {
@@ -155,7 +155,7 @@ func TestAdmissionWebhooks(t *testing.T) {
 		if w.Spec.Size == 0 {
 			w.Spec.Size = 1
 			metav1.SetMetaDataLabel(&w.ObjectMeta, "example.com/defaulted", "true")
-			ctrl.Warn(ctx, "size defaulted to 1")
+			ctrl.AdmissionWarning(ctx, "size defaulted to 1")
 		}
 		return nil
 	}))
@@ -232,7 +232,7 @@ func TestAdmissionWebhooks(t *testing.T) {
 		// too. The manager's next TLS handshake serves the new pair.
 		newCA, err := ctrl.WriteWebhookCerts(certDir)
 		must(t, err)
-		addr := mgr.Endpoints().Webhook
+		addr := mgr.Addresses().Webhook
 		eventually(t, 10*time.Second, func() error { return handshake(addr, newCA) })
 
 		// Point the configurations at a CA that signed nothing, and wait
@@ -458,7 +458,7 @@ func TestConversionWebhook(t *testing.T) {
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
 
-	configs, err := mgr.WebhookConfigurations("gadgets", ctrl.WebhookTarget{URL: "https://" + mgr.Endpoints().Webhook, CABundle: ca})
+	configs, err := mgr.WebhookConfigurations("gadgets", ctrl.WebhookTarget{URL: "https://" + mgr.Addresses().Webhook, CABundle: ca})
 	must(t, err)
 	conversion, ok := configs.Conversions["gadgets.conv.example.com"]
 	if !ok {
@@ -528,7 +528,7 @@ func TestConversionWebhook(t *testing.T) {
 	_, err = ctrl.NewCache[*GadgetV1alpha1](mgr, ctrl.CacheOptions{})
 	must(t, err)
 	cached := newClient[*GadgetV1alpha1](t, mgr)
-	list, err := cached.List(ctx, ctrl.ListOptions{})
+	list, err := cached.List(ctx, ctrl.ListParams{})
 	must(t, err)
 	if len(list) != 1 || list[0].Spec.Size != 4 || list[0].Spec.Color != "red" {
 		t.Errorf("listed as v1alpha1: got %d gadgets (%+v), want g1 with size 4 and color red", len(list), list)

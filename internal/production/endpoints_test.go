@@ -77,7 +77,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + mgr.Endpoints().Metrics + "/metrics"
+	url := "http://" + mgr.Addresses().Metrics + "/metrics"
 	success := `controller_runtime_reconcile_total{controller="metrics",result="success"}`
 	before := sample(t, scrape(t, url), success)
 

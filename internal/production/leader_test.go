@@ -151,7 +151,7 @@ func TestLeaderElectionHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if list, err := bClient.List(context.Background(), ctrl.ListOptions{Namespace: ns}); err != nil || len(list) != 20 {
+	if list, err := bClient.List(context.Background(), ctrl.ListParams{Namespace: ns}); err != nil || len(list) != 20 {
 		t.Errorf("follower cache: got %d objects (%v), want 20", len(list), err)
 	}
 

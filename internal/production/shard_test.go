@@ -1021,7 +1021,7 @@ func TestShardingByNamespace(t *testing.T) {
 		m.secrets, err = ctrl.NewClient[*corev1.Secret](m.mgr, ctrl.ClientOptions{})
 		must(t, err)
 		m.c, err = ctrl.NewController(m.mgr, "owner", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-			owned, err := m.secrets.List(ctx, ctrl.ListOptions{Namespace: cm.Namespace})
+			owned, err := m.secrets.List(ctx, ctrl.ListParams{Namespace: cm.Namespace})
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -1063,7 +1063,7 @@ func TestShardingByNamespace(t *testing.T) {
 					m := members[id]
 					n := len(m.c.Cache().List(ns, nil))
 					secrets := len(m.cache.List(ns, nil))
-					_, err := m.secrets.List(context.Background(), ctrl.ListOptions{Namespace: ns})
+					_, err := m.secrets.List(context.Background(), ctrl.ListParams{Namespace: ns})
 					m.mu.Lock()
 					seen := m.seen[ns]
 					m.mu.Unlock()
@@ -1096,7 +1096,7 @@ func TestShardingByNamespace(t *testing.T) {
 		if mode != 1 {
 			t.Errorf("%s: ctrl_shard_mode{mode=server} = %v, want 1", id, mode)
 		}
-		if body := scrape(t, "http://"+members[id].mgr.Endpoints().Health+"/readyz"); !strings.Contains(body, "ring byns: mode server, serving") {
+		if body := scrape(t, "http://"+members[id].mgr.Addresses().Health+"/readyz"); !strings.Contains(body, "ring byns: mode server, serving") {
 			t.Errorf("%s: /readyz says %q, want a line naming the ring's mode", id, body)
 		}
 	}
