@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -60,29 +61,69 @@ type CacheOptions struct {
 	Sharded bool
 
 	shard *shardScope // the share of a ring this cache holds; set by sharded controllers
+	// Optional lets the cache's kind be absent: a custom resource whose
+	// CustomResourceDefinition may not be installed, such as another
+	// project's that the program works with when it is there. Start does
+	// not wait for it; the cache watches the CRD (by name, through
+	// apiextensions.k8s.io/v1, which needs get, list and watch on
+	// customresourcedefinitions), lists the kind once the CRD is
+	// Established and serves the cache's version, and goes back to waiting
+	// when the CRD is deleted, all while the manager runs. While it waits
+	// it holds nothing, as the server does: reads find nothing, its
+	// handlers hear nothing, and /readyz and ctrl_cache_waiting_for_crd
+	// name the CRD. When a CRD is deleted, the API server deletes its
+	// objects first: the cache sees those deletions ([Controller.OnDelete]
+	// receives each once, [Controller.OnFinalize] runs, since finalizers
+	// hold the CRD's deletion), and objects it still holds when the CRD is
+	// gone, whose deletions it did not see, are removed as deletions too.
+	// A CRD that stops serving the version, or a namespace no longer
+	// watched, removes objects that still exist: they are forgotten, with
+	// neither hook. A cache is optional or required, not both: asking for
+	// an existing cache with the other choice is an error. Not for fleet
+	// caches, nor for built-in kinds. A custom resource that may be
+	// missing when the manager is wired declares its scope
+	// (APIResource.Namespaced or ClusterScoped): discovery cannot tell it
+	// then. Default: required, and Start fails if the kind is not served.
+	Optional bool
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
 // one type, fed by a list-and-watch on the API server (one per namespace of
 // CacheOptions.Namespaces). All controllers, clients and indexes that ask
-// for the same type with the same [CacheOptions] share one Cache.
+// for the same type with the same [CacheOptions] share one Cache. A cache
+// that only controllers and their [Owns] and [Watches] use stops, and
+// lets its objects go, when the last of them is removed ([Controller.Stop],
+// [Unwatch]); one made by [NewCache] stays while the manager runs.
 //
 // Objects returned by Get, List and ByIndex are shared with the cache and
-// every other reader: never modify them; call DeepCopyObject first. The
+// every other reader: never modify them; call DeepCopyObject first. They
+// carry their apiVersion and kind, which typed decoding drops. The
 // cache may lag the server: a write is visible here only once its watch
 // event has arrived. All methods are safe for concurrent use.
 type Cache[T Object] struct {
-	mgr    *Manager
-	b      *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
-	opts   CacheOptions
-	scope  scope
-	feeds  []*feed[T] // of the own cluster
-	kind   string     // for causes: "ConfigMap"
-	synced chan struct{}
+	mgr  *Manager
+	b    *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
+	opts CacheOptions
+	// scope is what the cache selects; its namespaces change with
+	// SetNamespaces, so they are read from namespaces (see currentScope).
+	scope      scope
+	namespaces atomic.Pointer[[]string]
+	kind       string // for causes: "ConfigMap"
+	synced     chan struct{}
+	syncOnce   sync.Once
+	opt        *optional // nil for a required kind
+	refs       cacheRefs // under mgr.mu
+	// typeMeta is stamped on every object stored: typed decoding drops it.
+	typeMeta metav1.TypeMeta
 
-	// A fleet cache's feeds, per member, started as members join while it
-	// runs.
+	// Feeds start and stop while the cache runs: a fleet cache's per
+	// member as members join and leave, an ordinary cache's as its
+	// namespaces change or its CRD comes and goes. rewire serializes the
+	// changes of the own cluster's feeds; fleetMu guards the fields below
+	// it, and feeds once the cache runs.
+	rewire   sync.Mutex
 	fleetMu  sync.Mutex
+	feeds    []*feed[T]      // of the own cluster
 	running  context.Context // set by run; nil before and after
 	runLog   logr.Logger
 	members  map[string]*memberFeeds[T]
@@ -102,7 +143,6 @@ type Cache[T Object] struct {
 	// change at a time, in order, whichever watch it came from.
 	dispatch    sync.Mutex
 	dispatching atomic.Int32
-	syncedFeeds atomic.Int32
 	log         logr.Logger // set by run
 }
 
@@ -136,22 +176,30 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
-	// forgotten: still on the server, but out of this replica's reach, as
-	// when a sharded ring moves it to another replica: neither deleted nor
-	// out of the selector, so no hook runs, and its finalizer stays for
-	// whoever holds it next.
+	// forgotten: still on the server, but out of the cache's reach: its
+	// namespace is no longer watched, its member cluster left, its CRD no
+	// longer serves the cache's version, or a sharded ring moved it to
+	// another replica. Neither a deletion nor an exit from a selector: no
+	// hook runs for it, and its finalizer stays for whoever holds it next.
 	forgotten
 )
 
+// index files objects under the values its function returns, and under
+// their namespaces: a lookup within one namespace touches only the objects
+// there, and one across all namespaces touches every object with the value.
 type index[T Object] struct {
 	fn     func(T) []string
-	values map[string]map[Key]struct{}
+	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
 // NewCache returns the manager's cache of T for opts, creating it on first
 // use. A cache created before [Manager.Start] starts with the manager; one
-// created later starts at once. It returns an error if T is not a known
-// resource or cannot be watched, or if opts name a resource for a typed T.
+// created later starts at once. A cache made by NewCache is kept while the
+// manager runs: [Controller.Stop] and [Unwatch] stop and empty only the
+// caches that nothing else uses. It returns an error if T is not a known
+// resource or cannot be watched, if opts name a resource for a typed T, or
+// if the cache exists and is required where opts say optional, or the
+// reverse.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	if opts.Sharded && opts.shard == nil && m.sharding != nil && m.sharding.byNamespace {
 		var err error
@@ -159,20 +207,28 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 			return nil, err
 		}
 	}
-	return newCache[T](m, opts, nil)
+	return makeCache(m, opts, use[T]{pin: true})
 }
 
 // newCache is NewCache with a first handler, registered before the cache
-// can start: for caches made while the manager runs. It returns an error
-// if the cache exists and has started.
+// can start: for the manager's own caches, made while it runs and kept.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
-	return makeCache(m, opts, h, "", nil)
+	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
 
-// makeCache is newCache. A cache with a private name is shared with no
-// other caller, and its objects pass through trim before anything else
-// sees them.
-func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private string, trim func(T) T) (*Cache[T], error) {
+// use is how a caller asks makeCache for a cache.
+type use[T Object] struct {
+	handler handler[T] // registered before the cache can start; nil: none
+	private string     // a cache shared with no other caller, under this name
+	trim    func(T) T  // what a private cache's objects pass through first
+	pin     bool       // held for the manager's life; else a user, for Manager.unuse
+	either  bool       // an existing cache will do, optional or required (Owns)
+}
+
+// makeCache returns the cache of T for opts, made if need be. A cache with
+// a private name is shared with no other caller, and its objects pass
+// through trim before anything else sees them.
+func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], error) {
 	var b *binding.Binding[T]
 	var err error
 	if opts.Fleet {
@@ -192,19 +248,32 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 	if !b.Watchable {
 		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
 	}
+	if opts.Optional {
+		if err := checkOptional(m, b.Info, opts); err != nil {
+			return nil, err
+		}
+	}
 	opts.Resource = APIResource{} // in the binding now
 	sc := newScope(b.Info, m.opts.Namespace, opts)
 	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: private}
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: u.private}
 	m.mu.Lock()
-	if c, ok := m.caches[id]; ok {
+	if mc, ok := m.caches[id]; ok {
+		c := mc.(*Cache[T])
+		if !u.either && (c.opt != nil) != opts.Optional {
+			m.mu.Unlock()
+			what := map[bool]string{true: "optional", false: "required"}
+			return nil, fmt.Errorf("ctrl: cache of %s: asked for as %s, but it exists as %s", c, what[opts.Optional], what[c.opt != nil])
+		}
+		c.refs.hold(u.pin)
 		m.mu.Unlock()
-		if h != nil {
-			if err := c.(*Cache[T]).addHandler(h); err != nil {
+		if u.handler != nil {
+			if err := c.addHandler(u.handler); err != nil {
+				m.unuse(c)
 				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
 			}
 		}
-		return c.(*Cache[T]), nil
+		return c, nil
 	}
 	c := &Cache[T]{
 		mgr:     m,
@@ -215,22 +284,26 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
 		synced:  make(chan struct{}),
-		userTF:  trim,
+		userTF:  u.trim,
 	}
-	if h != nil {
-		c.handlers = append(c.handlers, h)
+	c.typeMeta = typeMetaOf(b.Info)
+	c.refs.id = id
+	c.refs.hold(u.pin)
+	if u.handler != nil {
+		c.handlers = append(c.handlers, u.handler)
 	}
 	var members []*member
-	if opts.Fleet {
+	switch {
+	case opts.Fleet:
 		c.members = map[string]*memberFeeds[T]{}
 		m.fleetCaches = append(m.fleetCaches, c)
 		for _, mb := range m.members {
 			members = append(members, mb)
 		}
-	} else {
-		for _, ns := range feedNamespaces(sc) {
-			c.feeds = append(c.feeds, &feed[T]{c: c, b: b, namespace: ns})
-		}
+	case opts.Optional:
+		c.opt = newOptional(m, b.Info) // feeds come with the CRD
+	default:
+		c.feeds = c.newFeeds(feedNamespaces(sc))
 	}
 	m.caches[id] = c
 	m.cacheList = append(m.cacheList, c)
@@ -238,6 +311,12 @@ func makeCache[T Object](m *Manager, opts CacheOptions, h handler[T], private st
 		m.startCache(c)
 	}
 	m.mu.Unlock()
+	if c.opt != nil {
+		if err := c.watchCRD(); err != nil {
+			m.unuse(c)
+			return nil, err
+		}
+	}
 	for _, mb := range members {
 		if err := c.engage(mb); err != nil {
 			return nil, err
@@ -265,10 +344,28 @@ func feedNamespaces(sc scope) []string {
 	return sc.namespaces
 }
 
+// newFeeds returns a feed of the own cluster for each namespace.
+func (c *Cache[T]) newFeeds(namespaces []string) []*feed[T] {
+	feeds := make([]*feed[T], len(namespaces))
+	for i, ns := range namespaces {
+		feeds[i] = &feed[T]{c: c, b: c.b, namespace: ns}
+	}
+	return feeds
+}
+
+// currentScope returns what the cache selects now.
+func (c *Cache[T]) currentScope() scope {
+	sc := c.scope
+	if ns := c.namespaces.Load(); ns != nil {
+		sc.namespaces = *ns
+	}
+	return sc
+}
+
 // String describes the cache for logs and errors: its type, resource and
 // scope.
 func (c *Cache[T]) String() string {
-	if s := c.scope.String(); s != "" {
+	if s := c.currentScope().String(); s != "" {
 		return c.b.Info.String() + " " + s
 	}
 	return c.b.Info.String()
@@ -332,9 +429,13 @@ func (c *Cache[T]) keys() []Key {
 }
 
 // AddIndex adds an index named name. fn returns the values under which an
-// object is found by [Cache.ByIndex]; it must be fast, must not block, and
-// must not modify the object. Objects already cached are indexed at once.
-// It returns an error if the name is taken.
+// object is found by [Cache.ByIndex] and by a [Client]'s List with
+// ListOptions.Index; it must be fast, must not block, and must not modify
+// the object. The values of a namespaced object are filed under its
+// namespace too, as controller-runtime's field indexes are: a lookup finds
+// them within one namespace or across all, with no namespace encoded in
+// the values. Objects already cached are indexed at once. It returns an
+// error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
@@ -344,7 +445,7 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if _, ok := c.indexes[name]; ok {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
-	idx := &index[T]{fn: fn, values: map[string]map[Key]struct{}{}}
+	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
 	for k, obj := range c.items.all() {
 		idx.add(k, obj)
 	}
@@ -352,24 +453,53 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	return nil
 }
 
-// ByIndex returns the cached objects that the index named name files under
-// value. The objects are shared: do not modify them. It returns an error if
-// there is no such index.
-func (c *Cache[T]) ByIndex(name, value string) ([]T, error) {
+// ByIndex returns the cached objects in namespace ("" for all namespaces;
+// in a fleet cache, of every member) that the index named name files under
+// value, in no particular order. The objects are shared: do not modify
+// them; [Client.List] with ListOptions.Index returns copies. Its cost grows
+// with the objects it returns. It returns an error if there is no such
+// index, or if a namespace is given for a cluster-scoped type.
+func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
+	return c.byIndex(namespace, name, value, nil)
+}
+
+// byIndex is ByIndex for the keys that keep accepts (nil: all).
+func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
+	if namespace != "" && !c.b.Namespaced {
+		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	idx, ok := c.indexes[name]
 	if !ok {
 		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
 	}
-	keys := idx.values[value]
-	out := make([]T, 0, len(keys))
-	for k := range keys {
-		if obj, ok := c.items.get(k); ok {
-			out = append(out, obj)
+	var out []T
+	add := func(keys map[Key]struct{}) {
+		for k := range keys {
+			if keep != nil && !keep(k) {
+				continue
+			}
+			if obj, ok := c.items.get(k); ok {
+				out = append(out, obj)
+			}
 		}
 	}
+	if namespace != "" {
+		add(idx.values[value][namespace])
+		return out, nil
+	}
+	for _, keys := range idx.values[value] {
+		add(keys)
+	}
 	return out, nil
+}
+
+// hasIndex reports whether the cache has an index named name.
+func (c *Cache[T]) hasIndex(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.indexes[name] != nil
 }
 
 // SetTransform makes the cache pass every object through fn before storing
@@ -407,7 +537,9 @@ func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Unlock()
 }
 
-// HasSynced reports whether the cache has completed its first list.
+// HasSynced reports whether the cache has completed its first list, or,
+// for an optional kind, found its CustomResourceDefinition missing: either
+// way it is in step with the server.
 func (c *Cache[T]) HasSynced() bool {
 	select {
 	case <-c.synced:
@@ -417,7 +549,7 @@ func (c *Cache[T]) HasSynced() bool {
 	}
 }
 
-// WaitForSync blocks until the cache has completed its first list, or ctx
+// WaitForSync blocks until the cache has synced ([Cache.HasSynced]), or ctx
 // is done. Before the manager starts, it waits for the start.
 func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 	select {
@@ -433,7 +565,7 @@ func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 }
 
 // addHandler registers h for every change from now on. Handlers are added
-// while wiring, before the manager starts.
+// while wiring, before the manager starts; see addLiveHandler for later.
 func (c *Cache[T]) addHandler(h handler[T]) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -449,12 +581,22 @@ func (c *Cache[T]) addHandler(h handler[T]) error {
 func (c *Cache[T]) describe() string { return c.String() }
 
 func (c *Cache[T]) lastError() error {
-	for _, f := range c.feeds {
+	if c.opt != nil {
+		return c.opt.lastError() // its CRD's watch: the cache's own feeds may wait
+	}
+	for _, f := range c.ownFeeds() {
 		if e := f.lastErr.Load(); e != nil {
 			return *e
 		}
 	}
 	return nil
+}
+
+// ownFeeds returns the own cluster's feeds.
+func (c *Cache[T]) ownFeeds() []*feed[T] {
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	return c.feeds
 }
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
@@ -478,26 +620,99 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 		c.runFleet(ctx, log)
 		return
 	}
-	var wg sync.WaitGroup
-	for _, f := range c.feeds[1:] {
-		wg.Go(func() { f.run(ctx, log) })
+	c.fleetMu.Lock()
+	c.running, c.runLog = ctx, log
+	for _, f := range c.feeds { // none for an optional cache: they come with its CRD
+		c.startFeed(f)
 	}
-	c.feeds[0].run(ctx, log)
-	wg.Wait()
+	c.fleetMu.Unlock()
+	if c.opt != nil {
+		c.follow(ctx, log)
+	}
+	<-ctx.Done()
+	c.fleetMu.Lock()
+	c.running = nil
+	c.fleetMu.Unlock()
+	c.fleetRun.Wait()
 }
 
-// feedSynced records that one feed completed its first list.
-func (c *Cache[T]) feedSynced() {
-	if int(c.syncedFeeds.Add(1)) == len(c.feeds) {
-		close(c.synced)
+// startFeed runs f on the cache's goroutines until the cache stops or
+// stopFeeds stops it. Called with c.fleetMu held, while the cache runs.
+func (c *Cache[T]) startFeed(f *feed[T]) {
+	ctx, stop := context.WithCancel(c.running)
+	f.stop, f.done = stop, make(chan struct{})
+	log := c.runLog
+	c.fleetRun.Go(func() {
+		defer close(f.done)
+		f.run(ctx, log)
+	})
+}
+
+// stopFeeds stops the own cluster's feeds that keep does not keep, waits
+// until they have returned (so that none of them changes the cache any
+// more), and deletes their metrics. Called with c.rewire held.
+func (c *Cache[T]) stopFeeds(keep func(*feed[T]) bool) {
+	c.fleetMu.Lock()
+	var stopped []*feed[T]
+	kept := c.feeds[:0:0]
+	for _, f := range c.feeds {
+		if keep(f) {
+			kept = append(kept, f)
+		} else {
+			stopped = append(stopped, f)
+		}
 	}
+	c.feeds = kept
+	c.fleetMu.Unlock()
+	for _, f := range stopped {
+		if f.stop != nil {
+			f.stop()
+			<-f.done
+		}
+		f.forgetMetrics()
+	}
+}
+
+// startFeeds adds a feed for each namespace ("" for all) the own cluster
+// has none for, and starts it if the cache runs. Called with c.rewire held.
+func (c *Cache[T]) startFeeds(namespaces []string) {
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	for _, ns := range namespaces {
+		if slices.ContainsFunc(c.feeds, func(f *feed[T]) bool { return f.namespace == ns }) {
+			continue
+		}
+		f := &feed[T]{c: c, b: c.b, namespace: ns}
+		c.feeds = append(c.feeds, f)
+		if c.running != nil {
+			c.startFeed(f)
+		}
+	}
+}
+
+// feedSynced records that a feed of the own cluster completed its first
+// list: the cache has synced once every feed has.
+func (c *Cache[T]) feedSynced() {
+	for _, f := range c.ownFeeds() {
+		if !f.isSynced.Load() {
+			return
+		}
+	}
+	c.markSynced()
+}
+
+// markSynced records that the cache is in step with the server: every feed
+// listed, or, for an optional kind, the server serves none.
+func (c *Cache[T]) markSynced() {
+	c.syncOnce.Do(func() { close(c.synced) })
 }
 
 // feedOf returns the feed that watches key's cluster and namespace, or
 // nil.
 func (c *Cache[T]) feedOf(key Key) *feed[T] {
-	feeds := c.feeds
-	if c.opts.Fleet {
+	var feeds []*feed[T]
+	switch {
+	case c.opts.Fleet:
 		c.fleetMu.Lock()
 		mf := c.members[key.Cluster]
 		c.fleetMu.Unlock()
@@ -505,8 +720,10 @@ func (c *Cache[T]) feedOf(key Key) *feed[T] {
 			return nil
 		}
 		feeds = mf.feeds
-	} else if key.Cluster != "" {
+	case key.Cluster != "":
 		return nil
+	default:
+		feeds = c.ownFeeds()
 	}
 	for _, f := range feeds {
 		if f.namespace == "" || f.namespace == key.Namespace {
@@ -523,10 +740,15 @@ func stripManagedFields[T Object](obj T) T {
 
 func (idx *index[T]) add(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		set := idx.values[v]
+		byNS := idx.values[v]
+		if byNS == nil {
+			byNS = map[string]map[Key]struct{}{}
+			idx.values[v] = byNS
+		}
+		set := byNS[k.Namespace]
 		if set == nil {
 			set = map[Key]struct{}{}
-			idx.values[v] = set
+			byNS[k.Namespace] = set
 		}
 		set[k] = struct{}{}
 	}
@@ -534,9 +756,15 @@ func (idx *index[T]) add(k Key, obj T) {
 
 func (idx *index[T]) remove(k Key, obj T) {
 	for _, v := range idx.fn(obj) {
-		if set := idx.values[v]; set != nil {
-			delete(set, k)
-			if len(set) == 0 {
+		byNS := idx.values[v]
+		set := byNS[k.Namespace]
+		if set == nil {
+			continue
+		}
+		delete(set, k)
+		if len(set) == 0 {
+			delete(byNS, k.Namespace)
+			if len(byNS) == 0 {
 				delete(idx.values, v)
 			}
 		}
@@ -552,8 +780,9 @@ func (c *Cache[T]) notFound(key Key) error {
 // covers reports whether the cache holds every object that could have key:
 // no selector, key's namespace watched, and key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
+	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
-		(len(c.scope.namespaces) == 0 || slices.Contains(c.scope.namespaces, key.Namespace)) &&
+		(len(ns) == 0 || slices.Contains(ns, key.Namespace)) &&
 		c.scope.shard.holdsAll(key.Namespace)
 }
 
@@ -566,10 +795,11 @@ func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.scope.shard.holdsAll(ns) {
 		return false
 	}
-	if len(c.scope.namespaces) == 0 {
+	namespaces := c.currentScope().namespaces
+	if len(namespaces) == 0 {
 		return true
 	}
-	return ns != "" && slices.Contains(c.scope.namespaces, ns)
+	return ns != "" && slices.Contains(namespaces, ns)
 }
 
 // coversCluster reports whether the cache holds objects of cluster: its own

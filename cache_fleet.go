@@ -43,7 +43,7 @@ func (c *Cache[T]) engage(m *member) error {
 	}
 	mf := &memberFeeds[T]{}
 	mf.ctx, mf.cancel = context.WithCancel(m.ctx)
-	for _, ns := range feedNamespaces(c.scope) {
+	for _, ns := range feedNamespaces(c.currentScope()) {
 		mf.feeds = append(mf.feeds, &feed[T]{c: c, b: b, cluster: m.name, namespace: ns})
 	}
 	c.fleetMu.Lock()
@@ -73,7 +73,7 @@ func (c *Cache[T]) startMember(mf *memberFeeds[T]) {
 }
 
 // disengage stops the feeds of the member name and forgets its objects:
-// they are not deleted, so no handler hears of them.
+// they are not deleted, so no hook hears of them.
 func (c *Cache[T]) disengage(name string) {
 	c.fleetMu.Lock()
 	mf := c.members[name]
@@ -84,21 +84,7 @@ func (c *Cache[T]) disengage(name string) {
 	}
 	mf.cancel()
 	mf.wg.Wait()
-	c.mu.Lock()
-	var keys []Key
-	for k := range c.items.all() {
-		if k.Cluster == name {
-			keys = append(keys, k)
-		}
-	}
-	for _, k := range keys {
-		old, _ := c.items.remove(k)
-		for _, idx := range c.indexes {
-			idx.remove(k, old)
-		}
-		delete(c.expect, k)
-	}
-	c.mu.Unlock()
+	c.drop(forgotten, func(k Key) bool { return k.Cluster == name })
 	for _, f := range mf.feeds {
 		f.forgetMetrics()
 	}

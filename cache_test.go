@@ -115,14 +115,14 @@ func TestCacheIndexAndTransform(t *testing.T) {
 	if err := cache.SetTransform(func(cm *corev1.ConfigMap) *corev1.ConfigMap { return cm }); err == nil {
 		t.Error("second SetTransform: got no error")
 	}
-	if _, err := cache.ByIndex("nope", "x"); err == nil {
+	if _, err := cache.ByIndex("", "nope", "x"); err == nil {
 		t.Error("ByIndex on a missing index: got no error")
 	}
 	ctx := start(t, mgr)
 	must(t, cache.WaitForSync(ctx))
 
 	byTier := func(v string) []string {
-		objs, err := cache.ByIndex("tier", v)
+		objs, err := cache.ByIndex("", "tier", v)
 		must(t, err)
 		return names(objs)
 	}
@@ -151,7 +151,7 @@ func TestCacheIndexAndTransform(t *testing.T) {
 	}
 	// An index added after the cache filled indexes what is there.
 	must(t, cache.AddIndex("name", func(cm *corev1.ConfigMap) []string { return []string{cm.Name} }))
-	if objs, _ := cache.ByIndex("name", "x"); len(objs) != 1 {
+	if objs, _ := cache.ByIndex("", "name", "x"); len(objs) != 1 {
 		t.Errorf("late index: got %d objects, want 1", len(objs))
 	}
 }

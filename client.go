@@ -2,20 +2,17 @@ package ctrl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
-	"github.com/typedctrl/ctrl/internal/leader"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -30,7 +27,9 @@ type ClientOptions struct {
 // caches of T unless the client is [Client.Uncached]; writes go to the API
 // server. Every method returns errors that keep their API meaning through
 // wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. A Client is safe for concurrent use.
+// them. The objects it returns carry their apiVersion and kind. A key or
+// object without a namespace for a namespaced type is an error on every
+// method, never a NotFound. A Client is safe for concurrent use.
 //
 // A cached read uses a cache of T that holds every object the read could
 // return: one without a selector whose namespaces include the read's. A
@@ -130,8 +129,29 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("ctrl: %s %s %s: %w", verb, c.b.Type, key, err)
+	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
+
+// requestError is the error of a request about one object. It names the
+// object's resource and key, so that a controller can tell a NotFound of
+// the object it reconciles from any other (see Controller.vanished).
+type requestError struct {
+	verb     string // "get", "create", "update status of", ...
+	typ      reflect.Type
+	resource schema.GroupResource
+	key      Key
+	err      error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("ctrl: %s %s %s: %v", e.verb, e.typ, e.key, e.err)
+}
+
+func (e *requestError) Unwrap() error { return e.err }
+
+// written reports whether the request wrote an object that should exist:
+// not a read, and not a create, whose NotFound is about its namespace.
+func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
 // cache returns the cache of T that covers what covers reports, waiting for
 // it to sync, or an error that says which cache to add.
@@ -166,13 +186,20 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
 	key = c.at(key)
+	if err := c.checkKey("get", key); err != nil {
+		return zero, err
+	}
 	if c.uncached {
 		b, err := c.backend(key.Cluster)
 		if err != nil {
 			return zero, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		if err != nil {
+			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+		}
+		stamp(obj, typeMetaOf(c.b.Info))
+		return obj, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
@@ -185,9 +212,9 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	return obj.DeepCopyObject().(T), nil
 }
 
-// ListOptions select objects for [Client.List]. The zero value lists every
+// ListParams select objects for [Client.List]. The zero value lists every
 // object in the manager's scope.
-type ListOptions struct {
+type ListParams struct {
 	// Namespace restricts the list to one namespace. Default: the manager's
 	// Options.Namespace (all namespaces if that is empty).
 	Namespace string
@@ -204,11 +231,20 @@ type ListOptions struct {
 	// Cluster lists a member cluster of the fleet. Default: the client's
 	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
+	// Index lists only the objects that the cache's index of this name
+	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
+	// every namespace if Namespace is "": controller-runtime's
+	// MatchingFields on a field index, with InNamespace. Its cost grows
+	// with the objects found, not with the namespace. Selectors apply
+	// after it. A cached list only. Default: no index.
+	Index string
+	// IndexValue is the value looked up in Index.
+	IndexValue string
 }
 
 // List returns the matching objects: copies the caller owns, in no
 // particular order.
-func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	if opts.Namespace == "" && c.b.Namespaced && opts.Cluster == "" && c.cluster == "" {
 		opts.Namespace = c.m.opts.Namespace
 	}
@@ -219,6 +255,9 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 		return fmt.Errorf("ctrl: list %s in namespace %q: %w", c.b.Type, opts.Namespace, err)
 	}
 	if c.uncached {
+		if opts.Index != "" {
+			return nil, wrap(fmt.Errorf("index %q: indexes are in caches: list with a cached client", opts.Index))
+		}
 		items, err := c.listPages(ctx, opts)
 		if err != nil {
 			return nil, wrap(err)
@@ -232,11 +271,32 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	if opts.Cluster != "" {
 		what += fmt.Sprintf(" of cluster %q", opts.Cluster)
 	}
-	cc, err := c.cache(ctx, what, func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) })
+	covers := func(cc *Cache[T]) bool { return cc.coversNamespace(opts.Cluster, opts.Namespace) }
+	if opts.Index != "" {
+		if err := c.checkIndex(opts, what, covers); err != nil {
+			return nil, wrap(err)
+		}
+		what += fmt.Sprintf(" with index %q", opts.Index)
+		covers = func(cc *Cache[T]) bool {
+			return cc.coversNamespace(opts.Cluster, opts.Namespace) && cc.hasIndex(opts.Index)
+		}
+	}
+	cc, err := c.cache(ctx, what, covers)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	objs := cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	var objs []T
+	if opts.Index == "" {
+		objs = cc.ListIn(opts.Cluster, opts.Namespace, opts.LabelSelector)
+	} else {
+		inCluster := func(k Key) bool { return k.Cluster == opts.Cluster }
+		if objs, err = cc.byIndex(opts.Namespace, opts.Index, opts.IndexValue, inCluster); err != nil {
+			return nil, wrap(err)
+		}
+		if sel := opts.LabelSelector; sel != nil {
+			objs = slices.DeleteFunc(objs, func(o T) bool { return !sel.Matches(labels.Set(o.GetLabels())) })
+		}
+	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
 		sc := scope{fields: fs}
 		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
@@ -247,8 +307,27 @@ func (c *Client[T]) List(ctx context.Context, opts ListOptions) ([]T, error) {
 	return objs, nil
 }
 
+// checkIndex returns an error that says how to add the index opts names,
+// if some cache covers the list but none of them has it.
+func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
+	var covering []*Cache[T]
+	for _, cc := range cachesOf(c.m, c.b) {
+		if covers(cc) {
+			if cc.hasIndex(opts.Index) {
+				return nil
+			}
+			covering = append(covering, cc)
+		}
+	}
+	if len(covering) == 0 {
+		return nil // the cache lookup says which cache to add
+	}
+	return fmt.Errorf("no cache of %s that holds %s has index %q (caches: %s): add it with Cache.AddIndex",
+		c.b.Info, what, opts.Index, describeScope(covering))
+}
+
 // listPages lists from the server, a page of opts.Limit at a time.
-func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error) {
+func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error) {
 	lo := metav1.ListOptions{Limit: opts.Limit}
 	if opts.LabelSelector != nil {
 		lo.LabelSelector = opts.LabelSelector.String()
@@ -261,10 +340,14 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 		return nil, err
 	}
 	var items []T
+	tm := typeMetaOf(c.b.Info)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
 			return nil, tagUnreachable(ctx, opts.Cluster, err)
+		}
+		for _, obj := range l.Items {
+			stamp(obj, tm)
 		}
 		items = append(items, l.Items...)
 		if l.Continue == "" || opts.Limit <= 0 {
@@ -272,359 +355,4 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListOptions) ([]T, error
 		}
 		lo.Continue = l.Continue
 	}
-}
-
-// write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects. ctx is the request's. Every write
-// of a Client comes here: one whose context carries a leadership that has
-// ended (a reconcile's, on a replica past its deadline) fails without a
-// request.
-func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
-	if err := leader.Check(ctx); err != nil {
-		return binding.New[T](), err
-	}
-	b, err := c.backend(key.Cluster)
-	if err != nil {
-		return binding.New[T](), err
-	}
-	var done []func(T, bool, error)
-	for _, cc := range cachesOf(c.m, c.b) {
-		done = append(done, cc.expectWrite(key))
-	}
-	obj, err := do(b)
-	for _, d := range done {
-		d(obj, deleting, err)
-	}
-	return obj, tagUnreachable(ctx, key.Cluster, err)
-}
-
-func (c *Client[T]) checkNil(verb string, obj T) error {
-	if v := reflect.ValueOf(obj); !v.IsValid() || v.IsNil() {
-		return fmt.Errorf("ctrl: %s %s: nil object", verb, c.b.Type)
-	}
-	return nil
-}
-
-// checkObject rejects what the server would answer confusingly: nil, and a
-// namespaced object without a namespace (a request for every namespace).
-func (c *Client[T]) checkObject(verb string, obj T) error {
-	if err := c.checkNil(verb, obj); err != nil {
-		return err
-	}
-	if c.b.Namespaced && obj.GetNamespace() == "" {
-		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the object has no namespace", verb, c.b.Type, KeyOf(obj))
-	}
-	return nil
-}
-
-// Create creates obj and returns the object the server stored.
-//
-// A create whose reply is lost (the connection died after the request was
-// sent) may have happened. So that a later Create of the same name through
-// this manager can tell, a create of a named object stamps it with the
-// annotation ctrl.dev/create-id, a random value of that request alone: if
-// the later Create finds the object carrying the value of the lost
-// attempt, it returns that object instead of an AlreadyExists error. An
-// object of the same name that anyone else created, this program's other
-// replicas included, is still AlreadyExists. A create with generateName
-// cannot be recognized so, and may create twice.
-func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
-	if err := c.checkObject("create", obj); err != nil {
-		return obj, err
-	}
-	key := c.at(KeyOf(obj))
-	var id string
-	if key.Name != "" {
-		obj, id = stampCreate(obj)
-	}
-	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
-	})
-	if key.Name != "" {
-		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
-			return mine.(T), nil
-		}
-	}
-	return out, c.wrap("create", key, err)
-}
-
-// Update replaces obj. The resourceVersion of obj is a precondition: if the
-// object changed since it was read, the error is a conflict
-// (apierrors.IsConflict), and the usual answer is to return it from
-// reconcile, which retries with the latest object.
-func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
-	if err := c.checkObject("update", obj); err != nil {
-		return obj, err
-	}
-	key := c.at(KeyOf(obj))
-	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
-	})
-	return out, c.wrap("update", key, err)
-}
-
-// UpdateStatus replaces the status of obj through the status subresource:
-// the server ignores every other change in obj. Like Update, it fails with a
-// conflict if the object changed since it was read. It returns an error if
-// the resource has no status subresource (see APIResource.Status).
-func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
-	if err := c.checkObject("update status of", obj); err != nil {
-		return obj, err
-	}
-	key := c.at(KeyOf(obj))
-	if !c.b.Status {
-		return obj, c.wrap("update status of", key, c.noStatus())
-	}
-	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
-	})
-	return out, c.wrap("update status of", key, err)
-}
-
-func (c *Client[T]) noStatus() error {
-	if c.b.Builtin {
-		return errors.New("the resource has no status subresource")
-	}
-	return errors.New("the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one")
-}
-
-// Patch applies a patch to the object with key and returns the result. pt
-// is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
-// types.StrategicMergePatchType. For server-side apply use [Client.Apply];
-// to patch what a function changed in an object, [Client.PatchFrom].
-func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
-	return c.patch(ctx, key, pt, data, "")
-}
-
-// PatchStatus is [Client.Patch] on the status subresource.
-func (c *Client[T]) PatchStatus(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
-	return c.patch(ctx, key, pt, data, "status")
-}
-
-func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data []byte, sub string) (T, error) {
-	key = c.at(key)
-	verb := "patch"
-	if sub != "" {
-		verb = "patch " + sub + " of"
-	}
-	switch {
-	case pt == types.StrategicMergePatchType && !c.b.Builtin:
-		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: custom resources do not support strategic merge patch: use a merge or JSON patch", verb, c.b.Type, key)
-	case pt == types.ApplyPatchType || pt == types.ApplyCBORPatchType:
-		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: use Client.Apply for server-side apply", verb, c.b.Type, key)
-	case sub == "status" && !c.b.Status:
-		return binding.New[T](), c.wrap(verb, key, c.noStatus())
-	}
-	var subs []string
-	if sub != "" {
-		subs = []string{sub}
-	}
-	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
-	})
-	return out, c.wrap(verb, key, err)
-}
-
-// PatchFrom writes the changes that turned old into obj, as a JSON merge
-// patch (controller-runtime's client.MergeFrom with its optimistic lock):
-// the patch carries old's resourceVersion, so if the object changed since
-// old was read the error is a conflict, and no concurrent change is
-// overwritten. Lists are replaced whole, as merge patches do. Status
-// changes are ignored by the server for resources with a status
-// subresource. With nothing changed it makes no request and returns obj.
-func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
-	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
-		return obj, err
-	}
-	key := c.at(KeyOf(old))
-	if KeyOf(obj) != KeyOf(old) {
-		return obj, fmt.Errorf("ctrl: patch %s %s: the changed object is %s", c.b.Type, key, KeyOf(obj))
-	}
-	patch, err := mergePatch(old, obj)
-	if err != nil {
-		return obj, c.wrap("patch", key, err)
-	}
-	if patch == nil {
-		return obj, nil
-	}
-	return c.patch(ctx, key, types.MergePatchType, patch, "")
-}
-
-// Operation says what [Client.CreateOrPatch] did.
-type Operation string
-
-// The operations of CreateOrPatch. Patched means the object was
-// patched, and its status too if mutate changed it; StatusPatched
-// means only the status changed, and only the status subresource was
-// patched.
-const (
-	Unchanged     Operation = "unchanged"
-	Created       Operation = "created"
-	Patched       Operation = "patched"
-	StatusPatched Operation = "patchedStatus"
-)
-
-// CreateOrPatch makes the object with key what mutate says: mutate receives
-// the cached object (a copy), or a new one with only its name and namespace
-// set, and changes it. A new object is created; a changed one is patched
-// with [Client.PatchFrom], so a concurrent change makes the write fail with
-// a conflict; an unchanged one is left alone. It returns the object as
-// written (or as it was) and what it did (controller-runtime's
-// controllerutil.CreateOrPatch). For a type whose status is a subresource,
-// a changed status is patched through the subresource after the object
-// (a new object's status is not written: the server ignores it on create).
-// If the object's patch succeeds and the status patch fails, it returns
-// the object as patched, Patched and the error. mutate must not
-// change the name or namespace. Without a cache of T that covers key, it
-// reads the server.
-func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Operation, error) {
-	key = c.at(key)
-	if mutate == nil {
-		return binding.New[T](), Unchanged, fmt.Errorf("ctrl: create or patch %s %s: nil mutate function", c.b.Type, key)
-	}
-	reader := c
-	if !c.uncached && !c.coveredByCache(key) {
-		reader = c.Uncached()
-	}
-	cur, err := reader.Get(ctx, key)
-	if apierrors.IsNotFound(err) {
-		obj := binding.New[T]()
-		obj.SetNamespace(key.Namespace)
-		obj.SetName(key.Name)
-		if err := c.mutate(key, obj, mutate); err != nil {
-			return obj, Unchanged, err
-		}
-		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
-		if err != nil {
-			return obj, Unchanged, err
-		}
-		return out, Created, nil
-	}
-	if err != nil {
-		return cur, Unchanged, err
-	}
-	changed := cur.DeepCopyObject().(T)
-	if err := c.mutate(key, changed, mutate); err != nil {
-		return cur, Unchanged, err
-	}
-	if !c.b.Status {
-		patch, err := mergePatch(cur, changed)
-		if err != nil || patch == nil {
-			return cur, Unchanged, c.wrap("patch", key, err)
-		}
-		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
-		if err != nil {
-			return cur, Unchanged, err
-		}
-		return out, Patched, nil
-	}
-	rest, status, err := splitPatches(cur, changed)
-	if err != nil {
-		return cur, Unchanged, c.wrap("patch", key, err)
-	}
-	out, op := cur, Unchanged
-	if rest != nil {
-		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
-		if err != nil {
-			return cur, Unchanged, c.wrap("patch", key, err)
-		}
-		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
-			return cur, Unchanged, err
-		}
-		op = Patched
-	}
-	if status != nil {
-		// The object's own patch, if any, did not touch the status: the
-		// status patch is made against the version it wrote.
-		patch, err := withResourceVersion(status, out.GetResourceVersion())
-		if err != nil {
-			return out, op, c.wrap("patch status of", key, err)
-		}
-		next, err := c.patch(ctx, key, types.MergePatchType, patch, "status")
-		if err != nil {
-			return out, op, err
-		}
-		out = next
-		if op == Unchanged {
-			op = StatusPatched
-		}
-	}
-	return out, op, nil
-}
-
-func (c *Client[T]) mutate(key Key, obj T, mutate func(T) error) error {
-	if err := mutate(obj); err != nil {
-		return fmt.Errorf("ctrl: create or patch %s %s: %w", c.b.Type, key, err)
-	}
-	if got := KeyOf(obj); got.Namespace != key.Namespace || got.Name != key.Name {
-		return fmt.Errorf("ctrl: create or patch %s %s: mutate changed the object's key to %s", c.b.Type, key, got)
-	}
-	return nil
-}
-
-func (c *Client[T]) coveredByCache(key Key) bool {
-	for _, cc := range cachesOf(c.m, c.b) {
-		if cc.covers(key) {
-			return true
-		}
-	}
-	return false
-}
-
-// ApplyOptions configure [Client.Apply].
-type ApplyOptions struct {
-	// FieldManager owns the applied fields. Default: the manager's
-	// Options.FieldManager.
-	FieldManager string
-	// Force takes ownership of fields other managers own instead of failing
-	// with a conflict. Default: off.
-	Force bool
-	// Status applies to the status subresource. Default: off.
-	Status bool
-}
-
-// Apply applies obj with server-side apply: the field manager comes to own
-// exactly the fields set in obj, and the server merges them into the
-// object, creating it if needed. Build obj with only the fields you mean to
-// own: every field that is set, even to its zero value when the Go type does
-// not omit it, is claimed.
-func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyOptions) (T, error) {
-	if err := c.checkObject("apply", obj); err != nil {
-		return obj, err
-	}
-	key := c.at(KeyOf(obj))
-	obj = obj.DeepCopyObject().(T)
-	obj.GetObjectKind().SetGroupVersionKind(c.b.GVK())
-	obj.SetManagedFields(nil)
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return obj, fmt.Errorf("ctrl: apply %s %s: %w", c.b.Type, key, err)
-	}
-	po := metav1.PatchOptions{FieldManager: opts.FieldManager, Force: &opts.Force}
-	if po.FieldManager == "" {
-		po.FieldManager = c.m.opts.FieldManager
-	}
-	var subs []string
-	if opts.Status {
-		if !c.b.Status {
-			return obj, c.wrap("apply status of", key, c.noStatus())
-		}
-		subs = []string{"status"}
-	}
-	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
-	})
-	return out, c.wrap("apply", key, err)
-}
-
-// Delete deletes the object with key. opts carries preconditions (UID,
-// resourceVersion) and the propagation policy; the zero value is the
-// server's default. An object with finalizers is only marked for deletion
-// until they are removed.
-func (c *Client[T]) Delete(ctx context.Context, key Key, opts metav1.DeleteOptions) error {
-	key = c.at(key)
-	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
-		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, opts)
-	})
-	return c.wrap("delete", key, err)
 }

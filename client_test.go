@@ -130,6 +130,52 @@ func TestClientWithoutCache(t *testing.T) {
 	var _ context.Context = ctx
 }
 
+// TestKeyWithoutNamespace checks every verb that takes a key: for a
+// namespaced type, a key without a namespace is an error that says so,
+// never a NotFound that reads like success.
+func TestKeyWithoutNamespace(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "x"))})
+	cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	_, err = ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
+	must(t, err)
+	nodes, err := ctrl.NewClient[*corev1.Node](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	key := ctrl.Key{Name: "x"}
+	patch := []byte(`{"data":{"k":"v"}}`)
+	for _, tt := range []struct {
+		verb string
+		call func() error
+	}{
+		{"get", func() error { _, err := cms.Get(ctx, key); return err }},
+		{"get", func() error { _, err := cms.Uncached().Get(ctx, key); return err }},
+		{"patch", func() error { _, err := cms.Patch(ctx, key, types.MergePatchType, patch); return err }},
+		{"patch status of", func() error { _, err := cms.PatchStatus(ctx, key, types.MergePatchType, patch); return err }},
+		{"delete", func() error { return cms.Delete(ctx, key, metav1.DeleteOptions{}) }},
+		{"create or patch", func() error {
+			_, _, err := cms.CreateOrPatch(ctx, key, func(*corev1.ConfigMap) error { return nil })
+			return err
+		}},
+		{"patch", func() error {
+			old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+			changed := old.DeepCopy()
+			changed.Data = map[string]string{"k": "v"}
+			_, err := cms.PatchFrom(ctx, old, changed)
+			return err
+		}},
+	} {
+		err := tt.call()
+		if want := "ctrl: " + tt.verb + " *v1.ConfigMap x: the resource is namespaced and the key has no namespace"; err == nil || err.Error() != want || apierrors.IsNotFound(err) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+	// A cluster-scoped type needs none.
+	if _, err := nodes.Uncached().Get(ctx, ctrl.Key{Name: "n"}); !apierrors.IsNotFound(err) {
+		t.Errorf("get of a missing Node: got %v, want NotFound", err)
+	}
+}
+
 // TestLostCreateRecognized checks how Create settles a create whose reply
 // was lost: a retry that finds the object that create made returns it, and
 // one that finds an object of the same name made by anyone else, even with

@@ -51,6 +51,21 @@ type ControllerOptions struct {
 	// first with DeepCopyObject) nor keep it after returning. Default: off,
 	// as controller-runtime's UnsafeDisableDeepCopy.
 	UnsafeDisableDeepCopy bool
+	// ReconcileTimeout, if positive, bounds each reconcile (with its
+	// finalize and OnDelete hooks): its context is canceled this long
+	// after it began, as controller-runtime's ReconciliationTimeout does.
+	// A reconcile that runs past it counts in ctrl_reconcile_timeouts_total
+	// and, if it returns an error, is retried with backoff. Go cannot stop
+	// a function that ignores its context: the worker waits for it.
+	// Default: no timeout.
+	ReconcileTimeout time.Duration
+	// RequeueJitter spreads the reconciles that Result.RequeueAfter
+	// schedules: each comes a random part of up to this fraction of its
+	// delay later (0.1: up to 10% later), never sooner, so that objects
+	// reconciled together (after a start, a takeover or a relist) do not
+	// come back together and load the API server at once. Between 0 and
+	// 1. Default: 0, no jitter.
+	RequeueJitter float64
 	// Unsharded makes every replica reconcile every object of the
 	// controller, as without sharding, in a manager whose Options.Sharding
 	// shares the objects of its other controllers among the replicas.
@@ -62,7 +77,8 @@ type ControllerOptions struct {
 // an object mapped to it does, its key is queued and a worker calls the
 // reconcile function with the latest cached state. Create it with
 // [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
-// and its methods.
+// and its methods; Owns and Watches may also be added while the manager
+// runs, and removed with [Unwatch], and [Controller.Stop] ends it.
 //
 // Guarantees:
 //   - a key is never reconciled by two workers at once;
@@ -118,6 +134,16 @@ type Controller[T Object] struct {
 	stopOnce     sync.Once
 	wg           sync.WaitGroup
 	outage       outageLog
+	failures     failures // keys whose last reconcile failed, with its error
+
+	// Wiring that changes while the manager runs: links are the
+	// controller's Owns and Watches (under mu), wiring serializes their
+	// changes, removed is set by Stop, and cancel (under mu) cancels the
+	// reconciles of the current term.
+	wiring  sync.Mutex
+	links   []*link
+	removed atomic.Bool
+	cancel  context.CancelFunc
 }
 
 // NewController returns a controller named name that calls reconcile for
@@ -128,7 +154,12 @@ type Controller[T Object] struct {
 //
 // If reconcile returns an error, the key is retried with backoff and the
 // Result is ignored. An object that is gone when its key comes up is not
-// passed to reconcile; see [Controller.OnDelete].
+// passed to reconcile; see [Controller.OnDelete]. One error is not retried:
+// a NotFound from a write (not a create) to the reconciled object itself,
+// through a [Client] of its resource, when the API server, asked once
+// more, no longer holds that object (or holds a new one of the same name).
+// The object was deleted during its reconcile, and its deletion is an event
+// of its own; the reconcile counts as a success and is logged at V(1).
 func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
 	if name == "" {
 		return nil, errors.New("ctrl: NewController: empty name")
@@ -142,13 +173,16 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = DefaultRateLimiter()
 	}
+	if j := opts.RequeueJitter; !(j >= 0 && j <= 1) { // NaN too
+		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
+	}
 	if m.sharding != nil && !opts.Unsharded {
 		var err error
 		if opts.Cache, err = shardCache[T](m, opts.Cache, true); err != nil {
 			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 		}
 	}
-	cache, err := NewCache[T](m, opts.Cache)
+	cache, err := makeCache(m, opts.Cache, use[T]{})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
@@ -162,16 +196,22 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		log:       m.log.WithValues("controller", name),
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case m.started:
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
+		err = fmt.Errorf("ctrl: NewController %q: %w", name, ErrStarted)
 	case m.controllers[name] != nil:
-		return nil, fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+		err = fmt.Errorf("ctrl: NewController %q: a controller with this name already exists", name)
+	default:
+		if err = cache.addHandler(c); err != nil {
+			err = fmt.Errorf("ctrl: NewController %q: %w", name, err)
+		}
 	}
-	if err := cache.addHandler(c); err != nil {
-		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
+	if err != nil {
+		m.mu.Unlock()
+		m.unuse(cache)
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	names := make([]string, len(reasons))
 	for i, r := range reasons {
 		names[i] = string(r)
@@ -244,6 +284,8 @@ func (c *Controller[T]) OnFinalize(name string, finalize func(ctx context.Contex
 		if c.finalizer != "" {
 			return fmt.Errorf("ctrl: %s: OnFinalize %q: the controller already owns finalizer %q", c, name, c.finalizer)
 		}
+		// Finalizers are patched; a removal the cache cannot tell is read.
+		c.mgr.need(c.cache.b.GVR.GroupResource(), "patch", "get")
 		c.finalizer, c.finalize = name, finalize
 		c.tombstones = map[Key]tombstone[T]{}
 		return nil
@@ -317,8 +359,20 @@ func (c *Controller[T]) forget(cluster string) {
 			delete(c.tombstones, k)
 		}
 	}
+	for k := range c.finalized {
+		if k.Cluster == cluster {
+			delete(c.finalized, k)
+		}
+	}
+	for k := range c.awaiting {
+		if k.Cluster == cluster {
+			delete(c.awaiting, k)
+			c.nAwaiting.Add(-1)
+		}
+	}
 	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
+	c.failures.forgetCluster(cluster)
 	if q != nil {
 		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
 		c.releaseWaiting(cluster)
@@ -335,12 +389,87 @@ func (c *Controller[T]) prepare() {
 	c.mu.Unlock()
 }
 
-// start activates the controller, queues every cached object through the
-// backlog, and starts the workers, which reconcile under reconcileCtx.
-// Called once the caches have synced and, with leader election, each time
-// this replica takes the lead.
+// start waits for the controller's caches to sync, then activates it,
+// queues every cached object through the backlog, and starts the workers,
+// which reconcile under reconcileCtx. It does not block: a cache the server
+// forbids to list holds up its own controllers only. Called once Start has
+// waited for the caches and, with leader election, each time this replica
+// takes the lead.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed.Load() {
+		return // stopped by Stop
+	}
+	if c.cancel != nil {
+		c.cancel() // the last term's, over already
+	}
+	reconcileCtx, c.cancel = context.WithCancel(reconcileCtx)
 	c.reconcileCtx.Store(&reconcileCtx)
+	caches := c.cachesLocked()
+	if unsynced(caches) == "" {
+		c.activateLocked(reconcileCtx) // the usual case: every cache has synced
+		return
+	}
+	c.wg.Go(func() {
+		for _, cc := range caches {
+			select {
+			case <-cc.syncedChan():
+			case <-c.stop:
+				return
+			case <-reconcileCtx.Done():
+				return // the term ended first
+			}
+		}
+		c.activate(reconcileCtx)
+	})
+}
+
+// cachesLocked returns the controller's caches: its own, and those of its
+// Owns and Watches. Called with c.mu held.
+func (c *Controller[T]) cachesLocked() []managedCache {
+	caches := []managedCache{c.cache}
+	for _, l := range c.links {
+		caches = append(caches, l.src)
+	}
+	return caches
+}
+
+// waitingFor names a cache of the controller that has not synced, and why,
+// or returns "".
+func (c *Controller[T]) waitingFor() string {
+	c.mu.Lock()
+	caches := c.cachesLocked()
+	c.mu.Unlock()
+	return unsynced(caches)
+}
+
+// unsynced names the first of caches that has not synced, and why, or
+// returns "".
+func unsynced(caches []managedCache) string {
+	for _, cc := range caches {
+		select {
+		case <-cc.syncedChan():
+		default:
+			return cc.describe() + ": " + cc.notReady()
+		}
+	}
+	return ""
+}
+
+// activate runs the controller for the term of reconcileCtx, unless it has
+// ended: pause, which ends a term, deactivates under the same lock.
+func (c *Controller[T]) activate(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.activateLocked(reconcileCtx)
+}
+
+// activateLocked is activate, with c.mu held.
+func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
+	if reconcileCtx.Err() != nil || c.stopping.Load() || c.removed.Load() {
+		return
+	}
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
@@ -381,8 +510,8 @@ func (c *Controller[T]) resync(d time.Duration) {
 // handled is not seen again. It waits up to timeout for running reconciles,
 // whose context is canceled, to return.
 func (c *Controller[T]) pause(timeout time.Duration) error {
-	c.active.Store(false)
 	c.mu.Lock()
+	c.active.Store(false) // under the lock activate checks the term in
 	clear(c.tombstones)
 	c.mu.Unlock()
 	t := time.NewTimer(timeout)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -93,7 +94,6 @@ func TestWiringAfterStart(t *testing.T) {
 	}{
 		{"Start twice", mgr.Start(context.Background())},
 		{"NewController", func() error { _, err := ctrl.NewController(mgr, "late", noop, ctrl.ControllerOptions{}); return err }()},
-		{"Owns", ctrl.Owns[*corev1.Secret](c)},
 		{"FilterUpdates", c.FilterUpdates(ctrl.GenerationChanged)},
 		{"OnDelete", c.OnDelete(func(context.Context, *corev1.ConfigMap) error { return nil })},
 		{"Finalizer", c.OnFinalize("example.com/f", func(context.Context, *corev1.ConfigMap) error { return nil })},
@@ -199,28 +199,95 @@ func TestResults(t *testing.T) {
 	}
 }
 
-// TestWaitIdleHorizon checks that a requeue due within the horizon keeps the
-// manager busy and one due later does not.
-func TestWaitIdleHorizon(t *testing.T) {
+// TestWaitIdleRequeueWithin checks that a requeue due within requeueWithin
+// keeps the manager busy and one due later does not.
+func TestWaitIdleRequeueWithin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 		var calls atomic.Int32
 		_, err := ctrl.NewController(mgr, "requeue", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 			if calls.Add(1) == 1 {
-				return ctrl.Result{RequeueAfter: time.Hour}, nil
+				return ctrl.Result{RequeueAfter: time.Minute}, nil
 			}
 			return ctrl.Result{}, nil
 		}, ctrl.ControllerOptions{})
 		must(t, err)
 		ctx := start(t, mgr)
-		must(t, mgr.WaitIdle(ctx, time.Minute))
+		must(t, mgr.WaitIdle(ctx, time.Second))
 		if got := calls.Load(); got != 1 {
-			t.Errorf("idle with a one-minute horizon after %d reconciles, want 1", got)
+			t.Errorf("idle with a requeue due beyond a second after %d reconciles, want 1", got)
 		}
-		must(t, mgr.WaitIdle(ctx, 2*time.Hour))
+		// WaitIdle polls every millisecond of fake time: a short wait keeps
+		// the test fast.
+		must(t, mgr.WaitIdle(ctx, 2*time.Minute))
 		if got := calls.Load(); got != 2 {
-			t.Errorf("idle with a two-hour horizon after %d reconciles, want 2", got)
+			t.Errorf("idle with a requeue due within two minutes after %d reconciles, want 2", got)
 		}
+	})
+}
+
+// TestWaitIdleFailing checks that WaitIdle names the keys whose reconciles
+// fail, with their errors: when the manager is otherwise idle, and when
+// ctx ends first. Keys that recover, or fail terminally, are not failing.
+func TestWaitIdleFailing(t *testing.T) {
+	boom := errors.New("boom")
+	setup := func(t *testing.T, reconcile func(cm *corev1.ConfigMap, n int) error) *ctrl.Manager {
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
+		var mu sync.Mutex
+		calls := map[string]int{}
+		_, err := ctrl.NewController(mgr, "failing", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			mu.Lock()
+			calls[cm.Name]++
+			n := calls[cm.Name]
+			mu.Unlock()
+			return ctrl.Result{}, reconcile(cm, n)
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		return mgr
+	}
+	onlyA := func(cm *corev1.ConfigMap, _ int) error {
+		if cm.Name == "a" {
+			return boom
+		}
+		return nil
+	}
+	t.Run("idle", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, onlyA)
+			err := mgr.WaitIdle(start(t, mgr), time.Second)
+			if !errors.Is(err, boom) || !strings.Contains(err.Error(), `controller "failing": ns/a failed`) || strings.Contains(err.Error(), "ns/b") {
+				t.Errorf("got %v, want an error naming ns/a (only) and wrapping its error", err)
+			}
+		})
+	})
+	t.Run("deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, onlyA)
+			ctx, cancel := context.WithTimeout(start(t, mgr), 10*time.Second)
+			defer cancel()
+			err := mgr.WaitIdle(ctx, time.Hour) // every retry is due within the hour
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, boom) ||
+				!strings.Contains(err.Error(), "still busy: ") || !strings.Contains(err.Error(), `controller "failing": ns/a failed`) {
+				t.Errorf("got %v, want the deadline, what is busy, and ns/a's error", err)
+			}
+		})
+	})
+	t.Run("recovered", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, func(_ *corev1.ConfigMap, n int) error {
+				if n < 3 {
+					return boom
+				}
+				return nil
+			})
+			must(t, mgr.WaitIdle(start(t, mgr), time.Minute))
+		})
+	})
+	t.Run("terminal", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, func(*corev1.ConfigMap, int) error { return ctrl.Terminal(boom) })
+			must(t, mgr.WaitIdle(start(t, mgr), time.Minute))
+		})
 	})
 }
 
@@ -568,5 +635,60 @@ func TestListBacklog(t *testing.T) {
 	}
 	if got := metricValue(t, reg, depth); got != 0 {
 		t.Errorf("%s = %v once idle, want 0", depth, got)
+	}
+}
+
+// TestOnFinalizeOnFakes deletes objects that carry the controller's
+// finalizer, through a ctrl client and through the fake clientset itself:
+// the fake holds each until finalize has run and the finalizer is removed,
+// as the API server does.
+func TestOnFinalizeOnFakes(t *testing.T) {
+	cs := fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+	var mu sync.Mutex
+	var finalized []string
+	c, err := ctrl.NewController(mgr, "finalizing", noop, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.OnFinalize("example.com/cleanup", func(ctx context.Context, cm *corev1.ConfigMap) error {
+		mu.Lock()
+		defer mu.Unlock()
+		finalized = append(finalized, fmt.Sprintf("%s deleting=%t", ctrl.KeyOf(cm), cm.DeletionTimestamp != nil))
+		return nil
+	}))
+	client, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	for _, name := range []string{"a", "b"} {
+		cm, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		if !slices.Equal(cm.Finalizers, []string{"example.com/cleanup"}) {
+			t.Fatalf("%s: got finalizers %v, want the controller's", name, cm.Finalizers)
+		}
+	}
+
+	must(t, client.Delete(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, metav1.DeleteOptions{}))
+	waitIdle(t, mgr)
+	if _, err := client.Uncached().Get(ctx, ctrl.Key{Namespace: "ns", Name: "a"}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the delete through ctrl: got %v, want NotFound", err)
+	}
+
+	// WaitIdle does not track writes made with other clients: poll.
+	must(t, cs.CoreV1().ConfigMaps("ns").Delete(ctx, "b", metav1.DeleteOptions{}))
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, "b", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b still there a minute after its delete: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the fake, which WaitIdle does not track
+	}
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"ns/a deleting=true", "ns/b deleting=true"}; !slices.Equal(finalized, want) {
+		t.Errorf("got finalized %q, want %q", finalized, want)
 	}
 }

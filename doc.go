@@ -10,13 +10,15 @@
 //			// cm is this call's own copy of the cached object.
 //			return ctrl.Result{}, nil
 //		}, ctrl.ControllerOptions{Workers: 4})
-//	err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
+//	_, err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
 //	err = mgr.Start(ctx)               // blocks until ctx is done
 //
 // There is no Scheme to register built-in types in: the type parameter is
 // the registration. A custom resource type is registered once with
-// [Register]. Tests run the same code against client-go's fake clientset
-// (Options.FakeClientset) and wait with [Manager.WaitIdle] instead of sleeping.
+// [Register], by its group, version and resource. Tests run the same code
+// against client-go's fake clientset (Options.FakeClientset, and
+// ctrltest.NewFakeDynamic for custom resources) and wait with
+// [Manager.WaitIdle] instead of sleeping.
 //
 // # Parts
 //
@@ -33,8 +35,10 @@
 //
 // # Guarantees
 //
-//   - Typed: a wiring mistake, such as an unknown type or a custom resource
-//     that was not registered, is an error when wiring, naming the Go type.
+//   - Typed: a wiring mistake, such as an unknown type, a custom resource
+//     that was not registered, or a declared scope or status subresource
+//     that the server's discovery contradicts, is an error when wiring,
+//     naming the Go type.
 //   - Stingy: a key is never reconciled by two workers at once, and a key
 //     queued many times while waiting is reconciled once, with every cause
 //     ([CausesFrom]).
@@ -44,7 +48,9 @@
 //     rest of the list.
 //   - Fresh: reconcile gets its own deep copy of the latest cached object.
 //     The cache may lag the API server; a conflict on write is the signal to
-//     return the error and be called again with newer state.
+//     return the error and be called again with newer state. A NotFound on
+//     a write to the reconciled object itself, once the server confirms
+//     the object is gone, ends the reconcile quietly, without a retry.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
 //   - One leader: with leader election, a replica leads until a deadline on
@@ -68,7 +74,10 @@
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen
 //     while leading. An object that only stops matching a cache's selector
 //     is not deleted: OnDelete does not see it, and the controller's
-//     finalizer on it is still run.
+//     finalizer on it is still run. An object a cache only stops reaching
+//     (its namespace no longer watched, its member cluster gone, its
+//     CustomResourceDefinition no longer serving the version) is
+//     forgotten: no hook runs for it.
 //   - Resilient: when the API server goes away, caches retry at least every
 //     second and a half (or after the server's Retry-After) and say so in
 //     one log line, and in one more when they are back; after the server
@@ -89,13 +98,41 @@
 //     state its step saw (the write carries that resourceVersion), and is
 //     followed by its Event; a deleted object's finalizer stays until the
 //     machine's cleanup path has ended.
+//   - Told: a list or watch the server forbids is reported at once, in one
+//     log line and in /readyz, naming the RBAC rule to add; it holds up
+//     only the controllers that use that cache. [Manager.RBACRules] lists
+//     the rules the manager's own work needs.
+//   - Testable: the fakes hold a deletion while finalizers remain, as the
+//     API server does, so finalizers run in unit tests; [Manager.WaitIdle]
+//     returns once everything is reconciled, or names each failing key
+//     with its last error.
+//   - Optional: a kind declared optional (CacheOptions.Optional) may be
+//     missing: the manager starts and runs without it, and its cache
+//     lists once its CustomResourceDefinition is Established, empties
+//     when it is deleted (its objects' deletions seen first), and waits
+//     for it again, saying so once, without a request or a restart.
+//   - Rewirable: while the manager runs, controllers stop
+//     ([Controller.Stop]), [Owns] and [Watches] come and go ([Unwatch]),
+//     and caches change namespaces ([Cache.SetNamespaces]); a cache that
+//     nothing uses any more stops and lets its objects go.
 //   - Compatible: metrics carry controller-runtime's names and labels; the
 //     ctrl_cache_* metrics add watch state, relists and blind time.
+//   - Guarded: metrics are served over HTTPS only to clients whose token
+//     the API server authenticates and whose user it allows to get the
+//     path, unless plain HTTP is chosen; the HTTPS servers speak HTTP/2 only
+//     when asked; a manager with webhooks starts only if something serves
+//     them.
 //
 // # Reading objects
 //
 // Objects in a cache are shared by every reader and must not be modified;
 // [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
-// speed. [Client.Get] and [Client.List] return copies. Managed fields are
-// removed from cached objects unless CacheOptions.KeepManagedFields is set.
+// speed; Cache.Get(key) says whether the object is cached. [Client.Get] and
+// [Client.List] return copies, wait for the cache to sync, and fail with an
+// error (apierrors.IsNotFound for a missing object) that names the type and
+// key. Managed fields are removed from cached objects unless
+// CacheOptions.KeepManagedFields is set. Objects from caches and clients
+// carry their apiVersion and kind, which client-go's typed decoding drops
+// (a stamp of two strings, no allocation); [ReferenceOf] builds a
+// corev1.ObjectReference to any of them.
 package ctrl

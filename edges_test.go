@@ -409,3 +409,28 @@ func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
 		t.Errorf("%d reconciles of the slow member, want 20", n)
 	}
 }
+
+// TestDisengageDuringStart engages and disengages a member while Start
+// prepares the controllers: the race detector checks that a member that
+// leaves reads each controller's queue under the lock Start writes it
+// under.
+func TestDisengageDuringStart(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	for i := range 4 {
+		_, err := ctrl.NewController(mgr, fmt.Sprintf("fleet-%d", i), noop,
+			ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
+		must(t, err)
+	}
+	must(t, mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			mgr.Disengage("member")
+			_ = mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()})
+		}
+	}()
+	start(t, mgr)
+	<-done
+	waitIdle(t, mgr)
+}

@@ -167,8 +167,16 @@ func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
 	return m.leadership.ctx != nil && leader.Check(m.leadership.ctx) == nil, m.leadership.changed
 }
 
+// begin records that the controllers are about to run under ctx, without
+// telling observers yet: setLeading does.
+func (l *leadership) begin(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ctx, l.last = ctx, ctx
+}
+
 // setLeading records that the controllers run under ctx, or, with nil,
-// that they stopped.
+// that they stopped, and tells observers.
 func (m *Manager) setLeading(ctx context.Context) {
 	m.leadership.mu.Lock()
 	defer m.leadership.mu.Unlock()

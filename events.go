@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -44,6 +45,7 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
+	m.need(schema.GroupResource{Resource: "events"}, "create", "update", "patch")
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 
@@ -68,18 +70,10 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	if rec == nil || !r.m.acting() {
 		return
 	}
-	gvk := r.info.GVK()
 	// A reference built from the binding: client-go's recorder uses it as it
 	// is, with no Scheme to look the type up in.
-	ref := &corev1.ObjectReference{
-		APIVersion:      gvk.GroupVersion().String(),
-		Kind:            gvk.Kind,
-		Namespace:       obj.GetNamespace(),
-		Name:            obj.GetName(),
-		UID:             obj.GetUID(),
-		ResourceVersion: obj.GetResourceVersion(),
-	}
-	rec.Eventf(ref, eventType, reason, format, args...)
+	ref := reference(r.info.GVK(), obj)
+	rec.Eventf(&ref, eventType, reason, format, args...)
 }
 
 // eventSink is the manager's side of events: while Start runs, per

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
 )
@@ -235,50 +234,10 @@ func ExampleMachine_Reconcile() {
 }
 
 // newBucketFake returns client-go's fake dynamic client, set up to serve
-// Buckets, and to hold a deletion while finalizers remain, as the API
-// server does.
+// Buckets.
 func newBucketFake() *dynamicfake.FakeDynamicClient {
-	f := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{buckets: "BucketList"})
-	finalizeLikeServer(f)
-	return f
-}
-
-// finalizeLikeServer makes a fake dynamic client delete as the API server
-// does, where the fake deletes at once: deleting an object with finalizers
-// sets its deletionTimestamp, and the write that removes its last
-// finalizer deletes it.
-func finalizeLikeServer(f *dynamicfake.FakeDynamicClient) {
-	tracker := f.Tracker()
-	f.PrependReactor("delete", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		d := a.(clienttesting.DeleteAction)
-		obj, err := tracker.Get(d.GetResource(), d.GetNamespace(), d.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		m, err := meta.Accessor(obj)
-		if err != nil || len(m.GetFinalizers()) == 0 {
-			return false, nil, err // deleted by the default reactor
-		}
-		if m.GetDeletionTimestamp() == nil {
-			now := metav1.Now()
-			m.SetDeletionTimestamp(&now)
-			err = tracker.Update(d.GetResource(), obj, d.GetNamespace())
-		}
-		return true, obj, err
-	})
-	for _, verb := range []string{"update", "patch"} {
-		f.PrependReactor(verb, "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-			handled, obj, err := clienttesting.ObjectReaction(tracker)(a)
-			if err != nil || obj == nil {
-				return handled, obj, err
-			}
-			if m, err := meta.Accessor(obj); err == nil && m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 {
-				return true, obj, tracker.Delete(a.GetResource(), a.GetNamespace(), m.GetName())
-			}
-			return true, obj, nil
-		})
-	}
 }
 
 // waitForEvents polls the fake for the Events of namespace ns until there

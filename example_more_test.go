@@ -43,12 +43,13 @@ func ExampleWatches() {
 	if err != nil {
 		panic(err)
 	}
-	// An index finds the Deployments that mount a ConfigMap.
+	// An index finds the Deployments that mount a ConfigMap; it is
+	// namespaced, as the Deployments are.
 	if err := c.Cache().AddIndex("configmap", func(d *appsv1.Deployment) []string {
 		var names []string
 		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.ConfigMap != nil {
-				names = append(names, d.Namespace+"/"+v.ConfigMap.Name)
+				names = append(names, v.ConfigMap.Name)
 			}
 		}
 		return names
@@ -60,7 +61,7 @@ func ExampleWatches() {
 		panic(err)
 	}
 	err = ctrl.Watches(c, configMaps, func(cm *corev1.ConfigMap) []ctrl.Key {
-		users, _ := c.Cache().ByIndex("configmap", cm.Namespace+"/"+cm.Name)
+		users, _ := c.Cache().ByIndex(cm.Namespace, "configmap", cm.Name)
 		var keys []ctrl.Key
 		for _, d := range users {
 			keys = append(keys, ctrl.KeyOf(d))
@@ -316,7 +317,7 @@ func ExampleResult() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	// The horizon covers the requeues, so WaitIdle waits for them.
+	// The requeues are due within a minute, so WaitIdle waits for them.
 	if err := mgr.WaitIdle(ctx, time.Second); err != nil {
 		panic(err)
 	}

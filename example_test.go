@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // A first controller: it labels every ConfigMap with the number of its keys.
@@ -100,7 +101,7 @@ func ExampleOwns() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
+	if _, err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
 		panic(err)
 	}
 
@@ -153,17 +154,14 @@ func (w *Widget) DeepCopyObject() runtime.Object {
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
 func init() {
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
+	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets"}); err != nil {
 		panic(err)
 	}
 }
 
 // newWidgetFake returns client-go's fake dynamic client, set up to serve
-// Widgets.
-func newWidgetFake() *dynamicfake.FakeDynamicClient {
-	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{widgets: "WidgetList"})
-}
+// Widgets, and every other registered type.
+func newWidgetFake() *dynamicfake.FakeDynamicClient { return ctrltest.NewFakeDynamic() }
 
 // A custom resource type, registered once, served in tests by client-go's
 // fake dynamic client and in production by a real API server.
@@ -250,6 +248,8 @@ func ExampleClient_UpdateStatus() {
 
 // A finalizer: the controller adds it to every Widget, and when a Widget is
 // deleted, cleans up before the finalizer is removed and the Widget goes.
+// The fakes hold a deletion while finalizers remain, as the API server does,
+// so the whole path runs in a unit test.
 func ExampleController_OnFinalize() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
@@ -271,48 +271,42 @@ func ExampleController_OnFinalize() {
 		panic(err)
 	}
 	err = c.OnFinalize("example.com/cleanup", func(ctx context.Context, w *Widget) error {
-		fmt.Printf("cleaning up after %s\n", w.Name)
+		fmt.Printf("cleaning up after %s, being deleted: %t\n", w.Name, w.DeletionTimestamp != nil)
 		return nil
 	})
 	if err != nil {
 		panic(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	if _, err := client.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w1"}}); err != nil {
+	key := ctrl.Key{Namespace: "default", Name: "w1"}
+	if _, err := client.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	// The fake does not implement deletion with finalizers: mark the Widget
-	// deleted the way the API server would.
-	w, err := client.Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
-	if err != nil {
-		panic(err)
-	}
-	w.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	if _, err := client.Update(ctx, w); err != nil {
+	// The Widget carries the finalizer: the delete only marks it, and the
+	// controller finalizes it.
+	if err := client.Delete(ctx, key, metav1.DeleteOptions{}); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	w, err = client.Uncached().Get(ctx, ctrl.Key{Namespace: "default", Name: "w1"})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("finalizers left:", len(w.Finalizers))
+	_, err = client.Uncached().Get(ctx, key)
+	fmt.Println("gone:", apierrors.IsNotFound(err))
 	cancel()
 	if err := <-done; err != nil {
 		panic(err)
 	}
 	// Output:
 	// reconcile w1, finalizers [example.com/cleanup]
-	// cleaning up after w1
-	// finalizers left: 0
+	// cleaning up after w1, being deleted: true
+	// gone: true
 }
 
 // An index: find Pods by the node they run on.
@@ -340,7 +334,7 @@ func ExampleCache_AddIndex() {
 	if err := pods.WaitForSync(ctx); err != nil {
 		panic(err)
 	}
-	onNode1, err := pods.ByIndex("node", "node-1")
+	onNode1, err := pods.ByIndex("", "node", "node-1")
 	if err != nil {
 		panic(err)
 	}

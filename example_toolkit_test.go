@@ -22,6 +22,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 // Own Deployments but ignore their status: a Deployment's status changes
@@ -48,7 +49,7 @@ func ExampleOwns_filter() {
 	if err != nil {
 		panic(err)
 	}
-	if err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
+	if _, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
 		panic(err)
 	}
 	deployments, err := ctrl.NewClient[*appsv1.Deployment](mgr, ctrl.ClientOptions{})
@@ -463,16 +464,21 @@ func (n *Note) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// APIResource says where the API server serves a type, and whether the
-// status subresource exists: a resource registered without Status gets a
-// clear error from UpdateStatus, before any request, where the server
-// would answer 404.
+// A registration names the group, version and resource: the scope and the
+// status subresource are in the CustomResourceDefinition, and a manager
+// with a Config learns them from the API server's discovery. The fakes have
+// no discovery: there a type is namespaced, and has a status subresource
+// if it has a status field, unless the registration says otherwise, as a
+// cluster-scoped type does.
 func ExampleAPIResource() {
-	err := ctrl.Register[*Note](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "notes", Namespaced: true})
+	err := errors.Join(
+		ctrl.Register[*Note](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "notes"}),
+		ctrl.Register[*Board](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "boards", ClusterScoped: true}),
+	)
 	if err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: ctrltest.NewFakeDynamic()})
 	if err != nil {
 		panic(err)
 	}
@@ -480,17 +486,43 @@ func ExampleAPIResource() {
 	if err != nil {
 		panic(err)
 	}
-	n := &Note{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"}}
-	n.Status.Read = true
-	_, err = notes.UpdateStatus(context.Background(), n)
+	boards, err := ctrl.NewClient[*Board](mgr, ctrl.ClientOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_, err = notes.Create(ctx, &Note{ObjectMeta: metav1.ObjectMeta{Name: "hello"}})
 	fmt.Println(err)
+	n, err := notes.Create(ctx, &Note{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"}})
+	if err != nil {
+		panic(err)
+	}
+	n.Status.Read = true
+	n, err = notes.UpdateStatus(ctx, n)
+	fmt.Println("read:", n.Status.Read, err)
+	b, err := boards.Create(ctx, &Board{ObjectMeta: metav1.ObjectMeta{Name: "main"}})
+	fmt.Println("board:", ctrl.KeyOf(b), err)
 	// Output:
-	// ctrl: update status of *ctrl_test.Note default/hello: the resource was registered without a status subresource: set APIResource.Status if its CustomResourceDefinition has one
+	// ctrl: create *ctrl_test.Note hello: the resource is namespaced and the object has no namespace
+	// read: true <nil>
+	// board: main <nil>
 }
 
-// Listen on any free port and find out which: Endpoints resolves the
+// Board is a cluster-scoped custom resource.
+type Board struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+}
+
+func (b *Board) DeepCopyObject() runtime.Object {
+	out := *b
+	b.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// Listen on any free port and find out which: Addresses resolves the
 // addresses once Start has bound them.
-func ExampleManager_Endpoints() {
+func ExampleManager_Addresses() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), HealthAddress: "127.0.0.1:0"})
 	if err != nil {
 		panic(err)
@@ -557,7 +589,7 @@ func ExampleCache_SetWatchErrorHandler() {
 }
 
 // A cached list with a field selector: the cache evaluates it by field path.
-func ExampleListOptions() {
+func ExampleListParams() {
 	pod := func(name, node string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
 	}
@@ -591,9 +623,42 @@ func ExampleListOptions() {
 }
 
 // In a manager of a fleet, a key names its cluster too.
-func ExampleKey_In() {
+func ExampleKey_InCluster() {
 	key := ctrl.Key{Namespace: "default", Name: "web"}
 	fmt.Println(key, key.InCluster("eu-west"))
 	// Output:
 	// default/web eu-west:default/web
+}
+
+// The RBAC rules of what the manager does itself: here the caches of a
+// controller of Widgets with a finalizer and of the ConfigMaps it owns,
+// its Events, and leader election. The writes the reconcile makes are the
+// program's to add.
+func ExampleManager_RBACRules() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), FakeDynamic: ctrltest.NewFakeDynamic(),
+		LeaderElection: ctrl.LeaderElection{Name: "widgets"}})
+	if err != nil {
+		panic(err)
+	}
+	c, err := ctrl.NewController(mgr, "widgets", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil }, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	if err := c.OnFinalize("example.com/cleanup", func(context.Context, *Widget) error { return nil }); err != nil {
+		panic(err)
+	}
+	if _, err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
+		panic(err)
+	}
+	if _, err := ctrl.NewRecorder[*Widget](mgr, "widgets"); err != nil {
+		panic(err)
+	}
+	for _, r := range mgr.RBACRules() {
+		fmt.Printf("apiGroups: %q, resources: %q, verbs: %q\n", r.APIGroups, r.Resources, r.Verbs)
+	}
+	// Output:
+	// apiGroups: [""], resources: ["configmaps"], verbs: ["list" "watch"]
+	// apiGroups: [""], resources: ["events"], verbs: ["create" "patch" "update"]
+	// apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create" "get" "update"]
+	// apiGroups: ["example.com"], resources: ["widgets"], verbs: ["get" "list" "patch" "watch"]
 }

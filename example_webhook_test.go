@@ -122,11 +122,11 @@ func ExampleConvert() {
 		panic(err)
 	}
 	err = ctrl.Convert(mgr,
-		func(src *WidgetV1alpha1, dst *Widget) error {
+		func(ctx context.Context, src *WidgetV1alpha1, dst *Widget) error {
 			dst.Spec.Size = src.Spec.Count
 			return nil
 		},
-		func(src *Widget, dst *WidgetV1alpha1) error {
+		func(ctx context.Context, src *Widget, dst *WidgetV1alpha1) error {
 			dst.Spec.Count = src.Spec.Size
 			return nil
 		})
@@ -174,7 +174,7 @@ func ExampleManager_WebhookConfigurations() {
 	if err := ctrl.Default(mgr, validate); err != nil {
 		panic(err)
 	}
-	err = ctrl.Convert(mgr, func(*WidgetV1alpha1, *Widget) error { return nil }, func(*Widget, *WidgetV1alpha1) error { return nil })
+	err = ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil })
 	if err != nil {
 		panic(err)
 	}

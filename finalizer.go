@@ -125,6 +125,9 @@ func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache boo
 			kind, obj = left, live
 		}
 	}
+	if kind == deleted || !slices.Contains(obj.GetFinalizers(), c.finalizer) {
+		c.forgetFinalized(key) // nothing is left to finalize
+	}
 	switch {
 	case kind == deleted && c.onDelete != nil:
 		if err := c.onDelete(ctx, obj.DeepCopyObject().(T)); err != nil {

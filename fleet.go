@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -91,6 +92,8 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	}
 	mb := &member{name: name, cluster: c, bindings: map[bindingID]any{}}
 	mb.clients = binding.Clients{Clientset: c.FakeClientset, Dynamic: c.FakeDynamic}
+	binding.DeleteLikeServer(c.FakeClientset)
+	binding.DeleteLikeServer(c.FakeDynamic)
 	if cfg := c.Config; cfg != nil {
 		var err error
 		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
@@ -216,6 +219,10 @@ type reconcileInfo struct {
 	key      Key
 	causes   *Causes
 	identity string // Manager.Identity
+	// reconciled says the reconcile function was called, with the object
+	// of uid: what a NotFound of its own writes is checked against.
+	reconciled bool
+	uid        types.UID
 }
 
 type reconcileKey struct{}

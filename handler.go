@@ -16,7 +16,7 @@ import "slices"
 // another replica) queues nothing: it is not this replica's to reconcile.
 func (c *Controller[T]) changed(ev event[T]) {
 	if ev.kind != added && ev.kind != updated {
-		c.forgetKey(ev.key)
+		c.forgetKey(ev.key, ev.kind)
 	}
 	if !c.active.Load() {
 		return
@@ -93,9 +93,18 @@ func (c *Controller[T]) awaited(key Key) bool {
 
 // forgetKey drops what the controller keeps for an object that left the
 // cache, besides its tombstone: so that every per-key map is bounded by
-// the objects that exist.
-func (c *Controller[T]) forgetKey(key Key) {
+// the objects that exist. What finalize did is kept for an object that may
+// still exist (it left the selector, or vanished from a relist): its
+// tombstone's finalizer runs next, and must not run finalize again.
+func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	c.awaited(key)
+	if kind == deleted {
+		c.forgetFinalized(key)
+	}
+}
+
+// forgetFinalized drops the record that finalize succeeded for key.
+func (c *Controller[T]) forgetFinalized(key Key) {
 	if c.finalizer == "" {
 		return
 	}
@@ -154,7 +163,17 @@ type target interface {
 	// queueAll queues every object of the controller through the backlog,
 	// if it is active.
 	queueAll(cause Cause)
+	// name is the controller's name.
+	name() string
 }
+
+// A handler that serves a controller says whose it is, for the reports
+// of a cache that waits for its CRD.
+type user interface{ user() string }
+
+func (c *Controller[T]) user() string   { return c.ctrlName }
+func (h *ownerHandler[O]) user() string { return h.to.name() }
+func (h *mapHandler[O]) user() string   { return h.to.name() }
 
 func (c *Controller[T]) queue(key Key, cause Cause) {
 	if !c.active.Load() {

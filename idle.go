@@ -8,18 +8,34 @@ import (
 )
 
 // WaitIdle blocks until the manager is idle, or ctx is done, or the manager
-// has stopped. Idle means: Start has synced every cache and started every
-// controller (with leader election: this replica leads); every write made
-// through a [Client] of this manager has been observed by the caches of its
-// type (a write that removed the last finalizer of an object being deleted,
-// by its removal from them); no event is being dispatched; every work queue is empty; no key
-// waits for the API server to come back; no reconcile is running; and no
-// requeue is due within horizon. It is meant for tests and examples, in
-// place of sleeps.
+// has stopped. It is meant for tests and examples, in place of sleeps; give
+// ctx a deadline, so that a controller that never settles fails the test
+// with what it is doing instead of hanging it.
+//
+// Idle means: Start has synced every cache and started every controller
+// (with leader election: this replica leads); every write made through a
+// [Client] of this manager has been observed by the caches of its type (a
+// write that removed the last finalizer of an object being deleted, by its
+// removal from them); no event is being dispatched; every work queue is
+// empty; no key waits for the API server to come back; no reconcile is
+// running; and no requeue is due within requeueWithin.
+//
+// requeueWithin is how far ahead a scheduled reconcile counts as work still
+// to do: a requeue (Result.RequeueAfter, or the retry of a failed
+// reconcile) due within it keeps the manager busy, and WaitIdle waits for
+// it; one due later does not. It is not a timeout: ctx bounds the wait.
+//
+// WaitIdle returns nil once the manager is idle and no key is failing. A
+// key is failing while its last reconcile returned an error (not a
+// [Terminal] one) and it waits for its retry. If the manager is idle but
+// keys are failing, their retries being due beyond requeueWithin, WaitIdle
+// returns an error that names each failing key with its last error; if ctx
+// ends first, the error says what was still busy and names the failing keys
+// too. The reconcile errors are wrapped: errors.Is and errors.As find them.
 //
 // Writes made with other clients are not tracked: wait for their effect on
 // the server or in a cache instead.
-func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
+func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:
 	case <-m.stopped:
@@ -30,8 +46,11 @@ func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		busy := m.busy(horizon)
+		busy := m.busy(requeueWithin)
 		if busy == "" {
+			if err := m.failing(); err != nil {
+				return fmt.Errorf("ctrl: WaitIdle: idle, but reconciles are failing, their retries due beyond %s:\n%w", requeueWithin, err)
+			}
 			return nil
 		}
 		select {
@@ -39,9 +58,27 @@ func (m *Manager) WaitIdle(ctx context.Context, horizon time.Duration) error {
 		case <-m.stopped:
 			return m.stoppedErr()
 		case <-ctx.Done():
-			return fmt.Errorf("ctrl: WaitIdle: %w; still busy: %s", context.Cause(ctx), busy)
+			err := fmt.Errorf("ctrl: WaitIdle: %w; still busy: %s", context.Cause(ctx), busy)
+			if failing := m.failing(); failing != nil {
+				err = fmt.Errorf("%w; reconciles failing:\n%w", err, failing)
+			}
+			return err
 		}
 	}
+}
+
+// failing names the failing keys of every controller, or returns nil.
+func (m *Manager) failing() error {
+	m.mu.Lock()
+	ctrls := append([]managedController(nil), m.ctrlList...)
+	m.mu.Unlock()
+	var errs []error
+	for _, c := range ctrls {
+		if err := c.failing(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (m *Manager) stoppedErr() error {
@@ -56,7 +93,7 @@ func (m *Manager) stoppedErr() error {
 // busy checks every condition of WaitIdle between two reads of the
 // activity counter, so that the conditions held at one instant. It says
 // what is busy, or returns "".
-func (m *Manager) busy(horizon time.Duration) string {
+func (m *Manager) busy(requeueWithin time.Duration) string {
 	before := m.activity.Load()
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
@@ -66,14 +103,14 @@ func (m *Manager) busy(horizon time.Duration) string {
 		select {
 		case <-c.syncedChan():
 		default:
-			return c.describe() + ": not synced"
+			return c.describe() + ": " + c.notReady()
 		}
 		if b := c.busy(); b != "" {
 			return b
 		}
 	}
 	for _, c := range ctrls {
-		if b := c.busy(horizon); b != "" {
+		if b := c.busy(requeueWithin); b != "" {
 			return b
 		}
 	}
@@ -94,12 +131,24 @@ func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
 	}
-	for _, f := range c.feeds {
+	if c.opt != nil && c.opt.busy() {
+		return c.String() + ": following a change of its CustomResourceDefinition"
+	}
+	for _, f := range c.ownFeeds() {
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
 		}
 		if sc := c.scope.shard; sc != nil && sc.filters() && (f.relisting.Load() || f.shardView.Load() != sc.s.current()) {
 			return fmt.Sprintf("%s: listing its new share", c)
+		}
+		// A feed started while the cache runs (a namespace added, a CRD
+		// back) lists before the cache is in step again.
+		if !f.isSynced.Load() && c.HasSynced() {
+			busy := fmt.Sprintf("%s: listing namespace %q", c, f.namespace)
+			if err := f.lastErr.Load(); err != nil {
+				busy += ": " + (*err).Error()
+			}
+			return busy
 		}
 	}
 	// A member that has not listed yet is busy, unless it cannot be
@@ -134,7 +183,13 @@ func (c *Cache[T]) busy() string {
 }
 
 // busy says why the controller is not idle, or returns "".
-func (c *Controller[T]) busy(horizon time.Duration) string {
+func (c *Controller[T]) busy(requeueWithin time.Duration) string {
+	if !c.active.Load() {
+		if waiting := c.waitingFor(); waiting != "" {
+			return fmt.Sprintf("%s: waiting for %s", c, waiting)
+		}
+		return fmt.Sprintf("%s: not running: starting, or this replica does not lead", c)
+	}
 	switch {
 	case c.q.backlogLen.Load() != 0: // read first: the backlog empties into the queue
 		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.backlogLen.Load())
@@ -146,8 +201,8 @@ func (c *Controller[T]) busy(horizon time.Duration) string {
 		return fmt.Sprintf("%s: %d keys set aside while other clusters' keys are reconciled", c, c.q.asideLen())
 	case c.q.waitingLen() != 0:
 		return fmt.Sprintf("%s: %d keys waiting for the API server", c, c.q.waitingLen())
-	case c.q.dueWithin(horizon):
-		return fmt.Sprintf("%s: a requeue is due within %s", c, horizon)
+	case c.q.dueWithin(requeueWithin):
+		return fmt.Sprintf("%s: a requeue is due within %s", c, requeueWithin)
 	}
 	return ""
 }

@@ -2,7 +2,6 @@ package ctrl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,17 +10,11 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/go-logr/logr"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
-
-	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -165,12 +158,17 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
-	info, err := binding.Lookup[T]()
+	info, err := resolve[T](m)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
 	if !info.Status {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %s has no status subresource, where the machine writes its moves", name, info)
+	}
+	gr := info.GVR.GroupResource()
+	m.need(schema.GroupResource{Group: gr.Group, Resource: gr.Resource + "/status"}, "patch")
+	if machine.Finalizer != "" {
+		m.need(gr, "patch")
 	}
 	reg := m.opts.Registerer
 	if m.registry != nil {
@@ -333,261 +331,4 @@ func reachable[T Object, S ~string](states map[S]State[T, S], start S, specChang
 		}
 	}
 	return seen
-}
-
-// machineWriter writes what the machine changed: the finalizers, and the
-// status. Each returns the object as written.
-type machineWriter[T Object] interface {
-	writeFinalizers(ctx context.Context, old, obj T) (T, error)
-	writeStatus(ctx context.Context, old, obj T) (T, error)
-}
-
-// move is a move the machine wrote.
-type move[S ~string] struct {
-	from, to S
-	next     Next[S]   // with its reason and message set
-	entered  time.Time // when the object entered from, if known
-}
-
-// The reasons of the moves the machine makes itself.
-const (
-	reasonCreated     = "Created"
-	reasonSpecChanged = "SpecChanged"
-	reasonDeleting    = "Deleting"
-)
-
-// advance runs one reconcile of the machine on obj, its own copy, writing
-// through w: the whole fate of an object is in the switch below. It returns
-// the object as last written, the move it wrote, if any, and the Result.
-func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
-	deleting := obj.GetDeletionTimestamp() != nil
-	if d.Finalizer != "" {
-		has := slices.Contains(obj.GetFinalizers(), d.Finalizer)
-		switch {
-		case deleting && !has:
-			return obj, nil, Result{}, nil // not waiting for us
-		case !has:
-			// Before any move: a step may create what cleanup must remove.
-			changed := obj.DeepCopyObject().(T)
-			changed.SetFinalizers(append(slices.Clone(obj.GetFinalizers()), d.Finalizer))
-			out, err := w.writeFinalizers(ctx, obj, changed)
-			if err != nil {
-				return obj, nil, Result{}, err
-			}
-			obj = out
-		}
-	} else if deleting {
-		return obj, nil, Result{}, nil
-	}
-
-	from := *d.Phase(obj)
-	state, known := d.States[from]
-	gen := obj.GetGeneration()
-	switch {
-	case deleting && !d.cleanup[from]:
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
-	case deleting && state.Step == nil:
-		// The cleanup path is complete.
-		changed := obj.DeepCopyObject().(T)
-		changed.SetFinalizers(slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == d.Finalizer }))
-		out, err := w.writeFinalizers(ctx, obj, changed)
-		if apierrors.IsNotFound(err) {
-			return obj, nil, Result{}, nil
-		}
-		return out, nil, Result{}, err
-	case from == "":
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
-	case !known:
-		return obj, nil, Result{}, Terminal(fmt.Errorf("phase %q is not a state of the machine", from))
-	case !deleting && gen > *d.ObservedGeneration(obj) && state.SpecChanged != "" && state.SpecChanged != from:
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
-			Message: fmt.Sprintf("generation %d", gen)})
-	case state.Step == nil:
-		out, err := d.stay(ctx, obj, obj.DeepCopyObject().(T), w)
-		return out, nil, Result{}, err
-	}
-
-	before := obj.DeepCopyObject().(T)
-	next, err := state.Step(ctx, obj)
-	if err != nil {
-		return before, nil, Result{}, fmt.Errorf("state %s: %w", from, err)
-	}
-	if next.To == "" || next.To == from {
-		out, err := d.stay(ctx, before, obj, w)
-		return out, nil, Result{RequeueAfter: next.RequeueAfter}, err
-	}
-	if !slices.Contains(state.To, next.To) {
-		return before, nil, Result{}, Terminal(refuse(from, next.To, state.To))
-	}
-	return d.move(ctx, before, obj, w, from, next)
-}
-
-// move moves obj, changed by a step from before, to next.To, and writes it.
-func (d *machine[T, S]) move(ctx context.Context, before, obj T, w machineWriter[T], from S, next Next[S]) (T, *move[S], Result, error) {
-	if next.Reason == "" {
-		next.Reason = string(next.To)
-	}
-	if !conditionReason.MatchString(next.Reason) {
-		return before, nil, Result{}, Terminal(fmt.Errorf("%s -> %s: reason %q is not a valid condition reason, such as Provisioned", from, next.To, next.Reason))
-	}
-	if next.Message == "" {
-		next.Message = fmt.Sprintf("entered %s from %s", next.To, from)
-	}
-	mv := &move[S]{from: from, to: next.To, next: next}
-	gen := obj.GetGeneration()
-	// A copy: the object's DeepCopyObject may share the slice with the
-	// cache's object.
-	conds := slices.Clone(*d.Conditions(obj))
-	if i := slices.IndexFunc(conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
-		mv.entered = conds[i].LastTransitionTime.Time
-		conds = slices.Delete(conds, i, i+1)
-	}
-	status := metav1.ConditionFalse
-	if d.States[next.To].Ready {
-		status = metav1.ConditionTrue
-	}
-	// lastTransitionTime changes with every move, not only when the status
-	// flips: the condition is about the state, so a new state is a new
-	// condition, and its time is what the step of a waiting state reads.
-	*d.Conditions(obj) = append(conds, metav1.Condition{Type: d.Condition, Status: status, ObservedGeneration: gen,
-		LastTransitionTime: metav1.Now(), Reason: next.Reason, Message: next.Message})
-	*d.Phase(obj) = next.To
-	*d.ObservedGeneration(obj) = gen
-	out, err := w.writeStatus(ctx, before, obj)
-	if err != nil {
-		return before, nil, Result{}, err
-	}
-	return out, mv, Result{}, nil
-}
-
-// stay writes what a step changed in the status of obj since before, if
-// anything, with observedGeneration brought up to date.
-func (d *machine[T, S]) stay(ctx context.Context, before, obj T, w machineWriter[T]) (T, error) {
-	if gen := obj.GetGeneration(); *d.ObservedGeneration(obj) != gen {
-		*d.ObservedGeneration(obj) = gen
-		conds := d.Conditions(obj)
-		if i := slices.IndexFunc(*conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
-			*conds = slices.Clone(*conds)
-			(*conds)[i].ObservedGeneration = gen
-		}
-	}
-	return w.writeStatus(ctx, before, obj)
-}
-
-// refusedError is a move a step asked for that its state does not declare.
-type refusedError struct {
-	from, to string
-	allowed  string
-}
-
-func refuse[S ~string](from, to S, allowed []S) *refusedError {
-	e := &refusedError{from: string(from), to: string(to), allowed: "nowhere"}
-	if len(allowed) > 0 {
-		names := make([]string, len(allowed))
-		for i, s := range allowed {
-			names[i] = string(s)
-		}
-		e.allowed = strings.Join(names, ", ")
-	}
-	return e
-}
-
-func (e *refusedError) Error() string {
-	return fmt.Sprintf("%s -> %s is not a declared transition (%s may go to %s)", e.from, e.to, e.from, e.allowed)
-}
-
-// machineRun is a machine at work in a controller.
-type machineRun[T Object, S ~string] struct {
-	*machine[T, S]
-	ctrl    *Controller[T]
-	events  *Recorder[T]
-	metrics metrics.Machine
-}
-
-// changed is the machine's update filter: the updates that can make it
-// move. Other finalizer changes are left out: the machine makes them
-// itself, right before a move whose own update follows; and the update
-// that brings a write the machine waits for passes anyway (see
-// Controller.awaitOwnWrite).
-func (r *machineRun[T, S]) changed(old, obj T) bool {
-	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
-		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
-}
-
-// reconcile is the controller's reconcile function: one advance, and, once
-// a move is written, its Event, log line and metrics. cached is the cache's
-// object itself (UnsafeDisableDeepCopy), read before the reconcile began.
-func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
-	// A step must not run on state older than this program's own last
-	// write, such as a move whose update a change of an owned object beat
-	// to the queue: on the API server the move would conflict, on a fake
-	// it would be made twice. Wait for the update.
-	key := keyFrom(ctx, cached)
-	if r.ctrl.awaitOwnWrite(key) {
-		return Result{}, nil
-	}
-	latest, ok := r.ctrl.cache.Get(key)
-	if !ok {
-		return Result{}, nil
-	}
-	obj := latest.DeepCopyObject().(T)
-	out, mv, res, err := r.advance(ctx, obj, r)
-	var refused *refusedError
-	if errors.As(err, &refused) {
-		r.events.Event(obj, corev1.EventTypeWarning, "TransitionRefused", refused.Error())
-	}
-	if mv == nil {
-		return res, err
-	}
-	eventType := corev1.EventTypeNormal
-	if mv.next.Warning {
-		eventType = corev1.EventTypeWarning
-	}
-	if mv.from == "" {
-		r.events.Eventf(out, eventType, mv.next.Reason, "%s: %s", mv.to, mv.next.Message)
-	} else {
-		r.events.Eventf(out, eventType, mv.next.Reason, "%s -> %s: %s", mv.from, mv.to, mv.next.Message)
-	}
-	r.metrics.Moved(string(mv.from), string(mv.to), mv.entered)
-	logr.FromContextOrDiscard(ctx).Info("moved", "from", mv.from, "to", mv.to, "reason", mv.next.Reason, "generation", out.GetGeneration())
-	return res, nil
-}
-
-func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
-	return r.ctrl.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
-}
-
-func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
-	patch, err := statusPatch(old, obj)
-	if err != nil || patch == nil {
-		return old, err
-	}
-	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(ClusterFrom(ctx)), types.MergePatchType, patch)
-}
-
-// memoryWriter writes as the API server would, to memory: Machine.Reconcile's.
-type memoryWriter[T Object] struct{}
-
-func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
-
-// writeStatus returns old with the status of obj, as the status
-// subresource would store it: the writer's merge patch, applied.
-func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
-	_, status, err := splitPatches(old, obj)
-	if err != nil || status == nil {
-		return old, err
-	}
-	patch, err := json.Marshal(status)
-	if err != nil {
-		return old, err
-	}
-	doc, err := json.Marshal(old)
-	if err != nil {
-		return old, err
-	}
-	if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
-		return old, err
-	}
-	out := binding.New[T]()
-	return out, json.Unmarshal(doc, out)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/probe"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -52,17 +53,31 @@ type Options struct {
 	// built-in types. The fake does not replay deletions made between a
 	// cache's list and its watch, so ctrl reports a cache synced only once
 	// its watch is open.
+	//
+	// Client-go's fakes delete an object at once; ctrl adds reactors to
+	// this one and to FakeDynamic so that they delete as the API server
+	// does, whoever deletes: an object with finalizers gets a
+	// deletionTimestamp and stays, writes keep that timestamp, and the
+	// write that removes its last finalizer removes it. So
+	// [Controller.OnFinalize] runs in a unit test. Reactors a test adds
+	// with PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and *unstructured.Unstructured in
-	// tests: pass client-go's dynamicfake.NewSimpleDynamicClient(scheme,
-	// objects...). It takes precedence over Config for them.
+	// tests: pass ctrltest.NewFakeDynamic(objects...), which serves every
+	// type registered with [Register]. It takes precedence over Config for
+	// them. Client-go's own constructors need the list kind of every
+	// resource the fake lists: dynamicfake.NewSimpleDynamicClient knows
+	// none of a custom resource's, and
+	// NewSimpleDynamicClientWithCustomListKinds needs them in a map; a
+	// cache of a resource whose list kind the fake lacks makes Start fail.
 	FakeDynamic dynamic.Interface
 
 	// Namespace restricts caches of namespaced types to one namespace.
 	// Default: all namespaces.
 	Namespace string
 	// Logger receives the manager's logs, and each reconcile's logger is
-	// derived from it. Default: logs are discarded.
+	// derived from it. In tests, ctrltest.Logger(t) writes them to the
+	// test's output. Default: logs are discarded.
 	Logger logr.Logger
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
@@ -116,17 +131,33 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as
-	// ":8080". Default: off. It needs the default registry or a Registerer
-	// that is also a Gatherer.
+	// ":8443". By default it serves them as the kubebuilder scaffold does:
+	// over HTTPS, only to clients that send a bearer token the API server
+	// authenticates (a TokenReview) and whose user it authorizes to get the
+	// path (a SubjectAccessReview for nonResourceURLs ["/metrics"], verbs
+	// ["get"]); MetricsServing changes that. The manager's identity then
+	// needs to create tokenreviews and subjectaccessreviews. The API
+	// server's answers are cached: a token's for a minute, an allowed
+	// access for five, a denied one for 30 seconds. Default: off. It needs
+	// the default registry or a Registerer that is also a Gatherer.
 	MetricsAddress string
+	// MetricsServing says how MetricsAddress serves: where its certificate
+	// is, or plain HTTP by explicit choice. Default: HTTPS with
+	// authentication and authorization, and a self-signed certificate.
+	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced), such as ":8081". Default: off.
+	// (every cache has synced, and every required kind is still served;
+	// the optional kinds that wait for their CRD are listed), such as
+	// ":8081", over plain HTTP to anyone: kubelet's probes carry no
+	// credentials. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
 	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS, such as ":9443", and adds
-	// a check that it completes a TLS handshake to /readyz. Default: off.
+	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
+	// as ":9443", and adds a check that it completes a TLS handshake to
+	// /readyz. Start fails if webhooks are registered and neither this nor
+	// [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook server's certificate and key as
 	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
@@ -134,6 +165,10 @@ type Options struct {
 	// handshake serves the new pair. Default:
 	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
 	WebhookCertDir string
+	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
+	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
+	// suites, HTTP/1.1 only.
+	TLS TLSOptions
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
@@ -159,7 +194,7 @@ type Manager struct {
 	election    *leader.Config // nil without leader election
 	sharding    *sharding      // nil without sharding
 	leadership  leadership     // what Leading reports
-	probe       serverProbe
+	probe       probe.Prober
 	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
 
@@ -179,10 +214,11 @@ type Manager struct {
 	events      eventSink
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
-	endpoints   Endpoints
+	addresses   Addresses
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
+	grants      grants         // RBAC verbs the manager's own work needs
 }
 
 // managedCache is the manager's view of a cache.
@@ -191,20 +227,28 @@ type managedCache interface {
 	run(ctx context.Context, log logr.Logger)
 	syncedChan() <-chan struct{}
 	lastError() error
-	busy() string // why the cache is not idle, or ""
+	busy() string                                // why the cache is not idle, or ""
+	notReady() string                            // why it is not ready, or ""
+	warning() string                             // what the server refuses it though it is ready, or ""
+	forbidden() error                            // why the server refuses it a list or watch, or nil
+	groupResource() (schema.GroupResource, bool) // what it lists and watches, and whether in the own cluster
+	waitingForCRD() string                       // for /readyz: an optional kind that waits, or ""
+	refsOf() *cacheRefs                          // under m.mu
+	release()                                    // empties it once it stopped for good
 }
 
 // managedController is the manager's view of a controller.
 type managedController interface {
 	name() string
-	prepare()                             // freezes wiring, creates the queue
-	start(reconcileCtx context.Context)   // activates it and starts its workers
-	pause(timeout time.Duration) error    // deactivates it until the next start, waits bounded
-	shutdown(timeout time.Duration) error // stops its workers, waits bounded
-	busy(horizon time.Duration) string    // why the controller is not idle, or ""
-	waitingClusters() []string            // whose servers keys wait for
-	releaseWaiting(cluster string)        // queues them: the server is back
-	forget(cluster string)                // a member left: drop what is kept of it
+	prepare()                                // freezes wiring, creates the queue
+	start(reconcileCtx context.Context)      // activates it and starts its workers
+	pause(timeout time.Duration) error       // deactivates it until the next start, waits bounded
+	shutdown(timeout time.Duration) error    // stops its workers, waits bounded
+	busy(requeueWithin time.Duration) string // why the controller is not idle, or ""
+	failing() error                          // its failing keys and their last errors, or nil
+	waitingClusters() []string               // whose servers keys wait for
+	releaseWaiting(cluster string)           // queues them: the server is back
+	forget(cluster string)                   // a member left: drop what is kept of it
 }
 
 // NewManager returns a manager for opts. It returns an error if no client
@@ -227,6 +271,9 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
+	if err := opts.TLS.check(); err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: %w", err)
+	}
 	m := &Manager{
 		opts:        opts,
 		log:         opts.Logger,
@@ -237,17 +284,20 @@ func NewManager(opts Options) (*Manager, error) {
 		startedCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
+	leases := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 	if opts.LeaderElection.Name != "" {
 		var err error
 		if m.election, err = electionConfig(opts); err != nil {
 			return nil, err
 		}
+		m.need(leases, "get", "create", "update")
 	}
 	if opts.Sharding.Ring != "" {
 		var err error
 		if m.sharding, err = shardingConfig(opts); err != nil {
 			return nil, err
 		}
+		m.need(leases, "get", "create", "update", "delete")
 	}
 	reg := opts.Registerer
 	if reg == nil {
@@ -260,10 +310,13 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
+	binding.DeleteLikeServer(opts.FakeClientset)
+	binding.DeleteLikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
 		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
+		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
 	}
 	if m.sharding != nil {
 		if err := m.wireSharding(); err != nil {
@@ -291,6 +344,9 @@ func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
 	var info *binding.Info
 	if res != (APIResource{}) {
+		if err := res.check(); err != nil {
+			return nil, fmt.Errorf("ctrl: %w", err)
+		}
 		i := res.info(reflect.TypeFor[T]())
 		info = &i
 	}
@@ -304,6 +360,16 @@ func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.
 		return b.(*binding.Binding[T]), nil
 	}
 	b, err := binding.For[T](clients, info)
+	if errors.Is(err, binding.ErrNotServed) {
+		// Its CRD is not installed yet: an optional kind's, or a required
+		// one's, which Start then finds missing. A scope the registration
+		// declares binds it with the fakes' defaults for the rest; the
+		// binding is not kept, so the next one asks discovery again.
+		clients.Discover = nil
+		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
+			return guess, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
@@ -443,11 +509,16 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReconciles()
+	// Leading before the controllers start, since their first reconciles
+	// may emit Events, which are sent only while this replica leads; and
+	// said to observers after, so that one that waits for the change, then
+	// for idleness, finds every object queued.
+	m.leadership.begin(ctx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
 	}
-	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.setLeading(ctx)
+	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.log.Info("controllers started")
 	<-run.Done()
 	m.setLeading(nil)
@@ -486,36 +557,61 @@ func (m *Manager) fatal(err error) {
 // m.mu held.
 func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
-	ctx, log := m.running, m.log.WithValues("cache", c.describe())
+	ctx, stop := context.WithCancel(m.running) // stopped alone when released
+	r := c.refsOf()
+	r.stop, r.done = stop, make(chan struct{})
+	log, done := m.log.WithValues("cache", c.describe()), r.done
 	go func() {
 		defer m.wg.Done()
+		defer close(done)
 		c.run(ctx, log)
 	}()
 }
 
 // waitForSync waits for every cache's first list. A resource the server
-// does not serve fails at once, since waiting will not help.
+// does not serve fails at once, since waiting will not help. A cache the
+// server forbids to list or watch is not waited for: it said why, and its
+// controllers wait for it while the others start.
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
+	expired := false
 	for _, c := range caches {
 		for synced := false; !synced; {
+			if expired {
+				select {
+				case <-c.syncedChan():
+					synced = true
+					continue
+				default:
+				}
+				if c.forbidden() != nil {
+					break // reported, and waited for by its controllers
+				}
+				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
+				if last := c.lastError(); last != nil {
+					err = fmt.Errorf("%w: %w", err, last)
+				}
+				return err
+			}
 			select {
 			case <-c.syncedChan():
 				synced = true
 			case <-ctx.Done():
 				return nil
 			case <-timer.C:
-				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
-				if last := c.lastError(); last != nil {
-					err = fmt.Errorf("%w: %w", err, last)
-				}
-				return err
+				expired = true
 			case <-poll.C:
-				if last := c.lastError(); last != nil && apierrors.IsNotFound(last) {
+				switch last := c.lastError(); {
+				case c.forbidden() != nil:
+					synced = true // reported, and waited for by its controllers
+				case last == nil:
+				case apierrors.IsNotFound(last):
 					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
+				case errors.Is(last, binding.ErrNoListKind):
+					return fmt.Errorf("ctrl: %s cannot be listed: %w", c.describe(), last)
 				}
 			}
 		}

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/typedctrl/ctrl/internal/probe"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/rest"
 )
 
 // An outage of an API server is not an object's failure: a reconcile that
@@ -132,28 +131,111 @@ func (c *Controller[T]) releaseWaiting(cluster string) {
 	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// serverProbe runs while keys wait for an API server and no cache has
-// reported it back: it asks each such server's /readyz every half second
-// or so.
-type serverProbe struct {
-	mu      sync.Mutex
-	running bool
+// The queue keeps the keys that wait for a server beside its workqueue.
+
+// waitForServer parks key until the API server of cluster answers again;
+// see release. It reports whether key was not already waiting.
+func (q *queue) waitForServer(key Key, cluster string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, was := q.waiting[key]
+	q.waiting[key] = cluster
+	return !was
+}
+
+// release queues every key waiting for the server of cluster, each after a
+// random delay within window, so that a fleet of controllers does not
+// retry in lockstep the moment the server is back. It returns how many it
+// released.
+func (q *queue) release(cluster string, window time.Duration) int {
+	type retry struct {
+		key Key
+		d   time.Duration
+	}
+	// Each key is due before it stops waiting, so that the idle check
+	// never sees it in neither place.
+	q.mu.Lock()
+	retries := make([]retry, 0, len(q.waiting))
+	now := time.Now()
+	for k, waited := range q.waiting {
+		if waited != cluster {
+			continue
+		}
+		d := rand.N(window + 1)
+		retries = append(retries, retry{k, d})
+		q.released[k] = now
+		if cur, ok := q.due[k]; !ok || now.Add(d).Before(cur.at) {
+			q.due[k] = delayed{now.Add(d), ReasonRetry}
+		}
+		delete(q.waiting, k)
+	}
+	q.mu.Unlock()
+	for _, r := range retries {
+		q.AddAfter(r.key, r.d)
+	}
+	return len(retries)
+}
+
+// dropWaiting forgets the keys of cluster, a member that left, waiting for
+// a server, and returns how many. Keys of other clusters that wait for its
+// server stay: release queues them.
+func (q *queue) dropWaiting(cluster string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for k := range q.waiting {
+		if k.Cluster == cluster {
+			delete(q.waiting, k)
+			n++
+		}
+	}
+	return n
+}
+
+// waitingLen returns how many keys wait for a server.
+func (q *queue) waitingLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}
+
+// waitingFor returns how many keys wait for the server of cluster.
+func (q *queue) waitingFor(cluster string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, waited := range q.waiting {
+		if waited == cluster {
+			n++
+		}
+	}
+	return n
+}
+
+// waitingClusters returns the clusters whose servers keys wait for.
+func (q *queue) waitingClusters() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for _, waited := range q.waiting {
+		if !slices.Contains(out, waited) {
+			out = append(out, waited)
+		}
+	}
+	return out
 }
 
 // awaitServer makes sure something will tell the waiting keys that the
 // server is back: a cache's watch reconnecting does, and the probe covers
 // the case where no watch broke.
 func (m *Manager) awaitServer() {
-	m.probe.mu.Lock()
-	defer m.probe.mu.Unlock()
 	m.mu.Lock()
 	ctx := m.running
 	m.mu.Unlock()
-	if m.probe.running || ctx == nil {
+	if ctx == nil {
 		return
 	}
-	m.probe.running = true
-	m.wg.Go(func() { m.probeServer(ctx) })
+	m.probe.Start(ctx, m.wg.Go, probe.Funcs{Waited: m.clustersWaited, Ready: m.serverReady, Answered: m.serverAnswered})
 }
 
 // serverAnswered releases every controller's keys waiting for cluster's
@@ -164,33 +246,6 @@ func (m *Manager) serverAnswered(cluster string) {
 	m.mu.Unlock()
 	for _, c := range ctrls {
 		c.releaseWaiting(cluster)
-	}
-}
-
-func (m *Manager) probeServer(ctx context.Context) {
-	defer func() {
-		m.probe.mu.Lock()
-		m.probe.running = false
-		m.probe.mu.Unlock()
-	}()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		t.Reset(250*time.Millisecond + rand.N(500*time.Millisecond))
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		clusters := m.clustersWaited()
-		if len(clusters) == 0 {
-			return
-		}
-		for _, cluster := range clusters {
-			if m.serverReady(ctx, cluster) {
-				m.serverAnswered(cluster)
-			}
-		}
 	}
 }
 
@@ -209,9 +264,8 @@ func (m *Manager) clustersWaited() []string {
 	return out
 }
 
-// serverReady asks the /readyz of cluster's API server, which every
-// authenticated client may read. Fakes are always ready; a member that
-// left never is.
+// serverReady reports whether cluster's API server answers. Fakes are
+// always ready; a member that left never is.
 func (m *Manager) serverReady(ctx context.Context, cluster string) bool {
 	cfg, hc := m.clients.Config, m.clients.HTTP
 	if cluster != "" {
@@ -224,21 +278,5 @@ func (m *Manager) serverReady(ctx context.Context, cluster string) bool {
 	if cfg == nil || hc == nil {
 		return true
 	}
-	u, _, err := rest.DefaultServerUrlFor(cfg)
-	if err != nil {
-		return false
-	}
-	u.Path = "/readyz"
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return false
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return probe.Ready(ctx, cfg, hc)
 }

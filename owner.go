@@ -13,40 +13,90 @@ import (
 )
 
 // Owns makes controller c reconcile the controlling owner of each object of
-// type O that changes: the object named by O's ownerReference with
-// controller=true whose kind is T's. Set that reference with
+// type O that changes (is created, updated or deleted: a deleted child
+// reconciles its owner, which may create it again): the object named by
+// O's ownerReference with controller=true whose kind is T's. Set that reference with
 // [SetControllerReference]. Updates pass only if one of changed reports
 // true (none: every update passes), for example [GenerationChanged] to
 // ignore status writes on owned Deployments. O is given, T is inferred:
 //
-//	err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+//	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns an error if O is not a known, watchable resource, a filter is
-// nil, or the manager has started.
-func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) error {
+// It returns the cache of O that it watches, the one a [Client] of O reads
+// from, so that an index added to it ([Cache.AddIndex]) is on the objects
+// whose changes reach the controller. The objects of O are watched in the
+// namespaces of c's cache, and follow them when they change
+// ([Cache.SetNamespaces]): Owns then moves to the cache of the new
+// namespaces, and the indexes of the one it leaves come along. An
+// existing cache of O for those namespaces is used, optional
+// ([CacheOptions.Optional]) or not, else a required one is made. Owns may
+// be called while the manager runs: the owners of the objects already
+// cached are reconciled. [Unwatch] removes it. It returns an error if O is
+// not a known, watchable resource, a filter is nil, or c was stopped.
+func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
-	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
-	if c.cache.b.Namespaced {
-		opts.Namespaces = c.cache.scope.namespaces
-	}
-	if sc := c.cache.scope.shard; sc != nil && sc.s.byNamespace {
-		// The owned objects of this replica's namespaces only, where the
-		// server selects by namespace.
-		var err error
-		if opts, err = shardCache[O](c.mgr, opts, false); err != nil {
-			return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
-		}
-	}
-	owned, err := NewCache[O](c.mgr, opts)
+	m := c.mgr
+	opts, err := ownedOptions[O](c, c.cache.currentScope().namespaces)
 	if err != nil {
-		return fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	owned, err := makeCache(m, opts, use[O]{either: true})
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	gvk := c.cache.b.GVK()
 	h := &ownerHandler[O]{to: c, group: gvk.Group, kind: gvk.Kind, namespaced: c.cache.b.Namespaced,
 		srcKind: owned.kind, filters: changed, log: c.log}
-	return c.wire("Owns", func() error { return owned.addHandler(h) })
+	owned.addLiveHandler(h)
+	l := &link{src: owned, remove: func() { owned.removeHandler(h) }}
+	// follow runs under c.wiring, which guards l.
+	l.follow = func(namespaces []string) managedCache {
+		cur := l.src.(*Cache[O])
+		opts, err := ownedOptions[O](c, namespaces)
+		var moved *Cache[O]
+		if err == nil {
+			moved, err = makeCache(m, opts, use[O]{either: true})
+		}
+		if err != nil {
+			c.log.Error(err, "Owns: the owned objects cannot follow the controller's namespaces")
+			return nil
+		}
+		if moved == cur {
+			return moved // counted twice now: once less
+		}
+		cur.copyIndexes(moved)
+		moved.addLiveHandler(h)
+		cur.removeHandler(h)
+		c.mu.Lock()
+		l.src, l.remove = moved, func() { moved.removeHandler(h) }
+		c.mu.Unlock()
+		return cur
+	}
+	if err := c.addLink(l); err != nil {
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	return owned, nil
+}
+
+// ownedOptions are the options of the cache of an Owns: the controller's
+// namespaces (nil: all), for a namespaced controller, and of those only the
+// replica's share in a ring sharded by namespace.
+func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOptions, error) {
+	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
+	if c.cache.b.Namespaced {
+		opts.Namespaces = namespaces
+		if len(namespaces) == 0 {
+			opts.Namespaces = []string{""} // all, not the manager's default
+		}
+	}
+	if sc := c.cache.scope.shard; sc != nil && sc.s.byNamespace {
+		// The owned objects of this replica's namespaces only, where the
+		// server selects by namespace.
+		return shardCache[O](c.mgr, opts, false)
+	}
+	return opts, nil
 }
 
 // ownerHandler queues the controlling owner of each changed object.
@@ -146,6 +196,9 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 		return gvk, u.GetNamespace() != "", nil
 	}
 	info, err := binding.Lookup[O]()
+	if info.ScopeUnknown { // known to the manager, not here: the owner says
+		return info.GVK(), owner.GetNamespace() != "", err
+	}
 	return info.GVK(), info.Namespaced, err
 }
 

@@ -2,19 +2,14 @@ package ctrl
 
 import (
 	"context"
-	"crypto/sha256"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/typedctrl/ctrl/internal/provider"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 )
 
 // KubeconfigDir returns a [Provider] of the member clusters whose
@@ -29,94 +24,19 @@ import (
 // changes; of two files that name one member ("east.yaml" and
 // "east.yml"), the first in lexical order serves it, and the other is
 // logged once and ignored.
-func KubeconfigDir(dir string) Provider { return &kubeconfigDir{dir: dir, every: 2 * time.Second} }
+func KubeconfigDir(dir string) Provider { return kubeconfigDir{provider.NewDir(dir, 2*time.Second)} }
 
-type kubeconfigDir struct {
-	dir   string
-	every time.Duration
+type kubeconfigDir struct{ dir *provider.Dir }
+
+func (p kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
+	return p.dir.Run(ctx, configFleet{fleet})
 }
 
-func (p *kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
-	log := logr.FromContextOrDiscard(ctx).WithValues("provider", "kubeconfig files", "dir", p.dir)
-	seen := map[string][32]byte{} // member -> hash of its file, engaged or not
-	shadowed := map[string]bool{} // files logged as naming a member another file serves
-	t := time.NewTicker(p.every)
-	defer t.Stop()
-	for {
-		entries, err := os.ReadDir(p.dir) // sorted by file name
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			log.Error(err, "cannot read the directory of kubeconfig files")
-		}
-		present, files := map[string]bool{}, map[string]bool{}
-		for _, e := range entries {
-			files[e.Name()] = true
-			name, ok := memberName(e.Name())
-			if e.IsDir() || !ok {
-				continue
-			}
-			if present[name] {
-				if !shadowed[e.Name()] {
-					shadowed[e.Name()] = true
-					log.Error(nil, "ignoring a kubeconfig file: another file names the same member", "file", e.Name(), "member", name)
-				}
-				continue
-			}
-			data, err := os.ReadFile(filepath.Join(p.dir, e.Name()))
-			if err != nil {
-				continue // removed meanwhile
-			}
-			present[name] = true
-			sum := sha256.Sum256(data)
-			if prev, ok := seen[name]; ok && prev == sum {
-				continue
-			}
-			seen[name] = sum
-			if err := engageKubeconfig(fleet, name, data); err != nil {
-				log.Error(err, "skipping a kubeconfig file", "file", e.Name())
-			}
-		}
-		for name := range seen {
-			if !present[name] {
-				delete(seen, name)
-				fleet.Disengage(name)
-			}
-		}
-		for f := range shadowed {
-			if !files[f] {
-				delete(shadowed, f)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
+// configFleet engages members reached by their rest.Config.
+type configFleet struct{ Fleet }
 
-// memberName returns the member a file in a KubeconfigDir names, and
-// whether it names one.
-func memberName(file string) (string, bool) {
-	if strings.HasPrefix(file, ".") {
-		return "", false
-	}
-	switch ext := filepath.Ext(file); ext {
-	case "", ".yaml", ".yml", ".json", ".kubeconfig", ".conf":
-		return strings.TrimSuffix(file, ext), true
-	}
-	return "", false
-}
-
-// engageKubeconfig engages name with the current context of a kubeconfig.
-func engageKubeconfig(fleet Fleet, name string, kubeconfig []byte) error {
-	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return fmt.Errorf("member %q: the name must be a DNS label: %s", name, errs[0])
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return fmt.Errorf("member %q: %w", name, err)
-	}
-	return fleet.Engage(name, Cluster{Config: cfg})
+func (f configFleet) Engage(name string, cfg *rest.Config) error {
+	return f.Fleet.Engage(name, Cluster{Config: cfg})
 }
 
 // KubeconfigSecrets returns a [Provider] of the member clusters whose
@@ -163,7 +83,7 @@ func (p *kubeconfigSecrets) changed(ev event[*corev1.Secret]) {
 		if ev.kind == updated && string(ev.old.Data["kubeconfig"]) == string(ev.obj.Data["kubeconfig"]) {
 			return
 		}
-		if err := engageKubeconfig(p.fleet, ev.obj.Name, ev.obj.Data["kubeconfig"]); err != nil {
+		if err := provider.Engage(configFleet{p.fleet}, ev.obj.Name, ev.obj.Data["kubeconfig"]); err != nil {
 			p.log.Error(err, "skipping a kubeconfig Secret", "secret", ev.key)
 		}
 	default:

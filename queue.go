@@ -1,7 +1,6 @@
 package ctrl
 
 import (
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -289,98 +288,6 @@ func (q *queue) forget(key Key) {
 	q.conflicts.Forget(key)
 }
 
-// waitForServer parks key until the API server of cluster answers again;
-// see release. It reports whether key was not already waiting.
-func (q *queue) waitForServer(key Key, cluster string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, was := q.waiting[key]
-	q.waiting[key] = cluster
-	return !was
-}
-
-// release queues every key waiting for the server of cluster, each after a
-// random delay within window, so that a fleet of controllers does not
-// retry in lockstep the moment the server is back. It returns how many it
-// released.
-func (q *queue) release(cluster string, window time.Duration) int {
-	type retry struct {
-		key Key
-		d   time.Duration
-	}
-	// Each key is due before it stops waiting, so that the idle check
-	// never sees it in neither place.
-	q.mu.Lock()
-	retries := make([]retry, 0, len(q.waiting))
-	now := time.Now()
-	for k, waited := range q.waiting {
-		if waited != cluster {
-			continue
-		}
-		d := rand.N(window + 1)
-		retries = append(retries, retry{k, d})
-		q.released[k] = now
-		if cur, ok := q.due[k]; !ok || now.Add(d).Before(cur.at) {
-			q.due[k] = delayed{now.Add(d), ReasonRetry}
-		}
-		delete(q.waiting, k)
-	}
-	q.mu.Unlock()
-	for _, r := range retries {
-		q.AddAfter(r.key, r.d)
-	}
-	return len(retries)
-}
-
-// dropWaiting forgets the keys of cluster, a member that left, waiting for
-// a server, and returns how many. Keys of other clusters that wait for its
-// server stay: release queues them.
-func (q *queue) dropWaiting(cluster string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for k := range q.waiting {
-		if k.Cluster == cluster {
-			delete(q.waiting, k)
-			n++
-		}
-	}
-	return n
-}
-
-// waitingLen returns how many keys wait for a server.
-func (q *queue) waitingLen() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiting)
-}
-
-// waitingFor returns how many keys wait for the server of cluster.
-func (q *queue) waitingFor(cluster string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for _, waited := range q.waiting {
-		if waited == cluster {
-			n++
-		}
-	}
-	return n
-}
-
-// waitingClusters returns the clusters whose servers keys wait for.
-func (q *queue) waitingClusters() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var out []string
-	for _, waited := range q.waiting {
-		if !slices.Contains(out, waited) {
-			out = append(out, waited)
-		}
-	}
-	return out
-}
-
 // queued is what the queue knows of a key it hands out.
 type queued struct {
 	causes   *Causes
@@ -508,6 +415,14 @@ func (it *queued) merge(later queued) {
 	if it.released.IsZero() {
 		it.released = later.released
 	}
+}
+
+// dueAt returns when key is due, if it waits for a delay.
+func (q *queue) dueAt(key Key) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d, ok := q.due[key]
+	return d.at, ok
 }
 
 // dueWithin reports whether a delayed key is due within d from now.

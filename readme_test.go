@@ -11,7 +11,7 @@ import (
 func TestReadmePrograms(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	must(t, err)
-	for _, path := range []string{"examples/quickstart/main.go", "examples/widget/cmd/widget-controller/main.go"} {
+	for _, path := range []string{"examples/quickstart/main.go", "examples/quickstart/main_test.go", "examples/widget/cmd/widget-controller/main.go"} {
 		src, err := os.ReadFile(path)
 		must(t, err)
 		if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // servers are the manager's HTTP endpoints, each on its own listener.
@@ -62,16 +61,18 @@ func (m *Manager) listen() (*servers, error) {
 		return nil
 	}
 	gatherer, err := m.gatherer()
-	if err == nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		err = add(m.opts.MetricsAddress, &m.endpoints.Metrics, mux, nil)
+	if err == nil && m.opts.MetricsAddress != "" {
+		var h http.Handler
+		var wrap func(net.Listener) net.Listener
+		if h, wrap, err = m.metricsEndpoint(gatherer); err == nil {
+			err = add(m.opts.MetricsAddress, &m.addresses.Metrics, h, wrap)
+		}
 	}
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", m.healthz)
 		mux.HandleFunc("/readyz", m.readyz)
-		err = add(m.opts.HealthAddress, &m.endpoints.Health, mux, nil)
+		err = add(m.opts.HealthAddress, &m.addresses.Health, mux, nil)
 	}
 	if err == nil {
 		mux := http.NewServeMux()
@@ -80,12 +81,12 @@ func (m *Manager) listen() (*servers, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		err = add(m.opts.PprofAddress, &m.endpoints.Pprof, mux, nil)
+		err = add(m.opts.PprofAddress, &m.addresses.Pprof, mux, nil)
 	}
 	if err == nil {
 		addr, h, wrap, werr := m.webhookEndpoint()
 		if err = werr; err == nil {
-			err = add(addr, &m.endpoints.Webhook, h, wrap)
+			err = add(addr, &m.addresses.Webhook, h, wrap)
 		}
 	}
 	if err != nil {
@@ -145,27 +146,32 @@ func (m *Manager) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// readyz reports ready once every cache has synced, naming the caches that
-// have not, and the webhook server, if any, completes a TLS handshake. A
-// cache that synced stays ready while its watch reconnects after an API
-// server outage: restarting the process would not bring the server back,
-// and the cache resumes where it stopped.
+// readyz reports ready once every cache has synced and none is forbidden
+// to list or watch, and the webhook server, if any, completes a TLS
+// handshake; otherwise it names each cache that is not ready, a line each,
+// with why. A cache that synced stays ready while its watch reconnects
+// after an API server outage: restarting the process would not bring the
+// server back, and the cache resumes where it stopped. A required kind
+// that the server stopped serving (its CustomResourceDefinition was
+// deleted) is not ready: the manager cannot do its work. An optional kind
+// that waits for its CRD is listed, and ready.
 func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
-	var waiting []string
+	var notReady, optional []string
 	for _, c := range caches {
-		select {
-		case <-c.syncedChan():
-		default:
-			waiting = append(waiting, c.describe())
+		if why := c.notReady(); why != "" {
+			notReady = append(notReady, c.describe()+": "+why)
+		}
+		if line := c.waitingForCRD(); line != "" {
+			optional = append(optional, line)
 		}
 	}
-	if len(waiting) > 0 {
+	if len(notReady) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not synced: %s\n", strings.Join(waiting, "; "))
+		fmt.Fprintf(w, "not ready:\n%s\n", strings.Join(notReady, "\n"))
 		return
 	}
 	if err := m.webhookReady(r.Context()); err != nil {
@@ -176,6 +182,18 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 	if s := m.sharding; s != nil {
 		fmt.Fprintln(w, s.state())
+	}
+	slices.Sort(optional)
+	for _, line := range optional {
+		fmt.Fprintln(w, line)
+	}
+	// A cache that lists by watching works without the list permission,
+	// until it must fall back to listing: reported, not a reason to
+	// restart the process.
+	for _, c := range caches {
+		if warn := c.warning(); warn != "" {
+			fmt.Fprintf(w, "%s: %s\n", c.describe(), warn)
+		}
 	}
 	// Members of a fleet come and go; one that is down is reported, not a
 	// reason to restart the process.
@@ -189,21 +207,21 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Endpoints are the addresses the manager's HTTP endpoints listen on, with
+// Addresses are the addresses the manager's HTTP endpoints listen on, with
 // their ports resolved ("127.0.0.1:0" becomes "127.0.0.1:41235"). An
 // endpoint that is off, or not bound yet, is "".
-type Endpoints struct {
+type Addresses struct {
 	Metrics string // Options.MetricsAddress
 	Health  string // Options.HealthAddress
 	Pprof   string // Options.PprofAddress
 	Webhook string // Options.WebhookAddress
 }
 
-// Endpoints returns where the manager's HTTP endpoints listen. Start binds
+// Addresses returns where the manager's HTTP endpoints listen. Start binds
 // them before it waits for the caches, so they are known as soon as the
 // health endpoint answers.
-func (m *Manager) Endpoints() Endpoints {
+func (m *Manager) Addresses() Addresses {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.endpoints
+	return m.addresses
 }

@@ -242,10 +242,10 @@ func (m *Manager) wireSharding() error {
 	var err error
 	s.leases, err = makeCache(m, CacheOptions{Namespaces: []string{s.namespace},
 		LabelSelector: labels.SelectorFromSet(labels.Set{shard.RingLabel: s.ring})},
-		handler[*coordinationv1.Lease](poker[*coordinationv1.Lease]{s}), "shard-ring", nil)
+		use[*coordinationv1.Lease]{handler: poker[*coordinationv1.Lease]{s}, private: "shard-ring", pin: true})
 	if err == nil && s.byNamespace {
 		s.namespaces, err = makeCache(m, CacheOptions{Resource: APIResource{Version: "v1", Resource: "namespaces", Kind: "Namespace"}},
-			handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{s}), "shard-ring", trimToName)
+			use[*metav1.PartialObjectMetadata]{handler: poker[*metav1.PartialObjectMetadata]{s}, private: "shard-ring", trim: trimToName, pin: true})
 	}
 	if err != nil {
 		return fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
@@ -282,7 +282,9 @@ func shardCache[T Object](m *Manager, opts CacheOptions, primary bool) (CacheOpt
 	if err != nil {
 		return opts, err
 	}
-	ns := m.opts.Namespace // a namespace the program may list in
+	m.need(info.GVR.GroupResource(), "patch") // label mode labels the objects
+	// A namespace the program may list in, to probe the server's selection.
+	ns := m.opts.Namespace
 	if len(opts.Namespaces) > 0 {
 		ns = opts.Namespaces[0]
 	}
@@ -343,7 +345,8 @@ func (m *Manager) startLabelers() error {
 		if l.cache != nil {
 			continue
 		}
-		c, err := makeCache(m, l.opts, handler[*metav1.PartialObjectMetadata](poker[*metav1.PartialObjectMetadata]{s}), "shard-labels", trimForLabeler)
+		c, err := makeCache(m, l.opts, use[*metav1.PartialObjectMetadata]{
+			handler: poker[*metav1.PartialObjectMetadata]{s}, private: "shard-labels", trim: trimForLabeler, pin: true})
 		if err != nil {
 			return fmt.Errorf("ctrl: ring %s: %w", s.ring, err)
 		}

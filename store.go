@@ -3,11 +3,13 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +40,17 @@ type feed[T Object] struct {
 	relists    prometheus.Counter        // set by run
 	labels     []string                  // of the feed's series: resource, namespace, cluster
 	shardView  atomic.Pointer[shardView] // of a sharded cache: what its watch selects
+	log        logr.Logger               // set by run
+	ctx        context.Context           // set by run
+	notServed  atomic.Bool               // the last list or watch found the resource not served (404)
+
+	accessMu sync.Mutex
+	denials  map[string]*denial // verbs the server refuses now
+	probed   bool               // the list permission was checked
+	rechecks sync.WaitGroup
+
+	stop context.CancelFunc // set when started, for the feeds that stop before their cache
+	done chan struct{}      // closed when run returns
 	// relisting is set while a sharded cache's feed lists and watches
 	// again for a new share, until its watch is open (fakes) or its list
 	// is in.
@@ -99,7 +112,7 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 		res += "." + c.b.GVR.Group
 	}
 	name := c.String()
-	if len(c.feeds) > 1 || len(c.scope.namespaces) > 1 {
+	if f.namespace != "" && c.currentScope().String() != fmt.Sprintf("in namespace %q", f.namespace) {
 		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.namespace)
 		log = log.WithValues("namespace", f.namespace)
 	}
@@ -107,6 +120,10 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
 	}
 	f.labels = []string{res, f.namespace, f.cluster}
+	f.accessMu.Lock()
+	f.log, f.ctx = log, ctx
+	f.accessMu.Unlock()
+	defer f.rechecks.Wait()
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
@@ -120,6 +137,7 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 		OnConnected: func(ok bool, d time.Duration) {
 			f.connected.Store(ok)
 			if ok {
+				f.notServed.Store(false)
 				connected.Set(1)
 				if d > 0 {
 					blind.Observe(d.Seconds())
@@ -129,7 +147,13 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 				connected.Set(0)
 			}
 		},
+		// An optional kind's 404s are its CRD's coming and going, which
+		// the cache reports itself.
+		Quiet: func(err error) bool { return c.opt != nil && apierrors.IsNotFound(err) },
 		OnError: func(err error) {
+			if apierrors.IsNotFound(err) {
+				f.notServed.Store(true)
+			}
 			f.lastErr.Store(&err)
 			c.mu.RLock()
 			fn := c.onError
@@ -178,11 +202,22 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return f.b.List(ctx, f.namespace, f.options(opts))
+	l, err := f.b.List(ctx, f.namespace, f.options(opts))
+	err = f.c.notServedError(err)
+	f.access("list", err)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return l, nil
 }
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		f.probeList(ctx)
+	}
 	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
+	err = f.c.notServedError(err)
+	f.access("watch", err)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
@@ -236,9 +271,9 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 }
 
 // prepare turns what the reflector hands over into the object to store:
-// projected, if the server sends another type, then transformed. An object
-// may be prepared twice (a streamed list's are), which projections and
-// transforms must allow.
+// projected, if the server sends another type, given its apiVersion and
+// kind, then transformed. An object may be prepared twice (a streamed
+// list's are), which projections and transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if ok && f.c.transform != nil && f.b.Fake() {
@@ -252,6 +287,7 @@ func (f *feed[T]) prepare(obj any) (T, error) {
 	if !ok {
 		return t, fmt.Errorf("ctrl: %s received %T", f.c, obj)
 	}
+	stamp(t, f.c.typeMeta)
 	if f.c.transform != nil {
 		t = f.c.transform(t)
 	}
@@ -351,6 +387,42 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	if existed {
 		for _, h := range c.handlers {
 			h.changed(event[T]{kind: kind, key: key, obj: t})
+		}
+	}
+}
+
+// drop removes the cached objects whose keys match, as removals of kind,
+// and dispatches them: removals that no watch reports, because the cache
+// stops watching where the objects are (kind forgotten) or their resource
+// went away with its CustomResourceDefinition (deleted).
+func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
+	c.dispatching.Add(1)
+	defer c.doneDispatching()
+	var removed []event[T]
+	c.mu.Lock()
+	for k, obj := range c.items.all() {
+		if match(k) {
+			removed = append(removed, event[T]{kind: kind, key: k, obj: obj})
+		}
+	}
+	for _, ev := range removed {
+		c.items.remove(ev.key)
+		for _, idx := range c.indexes {
+			idx.remove(ev.key, ev.obj)
+		}
+		delete(c.expect, ev.key) // no event will settle it now
+	}
+	for k := range c.expect {
+		if match(k) {
+			delete(c.expect, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range c.handlers {
+		for _, ev := range removed {
+			h.changed(ev)
 		}
 	}
 }

@@ -108,7 +108,8 @@ func TestUnstructuredOwner(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Resource: res}})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.ConfigMap](c))
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
 

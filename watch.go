@@ -17,8 +17,10 @@ import (
 //
 //	err := ctrl.Watches(c, nodes, func(n *corev1.Node) []ctrl.Key { ... }, ctrl.LabelsChanged)
 //
-// It returns an error if src or fn or a filter is nil, src belongs to
-// another manager, or the manager has started.
+// Watches may be called while the manager runs: the objects src holds
+// already are mapped at once. [Unwatch] removes it. It returns an error if
+// src or fn or a filter is nil, src belongs to another manager or was
+// released (nothing used it any more), or c was stopped.
 func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key, changed ...func(old, obj O) bool) error {
 	if fn == nil || src == nil {
 		return fmt.Errorf("ctrl: %s: Watches: nil cache or function", c)
@@ -29,8 +31,15 @@ func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key, cha
 	if src.mgr != c.mgr {
 		return fmt.Errorf("ctrl: %s: Watches: %s belongs to another manager", c, src)
 	}
+	if err := c.mgr.use(src); err != nil {
+		return fmt.Errorf("ctrl: %s: Watches: %w", c, err)
+	}
 	h := &mapHandler[O]{to: c, fn: fn, filters: changed, srcKind: src.kind, log: c.log}
-	return c.wire("Watches", func() error { return src.addHandler(h) })
+	src.addLiveHandler(h)
+	if err := c.addLink(&link{src: src, remove: func() { src.removeHandler(h) }}); err != nil {
+		return fmt.Errorf("ctrl: %s: Watches: %w", c, err)
+	}
+	return nil
 }
 
 // mapHandler queues the keys a user function maps each changed object to.

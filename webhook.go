@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/go-logr/logr"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/webhook"
@@ -51,14 +53,34 @@ type Validator[T Object] struct {
 
 // Validate registers v as the validating admission webhook of T, served at
 // /validate-<group with dashes>-<version>-<kind>, as controller-runtime
-// names it ("/validate-example-com-v1-widget"). T is a built-in type or one
-// registered with [Register]. It returns an error if T has a validating
-// webhook already, if no function of v is set, or, wrapping [ErrStarted],
-// if the manager has started. The webhooks are served on
-// Options.WebhookAddress; [Manager.WebhookConfigurations] tells the API
-// server to call them.
-func Validate[T Object](m *Manager, v Validator[T]) error {
-	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete})
+// names it ("/validate-example-com-v1-widget"), unless [WebhookOptions]
+// choose another path or name. T is a built-in type or one registered with
+// [Register]. It returns an error if T has a validating webhook already,
+// if no function of v is set, if the path or name is taken or invalid, if
+// more than one WebhookOptions is given, or, wrapping [ErrStarted], if the
+// manager has started. The webhooks are served on Options.WebhookAddress;
+// [Manager.WebhookConfigurations] tells the API server to call them.
+func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) error {
+	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete}, opts)
+}
+
+// WebhookOptions choose where an admission webhook ([Validate], [Default])
+// is served and what its configuration calls it, so that a program whose
+// webhook manifests exist, such as a kubebuilder project's, keeps their
+// paths and names. The zero value means the defaults.
+type WebhookOptions struct {
+	// Path is the URL path the webhook is served at, such as
+	// "/validate-example-com-v1-widget". Default:
+	// /validate-<group with dashes>-<version>-<kind> for [Validate],
+	// /mutate-... for [Default], as controller-runtime and kubebuilder
+	// name them.
+	Path string
+	// Name is the webhook's name in its ValidatingWebhookConfiguration or
+	// MutatingWebhookConfiguration: a DNS subdomain of three segments at
+	// least, such as kubebuilder's "vwidget.kb.io", unique among the
+	// webhooks of its configuration. Default:
+	// "<version>.<resource>.<group>", such as "v1.widgets.example.com".
+	Name string
 }
 
 // Default registers f as the defaulting (mutating) admission webhook of T,
@@ -66,19 +88,28 @@ func Validate[T Object](m *Manager, v Validator[T]) error {
 // creates and updates with the object to store, and changes it in place;
 // ctrl sends the API server a JSON patch of the changes, and leaves alone the
 // fields T does not know. An error from f denies the request, as for a
-// [Validator]. It returns an error if T has a defaulting webhook already, if
-// f is nil, or, wrapping [ErrStarted], if the manager has started.
-func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error) error {
+// [Validator]. [WebhookOptions] may choose its path and name. It returns an
+// error if T has a defaulting webhook already, if f is nil, if the path or
+// name is taken or invalid, or, wrapping [ErrStarted], if the manager has
+// started.
+func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
 		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
 	}
-	return addAdmission(m, "Default", &webhook.Admission[T]{Default: f})
+	return addAdmission(m, "Default", &webhook.Admission[T]{Default: f}, opts)
 }
 
-func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T]) error {
-	info, err := binding.Lookup[T]()
+func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], opts []WebhookOptions) error {
+	info, err := resolve[T](m)
 	if err != nil {
 		return fmt.Errorf("ctrl: %s: %w", verb, err)
+	}
+	switch len(opts) {
+	case 0:
+	case 1:
+		a.Path, a.Name = opts[0].Path, opts[0].Name
+	default:
+		return fmt.Errorf("ctrl: %s %s: %d WebhookOptions given, want one at most", verb, info.Type, len(opts))
 	}
 	a.Info = info
 	return m.addWebhook(verb, func(s *webhook.Server) error { return webhook.AddAdmission(s, a) })
@@ -90,7 +121,9 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T]) er
 // gets a new destination that already carries a copy of the source's
 // metadata and fills in the rest. A field that exists in only one version
 // is usually kept in an annotation of the other, so that a round trip loses
-// nothing.
+// nothing. ctx ends at the request's timeout and carries the manager's
+// logger with the request's uid and the webhook's path
+// (logr.FromContext); calls may run concurrently.
 //
 // The conversion webhook is served at /convert. For three versions or
 // more, register each with a hub version: a conversion between two spokes
@@ -102,7 +135,7 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T]) er
 // It returns an error if A and B are not two versions of one custom
 // resource, if a function is nil, if the pair is registered already, or,
 // wrapping [ErrStarted], if the manager has started.
-func Convert[A, B Object](m *Manager, toB func(src A, dst B) error, toA func(src B, dst A) error) error {
+func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
 		return fmt.Errorf("ctrl: Convert: %w", err)
@@ -114,11 +147,17 @@ func Convert[A, B Object](m *Manager, toB func(src A, dst B) error, toA func(src
 	return m.addWebhook("Convert", func(s *webhook.Server) error { return webhook.AddConversion(s, a, b, toB, toA) })
 }
 
-// Warn adds msg to the warnings of the admission request that ctx belongs
-// to: kubectl prints them, and client-go logs them. Call it from a
-// [Validator]'s function or a [Default] function; anywhere else it does
-// nothing. Keep messages short: the API server truncates long ones.
-func Warn(ctx context.Context, msg string) { webhook.Warn(ctx, msg) }
+// AdmissionWarning adds msg to the warnings of the admission request that
+// ctx belongs to: kubectl prints them, and client-go logs them. Call it
+// from a [Validator]'s function or a [Default] function. Anywhere else,
+// such as in a reconcile, there is no request to answer: msg goes to the
+// context's logger (logr.FromContext) instead, at V(1). Keep messages
+// short: the API server truncates long ones.
+func AdmissionWarning(ctx context.Context, msg string) {
+	if !webhook.Warn(ctx, msg) {
+		logr.FromContextOrDiscard(ctx).V(1).Info("AdmissionWarning outside an admission request", "warning", msg)
+	}
+}
 
 // webhooks is the manager's webhook server, made on first use. The zero
 // value is ready.
@@ -126,6 +165,7 @@ type webhooks struct {
 	once   sync.Once
 	server *webhook.Server
 	err    error
+	handed atomic.Bool // WebhookHandler was called: the program serves them
 }
 
 // webhookServer returns the manager's webhook server, registering its
@@ -168,8 +208,11 @@ func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error
 // net/http/httptest, or programs that serve it themselves. It routes by
 // path, takes only POST requests of application/json, answers a review it
 // cannot read with 400 and a message, and never panics. It is safe for
-// concurrent use, and webhooks registered later are served too.
+// concurrent use, and webhooks registered later are served too. A call
+// tells Start that the program serves the webhooks: without it, a manager
+// with webhooks and no Options.WebhookAddress fails to start.
 func (m *Manager) WebhookHandler() http.Handler {
+	m.webhooks.handed.Store(true)
 	s, err := m.webhookServer()
 	if err != nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -182,11 +225,13 @@ func (m *Manager) WebhookHandler() http.Handler {
 // webhookEndpoint returns the address and handler Start serves the
 // webhooks with, and the wrapper that makes its listener TLS; an empty
 // address when they are off. The serving certificate is read now, so that
-// a missing one fails Start.
+// a missing one fails Start, and so do webhooks that nothing would serve:
+// the API server would fail every request they are configured for.
 func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) net.Listener, error) {
 	if m.opts.WebhookAddress == "" {
-		if s := m.webhooks.server; s != nil && !s.Empty() {
-			m.log.Info("webhooks are registered but not served: Options.WebhookAddress is empty")
+		if s := m.webhooks.server; s != nil && !s.Empty() && !m.webhooks.handed.Load() {
+			return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks are registered (%s) but nothing serves them: "+
+				"set Options.WebhookAddress, such as \":9443\", or serve Manager.WebhookHandler yourself", strings.Join(s.Paths(), ", "))
 		}
 		return "", nil, nil, nil
 	}
@@ -196,13 +241,9 @@ func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) ne
 	}
 	certs, err := webhook.LoadCerts(webhookCertDir(m.opts))
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("ctrl: Start: %w", err)
+		return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks: %w", err)
 	}
-	config := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: certs.GetCertificate,
-		NextProtos:     []string{"h2", "http/1.1"},
-	}
+	config := m.tlsConfig(certs.GetCertificate)
 	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
 		return tls.NewListener(ln, config)
 	}, nil
@@ -298,7 +339,11 @@ type CRDConversionWebhook struct {
 // (failurePolicy Fail), has no side effects, a timeout of 10 seconds,
 // matches equivalent versions of its resource (so an object sent in another
 // version of a converted resource is converted first), and, if the manager
-// has an Options.Namespace, matches only objects of that namespace.
+// has an Options.Namespace, matches only objects of that namespace. Each
+// webhook has the name and path [WebhookOptions] gave it. The objects are
+// plain API objects: to keep the names of existing manifests, such as
+// kubebuilder's separate validating and mutating configurations, rename
+// either (configs.Mutating.Name = "...") before applying it.
 func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (WebhookConfigurations, error) {
 	var out WebhookConfigurations
 	if (target.URL == "") == (target.Service == nil) {
@@ -343,12 +388,7 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns},
 			}}}
 		}
-		// A webhook's name must have three dot-separated parts at least.
-		group := h.Group
-		if group == "" {
-			group = "core"
-		}
-		hookName := h.Version + "." + h.Resource + "." + group
+		hookName := h.Name
 		if h.Mutating {
 			if out.Mutating == nil {
 				out.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{

@@ -28,9 +28,10 @@ func TestWebhookWiringErrors(t *testing.T) {
 	type unregistered struct{ Widget }
 	mgr := newManager(t, ctrl.Options{FakeDynamic: newWidgetFake()})
 	ok := func(context.Context, *Widget) error { return nil }
+	secretOK := func(context.Context, *corev1.Secret) error { return nil }
 	must(t, ctrl.Validate(mgr, ctrl.Validator[*Widget]{Create: ok}))
 	must(t, ctrl.Default(mgr, ok))
-	must(t, ctrl.Convert(mgr, func(*WidgetV1alpha1, *Widget) error { return nil }, func(*Widget, *WidgetV1alpha1) error { return nil }))
+	must(t, ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }))
 	tests := []struct {
 		name string
 		err  error
@@ -44,10 +45,22 @@ func TestWebhookWiringErrors(t *testing.T) {
 			"ctrl: Validate: validating webhook for *v1.ConfigMap (configmaps): set Create, Update or Delete"},
 		{"second defaulter", ctrl.Default(mgr, ok), "ctrl: Default: a mutating webhook for *ctrl_test.Widget"},
 		{"nil defaulter", ctrl.Default[*corev1.ConfigMap](mgr, nil), "ctrl: Default *v1.ConfigMap: the function is nil"},
-		{"second conversion", ctrl.Convert(mgr, func(*Widget, *WidgetV1alpha1) error { return nil }, func(*WidgetV1alpha1, *Widget) error { return nil }),
+		{"second conversion", ctrl.Convert(mgr, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }),
 			"already registered"},
-		{"conversion of a built-in type", ctrl.Convert(mgr, func(*corev1.ConfigMap, *Widget) error { return nil }, func(*Widget, *corev1.ConfigMap) error { return nil }),
+		{"conversion of a built-in type", ctrl.Convert(mgr, func(context.Context, *corev1.ConfigMap, *Widget) error { return nil }, func(context.Context, *Widget, *corev1.ConfigMap) error { return nil }),
 			"only custom resources are converted by webhooks"},
+		{"a taken path", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{Path: "/validate-example-com-v1-widget"}),
+			"ctrl: Validate: validating webhook for *v1.Secret (secrets): path /validate-example-com-v1-widget is taken by the webhook v1.widgets.example.com"},
+		{"the conversion's path", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{Path: "/convert"}),
+			"path /convert is the conversion webhook's"},
+		{"a relative path", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{Path: "validate"}),
+			`path "validate": want an absolute URL path`},
+		{"a name of two segments", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{Name: "vsecret.io"}),
+			`name "vsecret.io": want a DNS subdomain of three segments at least`},
+		{"a taken name", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{Name: "v1.widgets.example.com"}),
+			`another validating webhook, at /validate-example-com-v1-widget, is named "v1.widgets.example.com"`},
+		{"two options", ctrl.Validate(mgr, ctrl.Validator[*corev1.Secret]{Create: secretOK}, ctrl.WebhookOptions{}, ctrl.WebhookOptions{}),
+			"2 WebhookOptions given, want one at most"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,12 +70,13 @@ func TestWebhookWiringErrors(t *testing.T) {
 		})
 	}
 
+	mgr.WebhookHandler() // served by nobody, but Start then needs no address
 	start(t, mgr)
 	waitIdle(t, mgr)
 	for name, err := range map[string]error{
 		"Validate": ctrl.Validate(mgr, ctrl.Validator[*corev1.ConfigMap]{Create: func(context.Context, *corev1.ConfigMap) error { return nil }}),
 		"Default":  ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }),
-		"Convert":  ctrl.Convert(mgr, func(*WidgetV1alpha1, *Widget) error { return nil }, func(*Widget, *WidgetV1alpha1) error { return nil }),
+		"Convert":  ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }),
 	} {
 		if !errors.Is(err, ctrl.ErrStarted) {
 			t.Errorf("%s after Start: got %v, want ErrStarted", name, err)
@@ -100,8 +114,8 @@ func configMapReview(t *testing.T, data map[string]string) []byte {
 }
 
 // TestWebhookServer runs the webhook server of a started manager over TLS,
-// for a built-in type: its answers, HTTP/2, its metrics, its readiness
-// check, and a certificate replaced on disk while it serves.
+// for a built-in type: its answers, HTTP/1.1 only by default, its metrics,
+// its readiness check, and a certificate replaced on disk while it serves.
 func TestWebhookServer(t *testing.T) {
 	dir := t.TempDir()
 	firstCA, err := ctrl.WriteWebhookCerts(dir)
@@ -130,8 +144,8 @@ func TestWebhookServer(t *testing.T) {
 			return nil, err
 		}
 		defer resp.Body.Close()
-		if resp.Proto != "HTTP/2.0" {
-			t.Errorf("got protocol %s, want HTTP/2.0", resp.Proto)
+		if resp.Proto != "HTTP/1.1" {
+			t.Errorf("got protocol %s, want HTTP/1.1", resp.Proto)
 		}
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
@@ -264,5 +278,54 @@ func TestWebhookHandlerNotFound(t *testing.T) {
 	mgr.WebhookHandler().ServeHTTP(rec, httptest.NewRequest("POST", "/validate-apps-v1-deployment", strings.NewReader("{}")))
 	if rec.Code != 404 || !strings.Contains(rec.Body.String(), "no webhook is registered at /validate-apps-v1-deployment") {
 		t.Errorf("got %d %q, want 404 naming the path", rec.Code, rec.Body.String())
+	}
+}
+
+// TestWebhooksNeedAServer checks that a manager with webhooks fails to start
+// when nothing would serve them, and starts when the program serves them.
+func TestWebhooksNeedAServer(t *testing.T) {
+	validator := ctrl.Validator[*corev1.ConfigMap]{Create: func(context.Context, *corev1.ConfigMap) error { return nil }}
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	must(t, ctrl.Validate(mgr, validator))
+	must(t, ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Path: "/default-cm"}))
+	err := mgr.Start(context.Background())
+	want := `ctrl: Start: webhooks are registered (/default-cm, /validate--v1-configmap) but nothing serves them: set Options.WebhookAddress, such as ":9443", or serve Manager.WebhookHandler yourself`
+	if err == nil || err.Error() != want {
+		t.Errorf("Start: got %v, want %s", err, want)
+	}
+
+	served := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	must(t, ctrl.Validate(served, validator))
+	srv := httptest.NewServer(served.WebhookHandler())
+	defer srv.Close()
+	start(t, served)
+	waitIdle(t, served)
+}
+
+// TestWebhookOptions checks that chosen paths and names are served and
+// configured.
+func TestWebhookOptions(t *testing.T) {
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
+	must(t, ctrl.Validate(mgr, ctrl.Validator[*corev1.ConfigMap]{
+		Create: func(context.Context, *corev1.ConfigMap) error { return errors.New("no") },
+	}, ctrl.WebhookOptions{Path: "/validate-v1-configmap", Name: "vconfigmap.kb.io"}))
+	must(t, ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Name: "mconfigmap.kb.io"}))
+	configs, err := mgr.WebhookConfigurations("hooks", ctrl.WebhookTarget{URL: "https://127.0.0.1:9443"})
+	must(t, err)
+	v, m := configs.Validating.Webhooks[0], configs.Mutating.Webhooks[0]
+	if v.Name != "vconfigmap.kb.io" || *v.ClientConfig.URL != "https://127.0.0.1:9443/validate-v1-configmap" {
+		t.Errorf("got validating webhook %s at %s, want vconfigmap.kb.io at its path", v.Name, *v.ClientConfig.URL)
+	}
+	if m.Name != "mconfigmap.kb.io" || *m.ClientConfig.URL != "https://127.0.0.1:9443/mutate--v1-configmap" {
+		t.Errorf("got mutating webhook %s at %s, want mconfigmap.kb.io at the default path", m.Name, *m.ClientConfig.URL)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/validate-v1-configmap", bytes.NewReader(configMapReview(t, nil)))
+	req.Header.Set("Content-Type", "application/json")
+	mgr.WebhookHandler().ServeHTTP(rec, req)
+	var review admissionv1.AdmissionReview
+	must(t, json.Unmarshal(rec.Body.Bytes(), &review))
+	if rec.Code != 200 || review.Response == nil || review.Response.Allowed {
+		t.Errorf("at the chosen path: got %d %s, want the validator's denial", rec.Code, rec.Body)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -76,6 +77,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
 			c.q.forget(key)
+			c.failures.ok(key)
 			return
 		}
 		var cancel context.CancelFunc
@@ -83,19 +85,40 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 		defer context.AfterFunc(mb.ctx, cancel)()
 	}
+	if d := c.opts.ReconcileTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
+		defer cancel()
+	}
 	ctx = logr.NewContext(ctx, log)
-	ctx = context.WithValue(ctx, reconcileKey{}, &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()})
+	ri := &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()}
+	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
+	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
+		c.metrics.Timeouts.Inc()
+		if err == nil {
+			log.Info("reconcile ran past ReconcileTimeout", "timeout", c.opts.ReconcileTimeout.String())
+		}
+	}
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
 		// Not the object's failure, and not to retry: this replica may no
 		// longer act, and whoever leads next reconciles every object.
 		c.q.forget(key)
+		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil && errors.Is(context.Cause(ctx), errMoved):
 		// Not the object's failure either: it is another replica's now.
 		c.q.forget(key)
 		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
+	case err != nil && c.vanished(ctx, key, ri, err):
+		// Routine, as a conflict is: the object was deleted while it was
+		// reconciled. Its deletion is its own event (OnDelete, the
+		// finalizer); nothing is left to retry.
+		c.metrics.Success.Inc()
+		c.q.forget(key)
+		c.failures.ok(key)
+		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
 		c.metrics.Errors.Inc()
@@ -107,28 +130,46 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
 			c.q.forget(key)
+			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state; it spends no shared retry budget.
+			c.failures.failed(key, err)
 			c.q.retryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
 			// Not the object's failure: the key waits for the server, with
 			// neither its own backoff nor the shared budget touched.
+			c.failures.failed(key, err)
 			c.waitForServer(key, cluster, err)
 		default:
+			c.failures.failed(key, err)
 			c.q.retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.forget(key)
-		c.q.addAfter(key, res.RequeueAfter, ReasonRequeue)
+		c.failures.ok(key)
+		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
 	default:
 		c.metrics.Success.Inc()
 		c.q.forget(key)
+		c.failures.ok(key)
 	}
+}
+
+// errReconcileTimeout is the cause of a reconcile's context canceled by
+// ControllerOptions.ReconcileTimeout.
+var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
+
+// jitter returns d lengthened by a random part of up to fraction of it.
+func jitter(d time.Duration, fraction float64) time.Duration {
+	if fraction <= 0 {
+		return d
+	}
+	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
 // countCauses counts the reconcile once under each reason among all its
@@ -172,6 +213,9 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !ok {
 		return Result{}, nil
 	}
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		ri.reconciled, ri.uid = true, cached.GetUID()
+	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
 		obj = cached.DeepCopyObject().(T)
@@ -183,4 +227,32 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 		}
 	}
 	return c.reconcile(ctx, obj)
+}
+
+// vanished reports whether err says that the object being reconciled is
+// gone: a write to it (its key, through a client of its resource) failed
+// with NotFound, and the server, asked once more, no longer holds it, or
+// holds a new object of the same name. The second question is needed
+// because the API server also answers NotFound for a subresource the
+// resource does not have, which is a mistake to report, not a deletion.
+func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo, err error) bool {
+	var re *requestError
+	if !ri.reconciled || !errors.As(err, &re) || !re.written() || re.key != key ||
+		re.resource != c.cache.b.GVR.GroupResource() || !apierrors.IsNotFound(re.err) {
+		return false
+	}
+	b, berr := c.client.backend(key.Cluster)
+	if berr != nil || b == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	obj, gerr := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return true
+	case gerr != nil:
+		return false
+	}
+	return ri.uid != "" && obj.GetUID() != "" && obj.GetUID() != ri.uid
 }

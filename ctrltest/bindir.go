@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/rest"
 
 	"github.com/typedctrl/ctrl/internal/binaries"
@@ -20,8 +21,11 @@ const ctrlModule = "github.com/typedctrl/ctrl"
 // defaultBinDir returns the directory of the binaries when Options.BinDir
 // is empty: $CTRL_CONTROLPLANE_BIN; else the directory the controlplane
 // command fills for the release of this binary's k8s.io/client-go, if it
-// holds both binaries; else, in a checkout of ctrl, its bin directory.
-// Its error says which command builds them.
+// holds both binaries; else the bin directory of a checkout of ctrl that
+// `make controlplane` filled: the one this package was compiled from (a
+// replace directive may point a module at it), or the one that holds the
+// working directory; else, when the release cannot be told, the newest
+// release the command built. Its error says which command builds them.
 func defaultBinDir() (string, error) {
 	if dir := os.Getenv(binaries.BinDirEnv); dir != "" {
 		if missing := binaries.Missing(dir); missing != "" {
@@ -34,24 +38,75 @@ func defaultBinDir() (string, error) {
 	if cacheErr == nil && binaries.Missing(cache) == "" {
 		return cache, nil
 	}
-	if root := checkoutRoot(); root != "" {
-		bin := filepath.Join(root, "bin")
-		missing := binaries.Missing(bin)
-		if missing == "" {
+	for _, root := range []string{sourceCheckout(), checkoutRoot()} {
+		if bin := filepath.Join(root, "bin"); root != "" && binaries.Missing(bin) == "" {
 			return bin, nil
 		}
-		return "", fmt.Errorf("ctrltest: %s not found in %s: run `make controlplane` in %s", missing, bin, root)
 	}
 	if cacheErr != nil {
-		return "", fmt.Errorf("ctrltest: %w: set $%s to the directory of kube-apiserver and etcd", cacheErr, binaries.BinDirEnv)
+		if dir := newestCached(); dir != "" {
+			return dir, nil
+		}
+		return "", fmt.Errorf("ctrltest: %w: build the binaries with `%s`, run in your module, or set $%s to their directory",
+			cacheErr, binaries.Command, binaries.BinDirEnv)
+	}
+	if root := checkoutRoot(); root != "" {
+		bin := filepath.Join(root, "bin")
+		return "", fmt.Errorf("ctrltest: %s not found in %s: run `make controlplane` in %s", binaries.Missing(bin), bin, root)
 	}
 	return "", fmt.Errorf("ctrltest: %s not found in %s: build it with `%s`, run in your module",
 		binaries.Missing(cache), cache, binaries.Command)
 }
 
+// sourceFile is the path this file was compiled from: absolute, unless
+// the build trimmed paths.
+var sourceFile = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return file
+}()
+
+// sourceCheckout returns the root of the checkout of ctrl this package was
+// compiled from, or "" (a module cache's copy is one too, without a bin
+// directory).
+func sourceCheckout() string {
+	if !filepath.IsAbs(sourceFile) {
+		return ""
+	}
+	root := filepath.Dir(filepath.Dir(sourceFile))
+	if modulePath(filepath.Join(root, "go.mod")) != ctrlModule {
+		return ""
+	}
+	return root
+}
+
+// newestCached returns the directory of the newest release the
+// controlplane command installed in the user cache directory, or "".
+func newestCached() string {
+	dir, err := binaries.CacheDir("")
+	if err != nil {
+		return ""
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var newest *utilversion.Version
+	found := ""
+	for _, e := range entries {
+		v, err := utilversion.ParseGeneric(e.Name())
+		if err != nil || !e.IsDir() || binaries.Missing(filepath.Join(dir, e.Name())) != "" {
+			continue
+		}
+		if newest == nil || v.GreaterThan(newest) {
+			newest, found = v, filepath.Join(dir, e.Name())
+		}
+	}
+	return found
+}
+
 // cacheDir returns the directory the controlplane command fills for the
 // release of the k8s.io/client-go linked into this binary.
-func cacheDir() (string, error) {
+var cacheDir = func() (string, error) {
 	clientGo, err := clientGoVersion()
 	if err != nil {
 		return "", err

@@ -5,6 +5,18 @@
 // conflicts, generation, the status subresource, finalizers, server-side
 // apply, validation.
 //
+// # Unit tests on fakes
+//
+// [NewFakeDynamic] is client-go's fake dynamic client set up to serve every
+// type registered with ctrl.Register, for ctrl.Options.FakeDynamic, with no
+// map of list kinds to write. [Logger] sends a manager's log to the test:
+//
+//	mgr, err := ctrl.NewManager(ctrl.Options{
+//		FakeClientset: fake.NewClientset(),
+//		FakeDynamic:   ctrltest.NewFakeDynamic(&Widget{...}),
+//		Logger:        ctrltest.Logger(t),
+//	})
+//
 // # Binaries
 //
 // kube-apiserver and etcd are built from the Go module proxy, no downloads,
@@ -13,8 +25,10 @@
 //	go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane
 //
 // It builds the Kubernetes release that matches your k8s.io/client-go (v1.37.2
-// for v0.37.2) into the user cache directory, where ctrltest looks for it;
-// $CTRL_CONTROLPLANE_BIN names another directory to both. The first build
+// for v0.37.2) into the user cache directory, where ctrltest looks for it
+// from any module; $CTRL_CONTROLPLANE_BIN names another directory to both.
+// A module whose go.mod replaces ctrl with a checkout also finds what `make
+// controlplane` built in that checkout's bin directory. The first build
 // takes several minutes; later runs return at once. A test that finds no
 // binaries fails, saying which command to run: it is not skipped.
 //

@@ -46,11 +46,15 @@ type Options struct {
 
 	// GenerateCRDs installs a CRD for each resource registered with
 	// ctrl.Register that no manifest of CRDs defines: its registered group,
-	// version, resource (the plural), kind and scope, a status subresource
-	// when the registration has one, and a schema that keeps any field
+	// version, resource (the plural) and kind, namespaced unless registered
+	// ClusterScoped, a status subresource when the registration declares one
+	// or the type has a status field, and a schema that keeps any field
 	// (x-kubernetes-preserve-unknown-fields), so the API server validates
 	// nothing in the object but its metadata. Types registered at more than
 	// one version of a resource make one CRD, stored at the highest version.
+	// It is for quick tests of a controller's logic; once the type has a
+	// CRD generated from it (controller-gen), install that with CRDs, so
+	// that the server validates, prunes and defaults as in production.
 	// Default: false, only the CRDs of manifests.
 	GenerateCRDs bool
 
@@ -64,8 +68,10 @@ type Options struct {
 	// Default: $CTRL_CONTROLPLANE_BIN if set; else the directory that
 	// `go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane` fills for
 	// the k8s.io/client-go the test binary is built with, if it holds both;
-	// else, inside a checkout of ctrl, its bin directory (`make
-	// controlplane`).
+	// else the bin directory (`make controlplane`) of the checkout of ctrl
+	// that ctrltest is compiled from (a replace directive's target), or of
+	// the one that holds the working directory; else, if the test binary's
+	// release cannot be told, the newest release the command built.
 	BinDir string
 
 	// Stdout and Stderr also receive the output of etcd and kube-apiserver,

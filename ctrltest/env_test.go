@@ -481,11 +481,21 @@ func TestDefaultBinDir(t *testing.T) {
 		}
 	}
 	command := "`go run github.com/typedctrl/ctrl/ctrltest/cmd/controlplane`"
+	// A checkout a user's module replaces ctrl with: ctrltest is compiled
+	// from it, whatever the working directory.
+	replaced := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(replaced, "go.mod"), []byte("module github.com/typedctrl/ctrl\n"), 0o644))
+	savedSource, savedCache := sourceFile, cacheDir
+	t.Cleanup(func() { sourceFile, cacheDir = savedSource, savedCache })
+	unknown := func() (string, error) { return "", errors.New("cannot tell the version of k8s.io/client-go") }
+	older, newer := filepath.Join(userCache, "ctrl", "controlplane", "v1.36.9"), filepath.Join(userCache, "ctrl", "controlplane", "v1.37.10")
 
 	tests := []struct {
 		name    string
 		env     string // $CTRL_CONTROLPLANE_BIN
 		wd      string
+		source  string // the file ctrltest is compiled from
+		unknown bool   // the release of client-go cannot be told
 		install []string
 		want    string
 		wantErr string
@@ -502,11 +512,22 @@ func TestDefaultBinDir(t *testing.T) {
 			want: envDir},
 		{name: "variable without binaries", env: envDir, wd: elsewhere, install: []string{cached},
 			wantErr: "ctrltest: kube-apiserver not found in $CTRL_CONTROLPLANE_BIN (" + envDir + "): build it there with " + command + ", run in your module"},
+		{name: "replaced checkout", wd: elsewhere, source: filepath.Join(replaced, "ctrltest", "bindir.go"), install: []string{filepath.Join(replaced, "bin")},
+			want: filepath.Join(replaced, "bin")},
+		{name: "cache before replaced checkout", wd: elsewhere, source: filepath.Join(replaced, "ctrltest", "bindir.go"),
+			install: []string{cached, filepath.Join(replaced, "bin")}, want: cached},
+		{name: "release unknown", wd: elsewhere, unknown: true, install: []string{older, newer}, want: newer},
+		{name: "release unknown, nothing", wd: elsewhere, unknown: true,
+			wantErr: "ctrltest: cannot tell the version of k8s.io/client-go: build the binaries with " + command + ", run in your module, or set $CTRL_CONTROLPLANE_BIN to their directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, dir := range []string{cached, envDir, filepath.Join(checkout, "bin")} {
+			for _, dir := range []string{cached, older, newer, envDir, filepath.Join(checkout, "bin"), filepath.Join(replaced, "bin")} {
 				must(t, os.RemoveAll(dir))
+			}
+			sourceFile, cacheDir = tt.source, savedCache
+			if tt.unknown {
+				cacheDir = unknown
 			}
 			for _, dir := range tt.install {
 				install(dir)

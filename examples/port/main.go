@@ -98,7 +98,7 @@ func setup(mgr *ctrl.Manager, triggers <-chan ctrl.Key, resolve func(ctx context
 	if err != nil {
 		return err
 	}
-	if err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
+	if _, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged); err != nil {
 		return err
 	}
 	go func() {

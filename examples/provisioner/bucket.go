@@ -62,9 +62,7 @@ func (b *Bucket) DeepCopyObject() runtime.Object {
 }
 
 func init() {
-	if err := ctrl.Register[*Bucket](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "buckets", Namespaced: true, Status: true}); err != nil {
-		panic(err)
-	}
+	ctrl.MustRegister[*Bucket](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "buckets", Namespaced: true, Status: true})
 }
 
 // Phase is the state of a Bucket.

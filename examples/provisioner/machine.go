@@ -21,7 +21,8 @@ func Setup(mgr *ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return ctrl.Owns[*corev1.ConfigMap](c)
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	return err
 }
 
 type next = ctrl.Next[Phase]

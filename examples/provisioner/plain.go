@@ -33,7 +33,8 @@ func SetupPlain(mgr *ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return ctrl.Owns[*corev1.ConfigMap](c)
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	return err
 }
 
 type plain struct {

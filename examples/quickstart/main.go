@@ -39,6 +39,17 @@ func run(log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := setup(mgr); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return mgr.Start(ctx)
+}
+
+// setup wires the controller to mgr: a program runs it against a cluster,
+// a test against client-go's fake clientset.
+func setup(mgr *ctrl.Manager) error {
 	configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		return err
@@ -58,10 +69,5 @@ func run(log logr.Logger) error {
 		_, err := configMaps.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, patch)
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Workers: 2})
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return mgr.Start(ctx)
+	return err
 }

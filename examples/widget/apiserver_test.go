@@ -22,7 +22,7 @@ import (
 func TestWidgetLifecycle(t *testing.T) {
 	// Stopped when the test ends, after the deferred calls below.
 	env := ctrltest.Start(t, ctrltest.Options{CRDs: [][]byte{widget.CRD}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config()})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Logger: ctrltest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestWidgetLifecycle(t *testing.T) {
 	key := ctrl.Key{Namespace: "default", Name: "greeting"}
 	w := &widget.Widget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-		Spec:       widget.Spec{Message: "hello", Replicas: 2},
+		Spec:       widget.Spec{Message: "hello", Replicas: 2, Labels: map[string]string{"team": "blue"}},
 	}
 	if _, err := widgets.Create(ctx, w); err != nil {
 		t.Fatal(err)
@@ -81,8 +81,9 @@ func TestWidgetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["message"] != "hello" || !metav1.IsControlledBy(cm, w) {
-		t.Errorf("got ConfigMap data %v, owners %v; want message hello, controlled by the Widget", cm.Data, cm.OwnerReferences)
+	if cm.Data["message"] != "hello" || cm.Labels["team"] != "blue" || !metav1.IsControlledBy(cm, w) {
+		t.Errorf("got ConfigMap data %v, labels %v, owners %v; want message hello, team blue, controlled by the Widget",
+			cm.Data, cm.Labels, cm.OwnerReferences)
 	}
 
 	if err := widgets.Delete(ctx, key, metav1.DeleteOptions{}); err != nil {

@@ -7,28 +7,26 @@ import (
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 	"github.com/typedctrl/ctrl/examples/widget"
 )
 
 // TestWidgetGetsConfigMap runs the Widget controller against client-go's
 // fakes: a new Widget gets a ConfigMap with its message and a Ready
-// condition.
+// condition, and a deleted one goes once its finalizer has deleted the
+// ConfigMap.
 func TestWidgetGetsConfigMap(t *testing.T) {
 	defer goleak.VerifyNone(t) // after the manager has stopped
-	widgetList := map[schema.GroupVersionResource]string{
-		{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"}: "WidgetList",
-	}
 	mgr, err := ctrl.NewManager(ctrl.Options{
-		FakeClientset: fake.NewClientset(), // serves built-in types: ConfigMaps, Events
-		FakeDynamic:   dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), widgetList),
+		FakeClientset: fake.NewClientset(),       // serves built-in types: ConfigMaps, Events
+		FakeDynamic:   ctrltest.NewFakeDynamic(), // serves every type registered with ctrl.Register
+		Logger:        ctrltest.Logger(t),        // failed reconciles show in the test's output
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +42,7 @@ func TestWidgetGetsConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the whole test's deadline
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	defer func() {
@@ -62,7 +60,8 @@ func TestWidgetGetsConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// WaitIdle returns once every write made through the manager's clients
-	// has come back through its caches and been reconciled.
+	// has come back through its caches and been reconciled; if reconciles
+	// keep failing, or ctx ends first, its error says which and why.
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +79,21 @@ func TestWidgetGetsConfigMap(t *testing.T) {
 	}
 	if !meta.IsStatusConditionTrue(w.Status.Conditions, "Ready") {
 		t.Errorf("got conditions %+v, want Ready", w.Status.Conditions)
+	}
+
+	// The fakes hold a deletion while finalizers remain, as the API server
+	// does: the controller's finalizer deletes the ConfigMap, then the
+	// Widget goes.
+	if err := widgets.Delete(ctx, ctrl.KeyOf(w), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := widgets.Get(ctx, ctrl.KeyOf(w)); !apierrors.IsNotFound(err) {
+		t.Errorf("got %v getting the deleted Widget, want NotFound", err)
+	}
+	if _, err := configMaps.Get(ctx, ctrl.Key{Namespace: "default", Name: "greeting-message"}); !apierrors.IsNotFound(err) {
+		t.Errorf("got %v getting its ConfigMap, want NotFound", err)
 	}
 }

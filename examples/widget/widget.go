@@ -5,63 +5,19 @@ package widget
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/go-logr/logr"
 
 	"github.com/typedctrl/ctrl"
 )
-
-// CRD is the CustomResourceDefinition of Widget.
-//
-//go:embed crd.yaml
-var CRD []byte
-
-// Widget asks for a ConfigMap holding Spec.Message.
-type Widget struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              Spec   `json:"spec,omitempty"`
-	Status            Status `json:"status,omitempty"`
-}
-
-// Spec is what the user wants.
-type Spec struct {
-	Message  string `json:"message,omitempty"`
-	Replicas int    `json:"replicas,omitempty"`
-}
-
-// Status is what the controller did.
-type Status struct {
-	Phase              string             `json:"phase,omitempty"`
-	ConfigMap          string             `json:"configMap,omitempty"`
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
-}
-
-// DeepCopyObject implements runtime.Object.
-func (w *Widget) DeepCopyObject() runtime.Object {
-	out := *w
-	w.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Status.Conditions = slices.Clone(w.Status.Conditions)
-	return &out
-}
-
-func init() {
-	if err := ctrl.Register[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets", Namespaced: true, Status: true}); err != nil {
-		panic(err)
-	}
-}
 
 // Finalizer is the finalizer the controller puts on Widgets.
 const Finalizer = "example.ctrl.dev/cleanup"
@@ -91,7 +47,8 @@ func Setup(mgr *ctrl.Manager) error {
 	if err := c.OnFinalize(Finalizer, r.finalize); err != nil {
 		return err
 	}
-	return ctrl.Owns[*corev1.ConfigMap](c)
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	return err
 }
 
 // SetupWebhooks registers the Widget's admission webhooks with mgr: a
@@ -138,7 +95,7 @@ func (r *reconciler) reconcile(ctx context.Context, w *Widget) (ctrl.Result, err
 	cm, err := r.configMaps.Get(ctx, key)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Data: want}
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: w.Spec.Labels}, Data: want}
 		if err := ctrl.SetControllerReference(w, cm); err != nil {
 			return ctrl.Result{}, ctrl.Terminal(err)
 		}
@@ -149,8 +106,8 @@ func (r *reconciler) reconcile(ctx context.Context, w *Widget) (ctrl.Result, err
 		r.events.Eventf(w, corev1.EventTypeNormal, "Created", "created ConfigMap %s", key.Name)
 	case err != nil:
 		return ctrl.Result{}, err
-	case !maps.Equal(cm.Data, want):
-		cm.Data = want
+	case !maps.Equal(cm.Data, want) || !maps.Equal(cm.Labels, w.Spec.Labels):
+		cm.Data, cm.Labels = want, w.Spec.Labels
 		if _, err := r.configMaps.Update(ctx, cm); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -45,6 +45,10 @@ type Info struct {
 	Builtin    bool // a k8s.io/api type: protobuf and strategic merge patch
 	Watchable  bool // can be listed and watched
 	Status     bool // has a status subresource
+	// ScopeUnknown and StatusUnknown say that the registration left
+	// Namespaced or Status unsaid: a binding to a real server learns them
+	// from its discovery; elsewhere they hold the defaults for fakes.
+	ScopeUnknown, StatusUnknown bool
 	// Projection is the type whose objects the server sends, when the type
 	// is a projection of it; nil otherwise.
 	Projection reflect.Type
@@ -92,6 +96,7 @@ func Register(info Info) error {
 		info.Kind = t.Elem().Name()
 	}
 	info.Watchable, info.Builtin = true, false
+	info = info.withDefaults()
 	if prev, loaded := registry.LoadOrStore(t, info); loaded && prev.(Info) != info {
 		return fmt.Errorf("register %s: already registered as %s %s", t, prev.(Info).GVR, prev.(Info).Kind)
 	}
@@ -135,6 +140,10 @@ type Clients struct {
 	Clientset Invoker
 	// Dynamic serves custom resources.
 	Dynamic dynamic.Interface
+	// Discover, with Config, says what the server serves: a binding over
+	// REST learns there what a registration left unsaid. Nil: the
+	// defaults hold.
+	Discover Discover
 }
 
 // Backend performs requests for one type. Namespace is "" for cluster-scoped
@@ -204,7 +213,10 @@ func For[T Object](c Clients, res *Info) (*Binding[T], error) {
 	case !info.Builtin && c.Dynamic != nil:
 		b.Backend = &dynamicBackend[T]{info: info, client: c.Dynamic.Resource(info.GVR), fake: true}
 	case c.Config != nil:
-		rb, err := newRESTBackend[T](info, c.Config, c.HTTP)
+		if b.Info, err = resolved(info, c.Discover); err != nil {
+			return nil, err
+		}
+		rb, err := newRESTBackend[T](b.Info, c.Config, c.HTTP)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", info, err)
 		}
@@ -225,9 +237,17 @@ func forUnstructured[T Object](c Clients, res *Info) (*Binding[T], error) {
 		return nil, fmt.Errorf("%s: set the Resource option's Version, Resource and Kind to say which resource it holds", unstructuredType)
 	}
 	info := *res
-	info.Watchable, info.Builtin = true, false
+	info.Type, info.Watchable, info.Builtin = unstructuredType, true, false
 	if _, ok := builtin.LookupGVR(info.GVR); ok {
 		info.Builtin = true
+	}
+	var d Discover
+	if c.Dynamic == nil {
+		d = c.Discover
+	}
+	info, err := resolved(info, d)
+	if err != nil {
+		return nil, err
 	}
 	b := &Binding[T]{Info: info, Wire: New[T]()}
 	switch {

@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -73,7 +74,10 @@ func (b *dynamicBackend[T]) Get(ctx context.Context, namespace, name string, opt
 	return b.result(b.ri(namespace).Get(ctx, name, opts))
 }
 
-func (b *dynamicBackend[T]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (*List[T], error) {
+func (b *dynamicBackend[T]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (_ *List[T], err error) {
+	if b.fake {
+		defer recoverListKind(b.info, &err)
+	}
 	l, err := b.ri(namespace).List(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -90,6 +94,20 @@ func (b *dynamicBackend[T]) Watch(ctx context.Context, namespace string, opts me
 		return w, nil // nothing to convert: no goroutine between the stream and the cache
 	}
 	return convertWatch[T](w), nil
+}
+
+// ErrNoListKind is the error of a list on client-go's fake dynamic client
+// that was not told the resource's list kind: the fake panics, and the
+// binding turns the panic into this error.
+var ErrNoListKind = errors.New("the fake dynamic client does not know the resource's list kind: " +
+	"create it with ctrltest.NewFakeDynamic(objects...), or give dynamicfake.NewSimpleDynamicClientWithCustomListKinds the list kind of every resource it serves")
+
+// recoverListKind turns the fake dynamic client's panic over a missing list
+// kind into ErrNoListKind. Deferred by lists on the fake.
+func recoverListKind(info Info, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: %w", info, ErrNoListKind)
+	}
 }
 
 // convertWatch passes the events of w on with their objects converted to T.

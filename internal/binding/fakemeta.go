@@ -56,12 +56,12 @@ func (b *fakeMetadata[T]) Get(ctx context.Context, namespace, name string, opts 
 	return b.one(b.ri(namespace).Get(ctx, name, opts))
 }
 
-func (b *fakeMetadata[T]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (*List[T], error) {
+func (b *fakeMetadata[T]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (_ *List[T], err error) {
 	var obj runtime.Object
-	var err error
 	if b.fake != nil {
 		obj, err = b.fake.Invokes(clienttesting.NewListActionWithOptions(b.info.GVR, b.info.GVK(), b.ns(namespace), opts), nil)
 	} else {
+		defer recoverListKind(b.info, &err)
 		obj, err = b.ri(namespace).List(ctx, opts)
 	}
 	if err != nil {

@@ -70,9 +70,13 @@ func InfoFor[T Object](res *Info) (Info, error) {
 		info.Type, info.Watchable = t, true
 		_, info.Builtin = builtin.LookupGVR(info.GVR)
 		if t == metadataType {
-			info.Status = false
+			info.StatusUnknown = true // metadata has none, whatever the resource has
 		}
-		return info, nil
+		info, err := resolved(info, nil)
+		if t == metadataType {
+			info.Status, info.StatusUnknown = false, false
+		}
+		return info, err
 	}
 	if res != nil {
 		return Info{}, fmt.Errorf("%s names its resource: a Resource option is for *unstructured.Unstructured and *v1.PartialObjectMetadata only", t)
@@ -185,8 +189,19 @@ func forMetadata[T Object](c Clients, res *Info) (*Binding[T], error) {
 		return nil, fmt.Errorf("%s: set the Resource option's Version, Resource and Kind to say which resource it holds", metadataType)
 	}
 	info := *res
-	info.Watchable, info.Status = true, false
+	info.Type, info.Watchable = metadataType, true
 	_, info.Builtin = builtin.LookupGVR(info.GVR)
+	fake := info.Builtin && c.Clientset != nil || !info.Builtin && c.Dynamic != nil
+	var d Discover
+	if !fake {
+		d = c.Discover
+	}
+	info.StatusUnknown = true // metadata has none, whatever the resource has
+	info, err := resolved(info, d)
+	if err != nil {
+		return nil, err
+	}
+	info.Status, info.StatusUnknown = false, false
 	toT := func(obj any) (T, bool) {
 		var zero T
 		if t, ok := obj.(T); ok {

@@ -4,6 +4,8 @@
 package builtin
 
 import (
+	"iter"
+	"maps"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,3 +40,6 @@ func LookupGVR(gvr schema.GroupVersionResource) (Resource, bool) {
 	}
 	return Resource{}, false
 }
+
+// All returns every built-in resource, in no particular order.
+func All() iter.Seq[Resource] { return maps.Values(table) }

@@ -64,7 +64,8 @@ func runMirror(ns string) int {
 	}
 	cfg.QPS, cfg.Burst = 1000, 2000
 	log := logLines(os.Stdout)
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, Logger: log, MetricsAddress: "127.0.0.1:0", FieldManager: "mirror"})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, Logger: log, MetricsAddress: "127.0.0.1:0",
+		MetricsServing: ctrl.MetricsServing{Insecure: true}, FieldManager: "mirror"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

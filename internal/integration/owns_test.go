@@ -47,7 +47,8 @@ func TestOwns(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.ConfigMap](c))
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	must(t, err)
 	ctx := start(t, mgr)
 
 	w, err := widgets.Create(ctx, newWidget(ns, "w", 1))

@@ -108,8 +108,10 @@ func TestProjectionAndMetadata(t *testing.T) {
 		if s.Labels["kind"] == "db" {
 			names = append(names, s.Name)
 		}
-		if s.Kind != "" && s.Kind != "PartialObjectMetadata" {
-			t.Errorf("secret %s: kind %q", s.Name, s.Kind)
+		// Metadata carries the kind of the resource it is of, as the
+		// fakes give it, not meta.k8s.io's PartialObjectMetadata.
+		if s.APIVersion != "v1" || s.Kind != "Secret" {
+			t.Errorf("secret %s: got apiVersion %q, kind %q, want v1 Secret", s.Name, s.APIVersion, s.Kind)
 		}
 	}
 	slices.Sort(names)

@@ -166,13 +166,15 @@ func TestToolkitOwnsGenerationChanged(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged))
+	_, err = ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
+	must(t, err)
 	c2, err := ctrl.NewController(mgr, "app-unfiltered", func(ctx context.Context, w *Widget) (ctrl.Result, error) {
 		unfiltered.add(ctx, w)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	must(t, err)
-	must(t, ctrl.Owns[*appsv1.Deployment](c2))
+	_, err = ctrl.Owns[*appsv1.Deployment](c2)
+	must(t, err)
 	ctx := start(t, mgr)
 	waitIdle(t, mgr)
 
@@ -475,7 +477,7 @@ func TestToolkitCreateOrPatchStatus(t *testing.T) {
 	requests, patches := log.take()
 	statusPath := "/apis/example.com/v1/namespaces/" + ns + "/widgets/w/status"
 	if op != ctrl.StatusPatched || w.Status.Phase != "Ready" || w.Generation != 1 {
-		t.Errorf("status only: got %s, phase %q, generation %d; want patchedStatus, Ready, 1", op, w.Status.Phase, w.Generation)
+		t.Errorf("status only: got %s, phase %q, generation %d; want statusPatched, Ready, 1", op, w.Status.Phase, w.Generation)
 	}
 	if len(requests) != 2 || !strings.HasPrefix(requests[0], "GET ") || !strings.HasPrefix(requests[1], "PATCH "+statusPath) ||
 		len(patches) != 1 || strings.Contains(patches[0], "spec") {
@@ -767,7 +769,8 @@ func TestToolkitUnstructured(t *testing.T) {
 		return ctrl.Result{}, err
 	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Resource: res}})
 	must(t, err)
-	must(t, ctrl.Owns[*corev1.ConfigMap](c))
+	_, err = ctrl.Owns[*corev1.ConfigMap](c)
+	must(t, err)
 	ctx := start(t, mgr)
 	typed := outsideWidgets(t)
 
@@ -1064,7 +1067,7 @@ func TestToolkitNoStatusSubresource(t *testing.T) {
 	for name, write := range writes {
 		t.Run(name, func(t *testing.T) {
 			err := write()
-			if err == nil || !strings.Contains(err.Error(), "registered without a status subresource: set APIResource.Status") {
+			if err == nil || !strings.Contains(err.Error(), "the resource has no status subresource: its CustomResourceDefinition has no `subresources: {status: {}}`") {
 				t.Errorf("got %v, want the error that says the resource has no status subresource", err)
 			}
 			if requests, _ := log.take(); len(requests) != 0 {

@@ -429,7 +429,7 @@ func unstash(m *metav1.ObjectMeta, key string) string {
 	return v
 }
 
-func gadgetToV1(src *GadgetV1alpha1, dst *Gadget) error {
+func gadgetToV1(_ context.Context, src *GadgetV1alpha1, dst *Gadget) error {
 	if src.Spec.Size < 0 {
 		return fmt.Errorf("size %d is negative", src.Spec.Size)
 	}
@@ -439,7 +439,7 @@ func gadgetToV1(src *GadgetV1alpha1, dst *Gadget) error {
 	return nil
 }
 
-func gadgetToV1alpha1(src *Gadget, dst *GadgetV1alpha1) error {
+func gadgetToV1alpha1(_ context.Context, src *Gadget, dst *GadgetV1alpha1) error {
 	dst.Spec.Size = src.Spec.Replicas
 	dst.Spec.Color = unstash(&dst.ObjectMeta, colorAnnotation)
 	stash(&dst.ObjectMeta, messageAnnotation, src.Spec.Message)

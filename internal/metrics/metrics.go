@@ -34,6 +34,7 @@ type Set struct {
 	causes          *prometheus.CounterVec
 	waiting         *prometheus.GaugeVec
 	released        *prometheus.CounterVec
+	timeouts        *prometheus.CounterVec
 	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
 	ShardObjects    *prometheus.GaugeVec
@@ -45,6 +46,7 @@ type Set struct {
 	WatchConnected  *prometheus.GaugeVec
 	Relists         *prometheus.CounterVec
 	Blind           *prometheus.HistogramVec
+	WaitingForCRD   *prometheus.GaugeVec
 }
 
 // New registers a manager's metrics with reg. Collectors already there
@@ -130,6 +132,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Name: "ctrl_retries_released_total",
 			Help: "Keys queued again because the API server answered after they failed on its absence.",
 		}, ctrlLabel),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_reconcile_timeouts_total",
+			Help: "Reconciles that ran past the controller's ReconcileTimeout, whose context was canceled.",
+		}, ctrlLabel),
 		recoveryWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ctrl_wait_after_recovery_seconds",
 			Help:    "How long a key released by the API server's return waited for its reconcile to begin.",
@@ -172,6 +178,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Help:    "How long the cache went without a working list or watch, per outage.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
 		}, cacheLabels),
+		WaitingForCRD: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_cache_waiting_for_crd",
+			Help: "Whether an optional kind waits for its CustomResourceDefinition (1) or is served (0), by resource: the CRD's name.",
+		}, []string{"resource"}),
 		LeaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leader_election_master_status",
 			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
@@ -183,6 +193,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
 		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.timeouts, &m.WaitingForCRD,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:
@@ -231,6 +242,7 @@ type Controller struct {
 	Waiting                        prometheus.Gauge
 	Released                       prometheus.Counter
 	WaitAfterRecovery              prometheus.Observer
+	Timeouts                       prometheus.Counter
 }
 
 // Controller returns the series of the controller named name; reasons are
@@ -255,6 +267,21 @@ func (m *Set) Controller(name string, workers int, reasons []string) Controller 
 		Waiting:           m.waiting.WithLabelValues(name),
 		Released:          m.released.WithLabelValues(name),
 		WaitAfterRecovery: m.recoveryWait.WithLabelValues(name),
+		Timeouts:          m.timeouts.WithLabelValues(name),
+	}
+}
+
+// ForgetController deletes the series of the controller named name, and of
+// its work queue: the controller was stopped.
+func (m *Set) ForgetController(name string) {
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{
+		m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.reconcileTime,
+		m.maxConcurrent, m.activeWorkers, m.depth, m.adds, m.latency, m.workDuration, m.unfinished,
+		m.longestRunning, m.retries, m.causes, m.waiting, m.released, m.recoveryWait, m.timeouts,
+	} {
+		v.DeletePartialMatch(prometheus.Labels{"controller": name})
 	}
 }
 

@@ -49,8 +49,10 @@ func sample(t *testing.T, body, series string) float64 {
 
 func TestMetricsAndEvents(t *testing.T) {
 	ns := namespace(t)
+	// Plain HTTP: what is served is checked here; who may read it, in
+	// internal/integration's TestSecureMetrics.
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, MetricsAddress: "127.0.0.1:0",
-		LeaderElection: election("metrics", "only")})
+		MetricsServing: ctrl.MetricsServing{Insecure: true}, LeaderElection: election("metrics", "only")})
 	if err != nil {
 		t.Fatal(err)
 	}

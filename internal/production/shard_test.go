@@ -1031,7 +1031,8 @@ func TestShardingByNamespace(t *testing.T) {
 			return ctrl.Result{}, nil
 		}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"test": leaseNS})}})
 		must(t, err)
-		must(t, ctrl.Owns[*corev1.Secret](m.c))
+		_, err = ctrl.Owns[*corev1.Secret](m.c)
+		must(t, err)
 		m.cache, err = ctrl.NewCache[*corev1.Secret](m.mgr, ctrl.CacheOptions{Sharded: true})
 		must(t, err)
 		ctx, cancel := context.WithCancel(context.Background())

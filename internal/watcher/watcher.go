@@ -48,6 +48,11 @@ type Config struct {
 	// having worked (or never having worked), and with true and the time
 	// spent without a working list or watch when one works again.
 	OnConnected func(connected bool, blind time.Duration)
+	// Quiet reports the errors not to log, because the caller reports
+	// them: an optional kind's 404s, which its CustomResourceDefinition
+	// explains; a 404 among them is retried at Settling's pace. Nil:
+	// every error is logged.
+	Quiet func(error) bool
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -66,6 +71,46 @@ var Backoff = wait.Backoff{
 // outage.
 const RelistSpread = 2 * time.Second
 
+// NotServed is the delay between list-and-watch cycles that end because
+// the server does not serve the resource (404 Not Found: its
+// CustomResourceDefinition was deleted). The first retries are as quick as
+// Backoff's, so a CRD being replaced costs little; a CRD that stays gone
+// costs the server a list every 20 to 30 seconds, not every second.
+var NotServed = wait.Backoff{
+	Duration: 100 * time.Millisecond,
+	Factor:   2,
+	Jitter:   0.5,
+	Cap:      20 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
+// Settling is the delay between cycles that end in a 404 the caller
+// expects to pass (Config.Quiet): an optional kind's just after its CRD
+// became Established, while the API server sets up the resource's handler
+// (a second, measured, after a CRD is created again). Retries come every
+// 100 to 650 ms in the first few seconds, so the cache lists soon after the
+// server serves, and then slow down to NotServed's pace.
+var Settling = wait.Backoff{
+	Duration: 100 * time.Millisecond,
+	Factor:   1.2,
+	Jitter:   0.5,
+	Cap:      20 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
+// Forbidden is the delay between list-and-watch cycles the server refuses
+// (403 Forbidden): the server answered, so this is no outage, and asking
+// again soon only helps once someone grants the permission. A cache
+// allowed to list but not to watch relists the whole type each cycle:
+// that is why the delay grows to half a minute.
+var Forbidden = wait.Backoff{
+	Duration: time.Second,
+	Factor:   2,
+	Jitter:   0.1,
+	Cap:      30 * time.Second,
+	Steps:    math.MaxInt32,
+}
+
 // Run lists and watches until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
@@ -81,6 +126,8 @@ func Run(ctx context.Context, cfg Config) {
 		Backoff:         &reflectorBackoff,
 	})
 	backoff := Backoff // for retrying list-and-watch cycles
+	notServed, settling := NotServed, Settling
+	forbidden := Forbidden
 	var lastReturn time.Time
 	for {
 		err := r.ListAndWatchWithContext(ctx)
@@ -99,15 +146,30 @@ func Run(ctx context.Context, cfg Config) {
 		// A watch that cannot resume (410 Gone: its resource version was
 		// compacted, or the server restarted) is relisted at once, unless
 		// an outage just ended; errors, and ends in quick succession, wait.
+		notFound := apierrors.IsNotFound(err)
+		quiet := notFound && cfg.Quiet != nil && cfg.Quiet(err)
 		pause := time.Duration(0)
 		switch {
 		case lw.recovered():
 			pause = rand.N(RelistSpread)
+		case quiet:
+			pause = settling.Step()
 		case err != nil || time.Since(lastReturn) < time.Second:
 			pause = backoff.Step()
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
+		}
+		if notFound && !quiet {
+			pause = max(pause, notServed.Step())
+		}
+		if !notFound {
+			notServed, settling = NotServed, Settling
+		}
+		if apierrors.IsForbidden(err) {
+			pause = max(pause, forbidden.Step())
+		} else {
+			forbidden = Forbidden
 		}
 		lastReturn = time.Now()
 		if pause > 0 {
@@ -138,6 +200,7 @@ type tracking struct {
 	justBack   bool          // an outage of the server ended in this list-and-watch cycle
 	refused    bool          // a call failed in the current outage: the server was unreachable
 	retryAfter time.Duration // the server's Retry-After, from the last failed call
+	quiet      bool          // the current outage began with an error Quiet, and goes unsaid
 }
 
 func (t *tracking) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -177,7 +240,7 @@ func (t *tracking) beforeList(ctx context.Context) error {
 	}
 	_, err := cache.ToListerWithContext(t.ListerWatcher).ListWithContext(ctx, metav1.ListOptions{Limit: 1})
 	t.record(ctx, err)
-	if err != nil {
+	if err != nil && !apierrors.IsForbidden(err) { // a refusal is an answer: the server is back
 		return err
 	}
 	t.recovered() // this is the spread, if any
@@ -247,6 +310,12 @@ func (t *tracking) record(ctx context.Context, err error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if apierrors.IsForbidden(err) {
+		// The server answered, and refused: no outage begins or ends
+		// here, whatever worked before. The caller reports refusals.
+		t.lastErr = err
+		return
+	}
 	if err != nil {
 		t.lastErr = err
 		t.refused = true
@@ -260,7 +329,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 		blind := time.Duration(0)
 		if t.started {
 			blind = now.Sub(t.since)
-			t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
+			if !t.quiet {
+				t.log.Info("watch is back", "blind", blind.Round(time.Millisecond).String())
+			}
 			t.justBack = t.refused
 		}
 		t.refused = false
@@ -271,7 +342,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 	case err != nil && t.connected:
 		t.lost(err, now)
 	case err != nil && !t.started:
-		t.log.Info("cannot list or watch; retrying", "err", err.Error())
+		if t.quiet = t.cfg.Quiet != nil && t.cfg.Quiet(err); !t.quiet {
+			t.log.Info("cannot list or watch; retrying", "err", err.Error())
+		}
 		t.started, t.since = true, now
 		if t.cfg.OnConnected != nil {
 			t.cfg.OnConnected(false, 0)
@@ -281,7 +354,9 @@ func (t *tracking) record(ctx context.Context, err error) {
 
 // lost records an outage that began at since. Called with t.mu held.
 func (t *tracking) lost(err error, since time.Time) {
-	t.log.Info("lost the watch; retrying", "err", err.Error())
+	if t.quiet = t.cfg.Quiet != nil && t.cfg.Quiet(err); !t.quiet {
+		t.log.Info("lost the watch; retrying", "err", err.Error())
+	}
 	t.connected, t.since = false, since
 	if t.cfg.OnConnected != nil {
 		t.cfg.OnConnected(false, 0)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,8 +17,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -290,6 +294,77 @@ func TestDeadStream(t *testing.T) {
 	}
 }
 
+// TestForbiddenIsNoOutage runs a reflector whose watches the server
+// forbids, after lists it allows, and then one whose lists it forbids
+// until it allows them: a refusal is an answer, so no line says the watch
+// was lost or is back, and OnConnected reports nothing but the first
+// working call; the cycles go on, for the permission may come.
+func TestForbiddenIsNoOutage(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	saved := Forbidden
+	Forbidden.Duration, Forbidden.Cap = time.Millisecond, 5*time.Millisecond
+	defer func() { Forbidden = saved }()
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no RBAC rule"))
+
+	for _, verb := range []string{"watch", "list"} {
+		t.Run(verb, func(t *testing.T) {
+			var mu sync.Mutex
+			lists, watches, refusals := 0, 0, 0
+			allowed := false
+			var connected []bool
+			lw := noWatchList{&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if verb == "list" && !allowed {
+						refusals++
+						return nil, forbidden
+					}
+					lists++
+					return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+				},
+				WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if verb == "watch" && !allowed {
+						refusals++
+						return nil, forbidden
+					}
+					watches++
+					return watch.NewFakeWithChanSize(10, false), nil
+				},
+			}}
+			var log lines
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Run(ctx, Config{Name: "*v1.ConfigMap", Type: &corev1.ConfigMap{}, ListerWatch: lw,
+					Store: cache.NewStore(cache.MetaNamespaceKeyFunc), Logger: log.logger(),
+					OnConnected: func(ok bool, _ time.Duration) { mu.Lock(); connected = append(connected, ok); mu.Unlock() }})
+			}()
+			waitFor(t, "five refusals", func() bool { mu.Lock(); defer mu.Unlock(); return refusals >= 5 })
+			mu.Lock()
+			allowed = true
+			mu.Unlock()
+			waitFor(t, "a watch", func() bool { mu.Lock(); defer mu.Unlock(); return watches > 0 })
+			cancel()
+			<-done
+			for _, s := range []string{"lost the watch", "watch is back", "cannot list or watch"} {
+				if n := log.count(s); n != 0 {
+					t.Errorf("%d lines %q, want none:\n%s", n, s, strings.Join(log.all, "\n"))
+				}
+			}
+			if verb == "watch" && lists < 5 {
+				t.Errorf("%d lists, want a relist per refused watch", lists)
+			}
+			if len(connected) != 1 || !connected[0] {
+				t.Errorf("OnConnected calls %v, want [true]", connected)
+			}
+		})
+	}
+}
+
 var errLost = errors.New("http2: client connection lost")
 
 type failingReader struct{ err error }
@@ -347,3 +422,68 @@ func TestStreamTransport(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNotServedBacksOff runs a reflector against a resource the server
+// does not serve (404, a CRD deleted): its cycles back off past Backoff's
+// cap, at NotServed's pace, or Settling's for 404s the caller expects
+// (Config.Quiet), which also go unlogged.
+func TestNotServedBacksOff(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	savedB, savedN, savedS := Backoff, NotServed, Settling
+	defer func() { Backoff, NotServed, Settling = savedB, savedN, savedS }()
+	Backoff.Duration, Backoff.Cap, Backoff.Jitter = time.Millisecond, 2*time.Millisecond, 0
+	scaled := wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32}
+	unused := wait.Backoff{Duration: time.Minute, Steps: math.MaxInt32} // a schedule not to follow
+
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			NotServed, Settling = scaled, unused
+			if quiet {
+				NotServed, Settling = unused, scaled
+			}
+			notFound := apierrors.NewNotFound(schema.GroupResource{Group: "example.com", Resource: "widgets"}, "")
+			var mu sync.Mutex
+			var calls []time.Time
+			lw := noWatchList{&cache.ListWatch{
+				ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					calls = append(calls, time.Now())
+					return nil, notFound
+				},
+				WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+					return nil, notFound
+				},
+			}}
+			var log lines
+			cfg := Config{Name: "widgets", Type: &corev1.ConfigMap{}, ListerWatch: lw,
+				Store: cache.NewStore(cache.MetaNamespaceKeyFunc), Logger: log.logger()}
+			if quiet {
+				cfg.Quiet = apierrors.IsNotFound
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Run(ctx, cfg)
+			}()
+			waitFor(t, "ten lists", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) >= 10 })
+			cancel()
+			<-done
+			mu.Lock()
+			defer mu.Unlock()
+			// The ninth pause is the schedule's ninth step, 256 ms: timers
+			// only ever fire late, so this is a lower bound.
+			if gap := calls[9].Sub(calls[8]); gap < 256*time.Millisecond {
+				t.Errorf("gap between the 9th and 10th list: got %s, want at least 256ms", gap)
+			}
+			want := 1
+			if quiet {
+				want = 0
+			}
+			if got := log.count("cannot list or watch; retrying"); got != want {
+				t.Errorf("lines about the failures: got %d, want %d:\n%s", got, want, strings.Join(log.all, "\n"))
+			}
+		})
+	}
+}

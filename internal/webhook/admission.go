@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -25,7 +26,11 @@ import (
 // Admission is a validating webhook (Create, Update, Delete) or a mutating
 // one (Default) for objects of T. A nil function admits its operation.
 type Admission[T binding.Object] struct {
-	Info    binding.Info
+	Info binding.Info
+	// Path is where it is served; "" for AdmissionPath's.
+	Path string
+	// Name is its name in its configuration; "" for DefaultName's.
+	Name    string
 	Create  func(ctx context.Context, obj T) error
 	Update  func(ctx context.Context, old, obj T) error
 	Delete  func(ctx context.Context, obj T) error
@@ -43,21 +48,53 @@ func AdmissionPath(info binding.Info, mutating bool) string {
 	return prefix + strings.ReplaceAll(gvk.Group, ".", "-") + "-" + gvk.Version + "-" + strings.ToLower(gvk.Kind)
 }
 
+// DefaultName returns the name of T's webhook in its configuration:
+// "v1.widgets.example.com", three segments at least, as the API server
+// requires.
+func DefaultName(info binding.Info) string {
+	group := info.GVR.Group
+	if group == "" {
+		group = "core"
+	}
+	return info.GVR.Version + "." + info.GVR.Resource + "." + group
+}
+
 // AddAdmission serves a at its path. A second webhook of the same kind for
-// the same group, version and kind is an error.
+// the same group, version and kind is an error, and so are a path that is
+// taken and a name that another webhook of the same kind has.
 func AddAdmission[T binding.Object](s *Server, a *Admission[T]) error {
 	mutating := a.Default != nil
-	path := AdmissionPath(a.Info, mutating)
+	what := "validating"
+	if mutating {
+		what = "mutating"
+	}
+	path, name := a.Path, a.Name
+	if path == "" {
+		path = AdmissionPath(a.Info, mutating)
+	}
+	if name == "" {
+		name = DefaultName(a.Info)
+	}
+	if err := checkPath(path); err != nil {
+		return fmt.Errorf("%s webhook for %s: %w", what, a.Info, err)
+	}
+	if err := checkName(name); err != nil {
+		return fmt.Errorf("%s webhook for %s: %w", what, a.Info, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range s.hooks {
-		if h.Path == path {
-			what := "validating"
-			if mutating {
-				what = "mutating"
-			}
-			return fmt.Errorf("a %s webhook for %s is already registered at %s", what, a.Info, path)
+		switch {
+		case h.Mutating == mutating && h.Group == a.Info.GVR.Group && h.Version == a.Info.GVR.Version && h.Resource == a.Info.GVR.Resource:
+			return fmt.Errorf("a %s webhook for %s is already registered at %s", what, a.Info, h.Path)
+		case h.Path == path:
+			return fmt.Errorf("%s webhook for %s: path %s is taken by the webhook %s", what, a.Info, path, h.Name)
+		case h.Mutating == mutating && h.Name == name:
+			return fmt.Errorf("%s webhook for %s: another %s webhook, at %s, is named %q", what, a.Info, what, h.Path, name)
 		}
+	}
+	if path == ConvertPath && s.conv != nil {
+		return fmt.Errorf("%s webhook for %s: path %s is the conversion webhook's", what, a.Info, path)
 	}
 	var ops []string
 	if mutating {
@@ -76,7 +113,7 @@ func AddAdmission[T binding.Object](s *Server, a *Admission[T]) error {
 		}
 	}
 	s.hooks = append(s.hooks, Hook{
-		Path: path, Mutating: mutating, Operations: ops,
+		Path: path, Name: name, Mutating: mutating, Operations: ops,
 		Group: a.Info.GVR.Group, Version: a.Info.GVR.Version, Resource: a.Info.GVR.Resource, Namespaced: a.Info.Namespaced,
 	})
 	s.handle(path, a)
@@ -327,13 +364,16 @@ type warnings struct {
 
 type warningsKey struct{}
 
-// Warn adds msg to the warnings of the admission request of ctx, if any.
-func Warn(ctx context.Context, msg string) {
-	if w, ok := ctx.Value(warningsKey{}).(*warnings); ok {
+// Warn adds msg to the warnings of the admission request of ctx, and
+// reports whether ctx belongs to one.
+func Warn(ctx context.Context, msg string) bool {
+	w, ok := ctx.Value(warningsKey{}).(*warnings)
+	if ok {
 		w.mu.Lock()
 		w.msgs = append(w.msgs, msg)
 		w.mu.Unlock()
 	}
+	return ok
 }
 
 func (w *warnings) list() []string {
@@ -357,4 +397,22 @@ func gvkString(group, version, kind string) string {
 		return version + " " + kind
 	}
 	return group + "/" + version + " " + kind
+}
+
+// checkPath checks a webhook's path: an absolute URL path, which the API
+// server appends to the service or URL of the configuration.
+func checkPath(path string) error {
+	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, "?# ") {
+		return fmt.Errorf("path %q: want an absolute URL path, such as /validate-example-com-v1-widget", path)
+	}
+	return nil
+}
+
+// checkName checks a webhook's name as the API server does: a DNS
+// subdomain of three segments at least, such as vwidget.kb.io.
+func checkName(name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || strings.Count(name, ".") < 2 {
+		return fmt.Errorf("name %q: want a DNS subdomain of three segments at least, such as vwidget.kb.io", name)
+	}
+	return nil
 }

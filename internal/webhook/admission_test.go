@@ -389,8 +389,8 @@ func TestRegistration(t *testing.T) {
 	}
 	hooks := f.Hooks()
 	want := []webhook.Hook{
-		{Path: validatePath, Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Operations: []string{"CREATE", "UPDATE", "DELETE"}},
-		{Path: mutatePath, Mutating: true, Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Operations: []string{"CREATE", "UPDATE"}},
+		{Path: validatePath, Name: "v1.widgets.example.com", Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Operations: []string{"CREATE", "UPDATE", "DELETE"}},
+		{Path: mutatePath, Name: "v1.widgets.example.com", Mutating: true, Group: "example.com", Version: "v1", Resource: "widgets", Namespaced: true, Operations: []string{"CREATE", "UPDATE"}},
 	}
 	if !reflect.DeepEqual(hooks, want) {
 		t.Errorf("got hooks %+v, want %+v", hooks, want)

@@ -66,7 +66,7 @@ func (c *Certs) reload() (*tls.Certificate, error) {
 		if c.cert != nil {
 			return c.cert, nil // being replaced: keep serving the old pair
 		}
-		return nil, fmt.Errorf("loading the webhook serving certificate: %w", err)
+		return nil, fmt.Errorf("loading the serving certificate: %w", err)
 	}
 	if c.cert != nil && same(certStat, c.certStat) && same(keyStat, c.keyStat) {
 		return c.cert, nil
@@ -76,7 +76,7 @@ func (c *Certs) reload() (*tls.Certificate, error) {
 		if c.cert != nil {
 			return c.cert, nil
 		}
-		return nil, fmt.Errorf("loading the webhook serving certificate from %s and %s: %w", c.certFile, c.keyFile, err)
+		return nil, fmt.Errorf("loading the serving certificate from %s and %s: %w", c.certFile, c.keyFile, err)
 	}
 	c.cert, c.certStat, c.keyStat = &cert, certStat, keyStat
 	return c.cert, nil

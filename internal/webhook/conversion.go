@@ -65,7 +65,7 @@ type version struct {
 
 type edge struct {
 	to      *version
-	convert func(binding.Object) (binding.Object, error)
+	convert func(context.Context, binding.Object) (binding.Object, error)
 }
 
 // Conversion is a registered custom resource, for its CRD's conversion
@@ -98,9 +98,10 @@ func (s *Server) Conversions() []Conversion {
 
 // AddConversion registers the conversions between A and B, two versions of
 // one custom resource: ab converts an A into a B, ba back. Each is called
-// with a new destination object that carries a copy of the source's
-// metadata, for the function to fill in the rest.
-func AddConversion[A, B binding.Object](s *Server, a, b binding.Info, ab func(A, B) error, ba func(B, A) error) error {
+// with the request's context, which carries its logger, and a new
+// destination object that carries a copy of the source's metadata, for the
+// function to fill in the rest.
+func AddConversion[A, B binding.Object](s *Server, a, b binding.Info, ab func(context.Context, A, B) error, ba func(context.Context, B, A) error) error {
 	switch {
 	case a.Builtin || b.Builtin:
 		return fmt.Errorf("conversion between %s and %s: only custom resources are converted by webhooks", a, b)
@@ -120,6 +121,11 @@ func AddConversion[A, B binding.Object](s *Server, a, b binding.Info, ab func(A,
 	defer s.mu.Unlock()
 	c := s.conv
 	if c == nil {
+		for _, h := range s.hooks {
+			if h.Path == ConvertPath {
+				return fmt.Errorf("conversion between %s and %s: path %s is taken by the webhook %s", a, b, ConvertPath, h.Name)
+			}
+		}
 		c = &Converter{types: map[schema.GroupVersionKind]*version{}}
 	}
 	c.mu.Lock()
@@ -162,12 +168,12 @@ func decoder[T binding.Object]() func([]byte) (binding.Object, error) {
 }
 
 // step wraps a typed conversion into B, described by to.
-func step[A, B binding.Object](to binding.Info, f func(A, B) error) func(binding.Object) (binding.Object, error) {
+func step[A, B binding.Object](to binding.Info, f func(context.Context, A, B) error) func(context.Context, binding.Object) (binding.Object, error) {
 	gvk := to.GVK()
-	return func(src binding.Object) (binding.Object, error) {
+	return func(ctx context.Context, src binding.Object) (binding.Object, error) {
 		dst := binding.New[B]()
 		objectMeta(src).DeepCopyInto(objectMeta(dst))
-		if err := f(src.(A), dst); err != nil {
+		if err := f(ctx, src.(A), dst); err != nil {
 			return nil, err
 		}
 		dst.GetObjectKind().SetGroupVersionKind(gvk)
@@ -235,13 +241,16 @@ func (c *Converter) review(ctx context.Context, body []byte, log logr.Logger, m 
 		return nil, fmt.Errorf("desiredAPIVersion %q: %w", req.DesiredAPIVersion, err)
 	}
 	resp := &ConversionResponse{UID: req.UID}
+	if log.GetSink() != nil { // the values cost allocations: not for a discarding logger
+		log = log.WithValues("uid", req.UID)
+	}
 	var out []runtime.RawExtension
-	err = call(ctx, func(context.Context) error {
+	err = call(logr.NewContext(ctx, log), func(ctx context.Context) error {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
 		out = make([]runtime.RawExtension, len(req.Objects))
 		for i, o := range req.Objects {
-			raw, err := c.convert(o.Raw, desired)
+			raw, err := c.convert(ctx, o.Raw, desired)
 			if err != nil {
 				return err
 			}
@@ -253,12 +262,12 @@ func (c *Converter) review(ctx context.Context, body []byte, log logr.Logger, m 
 	switch {
 	case errors.As(err, &p):
 		m.Panics.Inc()
-		log.Error(p, "conversion function panicked", "uid", req.UID, "stack", string(p.stack))
+		log.Error(p, "conversion function panicked", "stack", string(p.stack))
 	case ctx.Err() != nil:
 		err = fmt.Errorf("the conversion did not finish within the request's timeout: %w", context.Cause(ctx))
-		log.Error(err, "conversion failed", "uid", req.UID)
+		log.Error(err, "conversion failed")
 	case err != nil:
-		log.Error(err, "conversion failed", "uid", req.UID)
+		log.Error(err, "conversion failed")
 	}
 	if err != nil {
 		resp.Result = metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
@@ -269,7 +278,7 @@ func (c *Converter) review(ctx context.Context, body []byte, log logr.Logger, m 
 }
 
 // convert converts one object into the desired version of its kind.
-func (c *Converter) convert(raw []byte, desired schema.GroupVersion) ([]byte, error) {
+func (c *Converter) convert(ctx context.Context, raw []byte, desired schema.GroupVersion) ([]byte, error) {
 	var head struct {
 		metav1.TypeMeta `json:",inline"`
 		Metadata        struct {
@@ -305,7 +314,7 @@ func (c *Converter) convert(raw []byte, desired schema.GroupVersion) ([]byte, er
 	}
 	at := src
 	for _, e := range steps {
-		if obj, err = e.convert(obj); err != nil {
+		if obj, err = e.convert(ctx, obj); err != nil {
 			return nil, fmt.Errorf("%s %s: converting %s to %s: %w", head.Kind, name, at.info, e.to.info, err)
 		}
 		at = e.to

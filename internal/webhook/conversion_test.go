@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -90,7 +92,7 @@ func take(m *metav1.ObjectMeta, key string) string {
 	return v
 }
 
-func alphaToV1(src *alphaWidget, dst *widget) error {
+func alphaToV1(_ context.Context, src *alphaWidget, dst *widget) error {
 	if src.Spec.Size < 0 {
 		return fmt.Errorf("size %d is negative", src.Spec.Size)
 	}
@@ -106,20 +108,20 @@ func alphaToV1(src *alphaWidget, dst *widget) error {
 	return nil
 }
 
-func v1ToAlpha(src *widget, dst *alphaWidget) error {
+func v1ToAlpha(_ context.Context, src *widget, dst *alphaWidget) error {
 	dst.Spec.Size = src.Spec.Replicas
 	dst.Spec.Color = take(&dst.ObjectMeta, colorAnnotation)
 	keep(&dst.ObjectMeta, messageAnnotation, src.Spec.Message)
 	return nil
 }
 
-func betaToV1(src *betaWidget, dst *widget) error {
+func betaToV1(_ context.Context, src *betaWidget, dst *widget) error {
 	dst.Spec.Replicas, dst.Spec.Message = src.Spec.Count, src.Spec.Message
 	keep(&dst.ObjectMeta, colorAnnotation, src.Spec.Color)
 	return nil
 }
 
-func v1ToBeta(src *widget, dst *betaWidget) error {
+func v1ToBeta(_ context.Context, src *widget, dst *betaWidget) error {
 	dst.Spec.Count, dst.Spec.Message = src.Spec.Replicas, src.Spec.Message
 	dst.Spec.Color = take(&dst.ObjectMeta, colorAnnotation)
 	return nil
@@ -296,7 +298,7 @@ func TestConversionRegistration(t *testing.T) {
 		"the pair reversed":   webhook.AddConversion(f.Server, widgetInfo, alphaInfo, v1ToAlpha, alphaToV1),
 		"another kind":        webhook.AddConversion(f.Server, other, widgetInfo, alphaToV1, v1ToAlpha),
 		"another resource":    webhook.AddConversion(f.Server, cluster, widgetInfo, alphaToV1, v1ToAlpha),
-		"the same version":    webhook.AddConversion(f.Server, widgetInfo, widgetInfo, func(*widget, *widget) error { return nil }, func(*widget, *widget) error { return nil }),
+		"the same version":    webhook.AddConversion(f.Server, widgetInfo, widgetInfo, func(context.Context, *widget, *widget) error { return nil }, func(context.Context, *widget, *widget) error { return nil }),
 		"a built-in type":     webhook.AddConversion(f.Server, builtin, alphaInfo, v1ToAlpha, alphaToV1),
 		"one direction":       webhook.AddConversion(f.Server, alphaInfo, widgetInfo, alphaToV1, nil),
 		"a second Go type":    webhook.AddConversion(f.Server, dup, widgetInfo, betaToV1, v1ToBeta),
@@ -318,7 +320,7 @@ func TestConversionTimeout(t *testing.T) {
 	f := newFixture(t)
 	release := make(chan struct{})
 	done := make(chan struct{})
-	slow := func(src *alphaWidget, dst *widget) error {
+	slow := func(_ context.Context, src *alphaWidget, dst *widget) error {
 		if src.Spec.Color == "slow" {
 			defer close(done)
 			<-release
@@ -344,4 +346,26 @@ func TestConversionTimeout(t *testing.T) {
 	}
 	close(release)
 	<-done
+}
+
+// TestConversionLogger checks that a conversion function's context carries
+// the server's logger with the webhook's path and the request's uid.
+func TestConversionLogger(t *testing.T) {
+	f := newFixture(t)
+	logged := func(ctx context.Context, src *alphaWidget, dst *widget) error {
+		logr.FromContextOrDiscard(ctx).Info("converting", "name", src.Name)
+		return alphaToV1(ctx, src, dst)
+	}
+	if err := webhook.AddConversion(f.Server, alphaInfo, widgetInfo, logged, v1ToAlpha); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"req-7","desiredAPIVersion":"example.com/v1",` +
+		`"objects":[{"apiVersion":"example.com/v1alpha1","kind":"Widget","metadata":{"name":"w"},"spec":{"size":1}}]}}`
+	if code, out := f.post(t, "/convert", "application/json", []byte(body)); code != http.StatusOK {
+		t.Fatalf("got %d %s, want 200", code, out)
+	}
+	want := `"msg"="converting" "webhook"="/convert" "uid"="req-7" "name"="w"`
+	if !strings.Contains(f.logs.String(), want) {
+		t.Errorf("logs lack %s:\n%s", want, f.logs)
+	}
 }

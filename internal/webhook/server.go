@@ -14,8 +14,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +51,7 @@ type Server struct {
 // Hook is a registered admission webhook, what its configuration needs.
 type Hook struct {
 	Path       string
+	Name       string // in its configuration
 	Mutating   bool
 	Group      string
 	Version    string
@@ -85,6 +88,11 @@ func (s *Server) handle(path string, r reviewer) {
 	}
 	routes[path] = &route{r: r, log: s.log.WithValues("webhook", path), metrics: s.metrics.Webhook(path)}
 	s.routes.Store(&routes)
+}
+
+// Paths returns the paths of the registered webhooks, sorted.
+func (s *Server) Paths() []string {
+	return slices.Sorted(maps.Keys(*s.routes.Load()))
 }
 
 // Empty reports whether no webhook is registered.

@@ -118,8 +118,10 @@ func Start(impl, dir string) (*Server, error) {
 	var addr string
 	switch impl {
 	case "ctrl":
-		// A manager with no caches never calls the API server.
-		mgr, err := ctrl.NewManager(ctrl.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, WebhookAddress: "127.0.0.1:0", WebhookCertDir: dir})
+		// A manager with no caches never calls the API server. HTTP/2 is
+		// offered, as controller-runtime's server and the floor offer it.
+		mgr, err := ctrl.NewManager(ctrl.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, WebhookAddress: "127.0.0.1:0", WebhookCertDir: dir,
+			TLS: ctrl.TLSOptions{HTTP2: true}})
 		if err != nil {
 			cancel()
 			return nil, err

@@ -15,10 +15,10 @@ import (
 
 // TestUserModule does what README.md's "Testing your controller" tells a
 // user to do, in a fresh module outside this checkout: it holds a copy of
-// the Widget controller and the README's two test files, requires ctrl
-// (replaced by this checkout), builds the binaries with the README's
-// command into an empty user cache directory, and runs go test, which must
-// find them there. It needs the module proxy, or a module cache that has
+// the Widget controller, with its generated files, and the README's two
+// test files, requires ctrl (replaced by this checkout), builds the
+// binaries with the README's command into an empty user cache directory,
+// and runs go test, which must find them there. It needs the module proxy, or a module cache that has
 // what `make controlplane` and ctrl's own build downloaded, and shares the
 // Go build cache, which holds kube-apiserver after `make controlplane`.
 func TestUserModule(t *testing.T) {
@@ -38,7 +38,7 @@ func TestUserModule(t *testing.T) {
 
 	goMod := "module example.com/widget\n\ngo 1.26.0\n\nrequire github.com/typedctrl/ctrl v0.0.0\n\nreplace github.com/typedctrl/ctrl => " + root + "\n"
 	must(t, os.WriteFile(filepath.Join(module, "go.mod"), []byte(goMod), 0o644))
-	for _, name := range []string{"go.sum", "examples/widget/widget.go", "examples/widget/crd.yaml", "examples/widget/fake_test.go", "examples/widget/apiserver_test.go"} {
+	for _, name := range []string{"go.sum", "examples/widget/widget.go", "examples/widget/types.go", "examples/widget/zz_generated.deepcopy.go", "examples/widget/crd.yaml", "examples/widget/fake_test.go", "examples/widget/apiserver_test.go"} {
 		data, err := os.ReadFile(filepath.Join(root, name))
 		must(t, err)
 		if strings.HasSuffix(name, "_test.go") {

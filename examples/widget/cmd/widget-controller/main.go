@@ -18,7 +18,10 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file; default: in-cluster config, then $KUBECONFIG or ~/.kube/config")
 	namespace := flag.String("namespace", "", "watch one namespace; default: all")
-	metricsAddr := flag.String("metrics-address", ":8080", "address of /metrics; empty: off")
+	metricsAddr := flag.String("metrics-address", ":8443", "address of /metrics; empty: off")
+	metricsSecure := flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to clients RBAC allows to get it; false: plain HTTP to anyone")
+	metricsCertDir := flag.String("metrics-cert-dir", "", "directory of the metrics certificate (tls.crt, tls.key); default: self-signed")
+	enableHTTP2 := flag.Bool("enable-http2", false, "offer HTTP/2 on the metrics and webhook servers")
 	healthAddr := flag.String("health-address", ":8081", "address of /healthz and /readyz; empty: off")
 	leaderElect := flag.Bool("leader-elect", true, "run the controller only in the replica holding the Lease")
 	leaseNamespace := flag.String("lease-namespace", "", "namespace of the Lease; default: the watched namespace, or default")
@@ -38,7 +41,9 @@ func main() {
 		Logger:         log,
 		FieldManager:   "widget-controller",
 		MetricsAddress: *metricsAddr,
+		MetricsServing: ctrl.MetricsServing{Insecure: !*metricsSecure, CertDir: *metricsCertDir},
 		HealthAddress:  *healthAddr,
+		TLS:            ctrl.TLSOptions{HTTP2: *enableHTTP2},
 	}
 	if *leaderElect {
 		opts.LeaderElection = ctrl.LeaderElection{Name: "widget-controller", Namespace: *leaseNamespace}

@@ -1,4 +1,4 @@
-package ctrl
+package provider
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // recordingFleet records what a provider engages and disengages.
@@ -16,10 +18,10 @@ type recordingFleet struct {
 	calls []string
 }
 
-func (f *recordingFleet) Engage(name string, c Cluster) error {
+func (f *recordingFleet) Engage(name string, cfg *rest.Config) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, "engage "+name+" "+c.Config.Host)
+	f.calls = append(f.calls, "engage "+name+" "+cfg.Host)
 	return nil
 }
 
@@ -64,7 +66,7 @@ func TestKubeconfigDirNames(t *testing.T) {
 		}
 	}
 	fleet := &recordingFleet{}
-	p := &kubeconfigDir{dir: dir, every: time.Millisecond}
+	p := NewDir(dir, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx, fleet) }()

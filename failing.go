@@ -1,0 +1,105 @@
+package ctrl
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// failures remembers, for each key of a controller whose last reconcile
+// failed and that waits for a retry, the last error, so that
+// [Manager.WaitIdle] can say what fails instead of only that something is
+// busy. A key leaves it when a reconcile of it succeeds, ends with a
+// terminal error, or finds its object gone, and when its member cluster
+// leaves: it never holds more keys than the controller has objects.
+type failures struct {
+	n  atomic.Int32 // len(keys), read without the lock on every success
+	mu sync.Mutex
+	m  map[Key]failure
+}
+
+type failure struct {
+	err      error
+	attempts int
+}
+
+// failed records err as the last error of key.
+func (f *failures) failed(key Key, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[Key]failure{}
+	}
+	prev := f.m[key]
+	f.m[key] = failure{err: err, attempts: prev.attempts + 1}
+	f.n.Store(int32(len(f.m)))
+}
+
+// ok forgets key: it no longer fails.
+func (f *failures) ok(key Key) {
+	if f.n.Load() == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, key)
+	f.n.Store(int32(len(f.m)))
+}
+
+// forgetCluster forgets the keys of a member that left.
+func (f *failures) forgetCluster(cluster string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.m {
+		if k.Cluster == cluster {
+			delete(f.m, k)
+		}
+	}
+	f.n.Store(int32(len(f.m)))
+}
+
+// maxFailuresShown bounds the keys an error of WaitIdle names per
+// controller.
+const maxFailuresShown = 5
+
+// failing returns an error that names the controller's failing keys, each
+// with its last error (wrapped, for errors.Is), or nil.
+func (c *Controller[T]) failing() error {
+	f := &c.failures
+	if f.n.Load() == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	type entry struct {
+		key Key
+		failure
+	}
+	entries := make([]entry, 0, len(f.m))
+	for k, v := range f.m {
+		entries = append(entries, entry{k, v})
+	}
+	f.mu.Unlock()
+	if len(entries) == 0 {
+		return nil
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.key.Cluster, b.key.Cluster), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	})
+	var errs []error
+	for i, e := range entries {
+		if i == maxFailuresShown {
+			errs = append(errs, fmt.Errorf("%s: and %d more keys", c, len(entries)-i))
+			break
+		}
+		retry := ""
+		if at, ok := c.q.dueAt(e.key); ok {
+			retry = fmt.Sprintf(", next retry in %s", time.Until(at).Round(time.Millisecond))
+		}
+		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.key, e.attempts, retry, e.err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,79 @@
+package ctrl
+
+import (
+	"fmt"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// The API server's JSON names every object's apiVersion and kind, but
+// client-go's typed decoding drops them (a typed object's Go type says its
+// kind), for built-in types and custom resources alike. ctrl knows the kind
+// of every type it binds, so caches and clients put it back: objects handed
+// out carry their apiVersion and kind, as kubectl shows them, for code that
+// serializes objects or refers to them.
+
+// typeMetaOf returns the apiVersion and kind of the objects of info, built
+// once so that stamping them allocates nothing.
+func typeMetaOf(info binding.Info) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: info.GVR.GroupVersion().String(), Kind: info.Kind}
+}
+
+// stamp sets tm on obj, replacing what it carries: for a typed object
+// nothing, or for metadata the meta.k8s.io kind of the response. An
+// *unstructured.Unstructured, which names its own kind, keeps it unless it
+// names none.
+func stamp[T Object](obj T, tm metav1.TypeMeta) {
+	switch k := obj.GetObjectKind().(type) {
+	case *metav1.TypeMeta:
+		*k = tm
+	default:
+		if k.GroupVersionKind().Empty() {
+			k.SetGroupVersionKind(schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind))
+		}
+	}
+}
+
+// ReferenceOf returns a reference to obj, for status fields that point at
+// other objects and for anything that names an object with its kind: its
+// apiVersion and kind from T's registration ([Register]; built-in types
+// need none), and its namespace, name, uid and resourceVersion. An
+// *unstructured.Unstructured or *metav1.PartialObjectMetadata gives its
+// own apiVersion and kind, as ctrl's caches and clients set them. It
+// returns an error if obj is nil or its kind is not known.
+func ReferenceOf[T Object](obj T) (corev1.ObjectReference, error) {
+	if v := reflect.ValueOf(obj); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return corev1.ObjectReference{}, fmt.Errorf("ctrl: ReferenceOf %s: nil object", reflect.TypeFor[T]())
+	}
+	var gvk schema.GroupVersionKind
+	switch t := reflect.TypeFor[T](); t {
+	case binding.UnstructuredType, binding.MetadataType:
+		if gvk = obj.GetObjectKind().GroupVersionKind(); gvk.Version == "" || gvk.Kind == "" {
+			return corev1.ObjectReference{}, fmt.Errorf("ctrl: ReferenceOf %s %s: the object has no apiVersion and kind", t, KeyOf(obj))
+		}
+	default:
+		info, err := binding.InfoFor[T](nil)
+		if err != nil {
+			return corev1.ObjectReference{}, fmt.Errorf("ctrl: ReferenceOf: %w", err)
+		}
+		gvk = info.GVK()
+	}
+	return reference(gvk, obj), nil
+}
+
+// reference is the reference to obj, of kind gvk.
+func reference(gvk schema.GroupVersionKind, obj metav1.Object) corev1.ObjectReference {
+	return corev1.ObjectReference{
+		APIVersion:      gvk.GroupVersion().String(),
+		Kind:            gvk.Kind,
+		Namespace:       obj.GetNamespace(),
+		Name:            obj.GetName(),
+		UID:             obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion(),
+	}
+}

@@ -1,0 +1,303 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// An optional kind (CacheOptions.Optional) is a custom resource whose
+// CustomResourceDefinition may come and go. Its cache follows the CRD, which
+// a private cache watches by name: it runs feeds while the CRD is
+// Established and serves the cache's version, and none otherwise, so that a
+// missing CRD costs one idle watch, not a list every second. The CRD is
+// read as *unstructured.Unstructured, cut down to the few fields read here,
+// so that ctrl needs no apiextensions module and keeps no schemas.
+
+// crdResource is where the API server serves CustomResourceDefinitions.
+var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
+	Kind: "CustomResourceDefinition", ClusterScoped: true}
+
+// optional is what an optional cache knows of its CRD.
+type optional struct {
+	crd     string // the CRD's name: <resource>.<group>
+	version string
+	kick    chan struct{} // the CRD changed
+	kicks   atomic.Uint64 // changes of the CRD, and how many follow has acted on,
+	acted   atomic.Uint64 // for the idle check
+	ready   chan struct{} // closed once crds is set
+	crds    *Cache[*unstructured.Unstructured]
+	waiting atomic.Pointer[string] // why the cache waits, or nil while it is served
+	gauge   prometheus.Gauge
+}
+
+// checkOptional returns an error if a cache of info cannot be optional.
+func checkOptional(m *Manager, info binding.Info, opts CacheOptions) error {
+	switch {
+	case opts.Fleet:
+		return fmt.Errorf("ctrl: cache of %s: Optional: fleet caches are not supported", info)
+	case info.Builtin || info.GVR.Group == "":
+		return fmt.Errorf("ctrl: cache of %s: Optional: the kind is built in, and always served", info)
+	}
+	// Bound now, so that a manager that cannot read CRDs (fakes without a
+	// dynamic client) fails when wiring.
+	if _, err := bind[*unstructured.Unstructured](m, crdResource); err != nil {
+		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", info, err)
+	}
+	return nil
+}
+
+func newOptional(m *Manager, info binding.Info) *optional {
+	name := crdName(info)
+	return &optional{
+		crd:     name,
+		version: info.GVR.Version,
+		kick:    make(chan struct{}, 1),
+		ready:   make(chan struct{}),
+		gauge:   m.metrics.WaitingForCRD.WithLabelValues(name),
+	}
+}
+
+// busy says why the cache is not idle: its CRD changed, and follow has not
+// acted on it yet.
+func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
+
+// watchCRD makes the private cache that watches the CRD of an optional
+// cache's kind.
+func (c *Cache[T]) watchCRD() error {
+	o := c.opt
+	crds, err := makeCache(c.mgr, CacheOptions{
+		Resource:      crdResource,
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.crd),
+	}, use[*unstructured.Unstructured]{handler: kicker{o}, private: fmt.Sprintf("crd of %p", c), trim: trimCRD})
+	if err != nil {
+		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", c, err)
+	}
+	o.crds = crds
+	close(o.ready)
+	return nil
+}
+
+// lastError is why the CRD cannot be watched, if it cannot.
+func (o *optional) lastError() error {
+	select {
+	case <-o.ready:
+		return o.crds.lastError()
+	default:
+		return nil
+	}
+}
+
+// kicker wakes an optional cache when its CRD changes.
+type kicker struct{ o *optional }
+
+func (k kicker) kick() {
+	k.o.kicks.Add(1)
+	select {
+	case k.o.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (k kicker) changed(event[*unstructured.Unstructured])  { k.kick() }
+func (k kicker) listed([]event[*unstructured.Unstructured]) { k.kick() }
+func (k kicker) joined(string)                              {}
+
+// trimCRD keeps what crdState reads of a CRD: its identity, its served
+// versions and its conditions, not its schemas.
+func trimCRD(u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
+	var kept []any
+	for _, v := range versions {
+		if v, ok := v.(map[string]any); ok {
+			kept = append(kept, map[string]any{"name": v["name"], "served": v["served"]})
+		}
+	}
+	if kept != nil {
+		_ = unstructured.SetNestedSlice(out.Object, kept, "spec", "versions")
+	}
+	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
+		_ = unstructured.SetNestedSlice(out.Object, conds, "status", "conditions")
+	}
+	return out
+}
+
+const notEstablished = "not Established yet"
+
+// crdState says whether crd (nil: absent) serves version, and if not, why.
+func crdState(crd *unstructured.Unstructured, version string) (served bool, why string) {
+	if crd == nil {
+		return false, "not installed"
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	if !slices.ContainsFunc(versions, func(v any) bool {
+		m, _ := v.(map[string]any)
+		served, _ := m["served"].(bool)
+		return m["name"] == version && served
+	}) {
+		return false, fmt.Sprintf("does not serve version %s", version)
+	}
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	if !slices.ContainsFunc(conds, func(c any) bool {
+		m, _ := c.(map[string]any)
+		return m["type"] == "Established" && m["status"] == "True"
+	}) {
+		return false, notEstablished
+	}
+	return true, ""
+}
+
+// follow runs the cache's feeds while its CRD serves the cache's version,
+// until ctx is done: it starts them when the CRD is Established, and when
+// the CRD goes, stops them and removes what they held. Each change of state
+// is logged once.
+func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
+	o := c.opt
+	select {
+	case <-o.ready:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-o.crds.synced:
+	case <-ctx.Done():
+		return
+	}
+	log = log.WithValues("crd", o.crd)
+	var serving types.UID // the CRD the feeds run for; "" while they do not
+	for {
+		kicks := o.kicks.Load()
+		crd, _ := o.crds.Get(Key{Name: o.crd})
+		served, why := crdState(crd, o.version)
+		if serving != "" && (!served || crd.GetUID() != serving) {
+			// A CRD is removed only after the API server has deleted
+			// every object of it, which the feeds have mostly seen: what
+			// they still hold was deleted too. A CRD that only stopped
+			// serving the version leaves its objects on the server.
+			gone := forgotten
+			if crd == nil || crd.GetUID() != serving {
+				gone, why = deleted, "deleted"
+			}
+			c.rewire.Lock()
+			c.stopFeeds(func(*feed[T]) bool { return false })
+			c.drop(gone, func(Key) bool { return true })
+			c.rewire.Unlock()
+			serving = ""
+		}
+		if served && serving == "" {
+			c.rewire.Lock()
+			c.startFeeds(feedNamespaces(c.currentScope()))
+			c.rewire.Unlock()
+			serving = crd.GetUID()
+			if o.waiting.Swap(nil) != nil {
+				log.Info("CustomResourceDefinition is established: listing")
+			}
+			o.gauge.Set(0)
+		}
+		if !served {
+			if was := o.waiting.Swap(&why); was == nil || *was != why {
+				l := log
+				if why == notEstablished {
+					l = log.V(1) // a CRD just made: Established follows at once
+				}
+				l.Info("waiting for the CustomResourceDefinition", "reason", why, "controllers", c.users())
+			}
+			o.gauge.Set(1)
+			c.markSynced() // in step with the server, which serves none
+		}
+		o.acted.Store(kicks)
+		c.mgr.activity.Add(1)
+		select {
+		case <-ctx.Done():
+			c.rewire.Lock()
+			c.stopFeeds(func(*feed[T]) bool { return false })
+			c.rewire.Unlock()
+			return
+		case <-o.kick:
+		}
+	}
+}
+
+// users returns the names of the controllers the cache's handlers serve,
+// sorted.
+func (c *Cache[T]) users() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for _, h := range c.handlers {
+		if u, ok := h.(user); ok {
+			out = append(out, u.user())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Served reports whether the API server serves the cache's kind, as far as
+// the cache knows: false while an optional cache waits for its
+// CustomResourceDefinition, or while the last list or watch of a required
+// one found the resource gone (404). A reconcile that works with another
+// project's kind when it is installed, and without it otherwise, asks here.
+func (c *Cache[T]) Served() bool {
+	if c.opt != nil {
+		return c.opt.waiting.Load() == nil && c.HasSynced()
+	}
+	for _, f := range c.ownFeeds() {
+		if f.notServed.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// waitingForCRD says, for /readyz, that an optional cache waits for its
+// CRD, or returns "".
+func (c *Cache[T]) waitingForCRD() string {
+	o := c.opt
+	if o == nil {
+		return ""
+	}
+	why := o.waiting.Load()
+	if why == nil {
+		return ""
+	}
+	line := fmt.Sprintf("waiting for CustomResourceDefinition %s (%s): %s", o.crd, *why, c)
+	if users := c.users(); len(users) > 0 {
+		for i, u := range users {
+			users[i] = strconv.Quote(u)
+		}
+		line += ", for controllers " + strings.Join(users, ", ")
+	}
+	return line
+}
+
+// crdName is the name of the CRD that would serve info's resource.
+func crdName(info binding.Info) string { return info.GVR.Resource + "." + info.GVR.Group }
+
+// notServedError names the CustomResourceDefinition that a list or watch
+// answered with 404 points at.
+func (c *Cache[T]) notServedError(err error) error {
+	if err == nil || !apierrors.IsNotFound(err) || c.b.Builtin || c.b.GVR.Group == "" {
+		return err
+	}
+	return fmt.Errorf("CustomResourceDefinition %s is missing or does not serve %s: %w", crdName(c.b.Info), c.b.GVR.Version, err)
+}

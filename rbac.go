@@ -1,0 +1,276 @@
+package ctrl
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// What the manager may do. A cache the server forbids to list or watch
+// cannot sync, or cannot follow changes: the API server answered, so it is
+// no outage, and retrying will not help until someone grants the
+// permission. Such a cache says so at once, in one log line that names
+// the verb, resource, namespace and the RBAC rule to add (and again every
+// minute while it lasts), and in /readyz; its controllers wait for it, and
+// the others run. RBACRules says, before deploying, which rules the
+// manager's own work needs.
+
+// forbiddenReminder spaces out the log lines of a refusal that lasts.
+const forbiddenReminder = time.Minute
+
+// denial is a verb the server refuses a feed.
+type denial struct {
+	err    error // the server's answer, last seen
+	since  time.Time
+	logged time.Time
+	count  int
+}
+
+// access records the outcome of a list or watch of the feed: a refusal
+// is logged at once and every minute while it lasts, and a permission that
+// comes after a refusal once. Other errors are not about permission.
+func (f *feed[T]) access(verb string, err error) {
+	forbidden := apierrors.IsForbidden(err)
+	if err != nil && !forbidden {
+		return
+	}
+	f.accessMu.Lock()
+	defer f.accessMu.Unlock()
+	d, was := f.denials[verb]
+	now := time.Now()
+	switch {
+	case !forbidden && was:
+		delete(f.denials, verb)
+		f.log.Info("allowed now", "verb", verb, "forbiddenFor", now.Sub(d.since).Round(time.Second).String())
+	case !forbidden:
+	case !was:
+		if f.denials == nil {
+			f.denials = map[string]*denial{}
+		}
+		d = &denial{err: err, since: now, logged: now, count: 1}
+		f.denials[verb] = d
+		f.log.Error(f.forbiddenErr(verb, d), "forbidden: grant the RBAC rule; retrying meanwhile")
+		if verb == "list" && f.ctx != nil {
+			f.rechecks.Go(f.recheckList)
+		}
+	default:
+		d.err = err
+		d.count++
+		if now.Sub(d.logged) >= forbiddenReminder {
+			d.logged = now
+			f.log.Error(f.forbiddenErr(verb, d), "still forbidden: grant the RBAC rule; retrying meanwhile",
+				"attempts", d.count, "for", now.Sub(d.since).Round(time.Second).String())
+		}
+	}
+}
+
+// probeList asks for one object, once, before the first streamed list: a
+// cache that lists by watching (client-go's streaming lists) never lists
+// otherwise, and a missing list permission would go unnoticed until the
+// day it falls back to listing.
+func (f *feed[T]) probeList(ctx context.Context) {
+	f.accessMu.Lock()
+	probed := f.probed
+	f.probed = true
+	f.accessMu.Unlock()
+	if !probed {
+		_, err := f.b.List(ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		f.access("list", err)
+	}
+}
+
+// recheckList asks for one object every forbiddenReminder while the server
+// refuses the feed its list, until it allows it: a cache whose watch works
+// lists no more, and would otherwise neither remind nor notice the
+// permission coming.
+func (f *feed[T]) recheckList() {
+	t := time.NewTicker(forbiddenReminder)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.accessMu.Lock()
+		_, denied := f.denials["list"]
+		f.accessMu.Unlock()
+		if !denied {
+			return
+		}
+		_, err := f.b.List(f.ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		if f.ctx.Err() != nil {
+			return
+		}
+		f.access("list", err)
+	}
+}
+
+// forbidden returns the error of the feed's refusal, if the server refuses
+// it a verb now: the list first.
+func (f *feed[T]) forbidden() error {
+	for _, verb := range []string{"list", "watch"} {
+		if err := f.forbiddenTo(verb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forbiddenTo returns the error of the feed's refusal of verb, or nil.
+func (f *feed[T]) forbiddenTo(verb string) error {
+	f.accessMu.Lock()
+	defer f.accessMu.Unlock()
+	if d := f.denials[verb]; d != nil {
+		return f.forbiddenErr(verb, d)
+	}
+	return nil
+}
+
+// forbiddenErr says what the server refuses the feed and which rule to add,
+// wrapping its answer.
+func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
+	gr := f.b.GVR.GroupResource()
+	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%q]}`, gr.Group, gr.Resource, verb)
+	var where, to string
+	switch {
+	case !f.b.Namespaced:
+		to = "a ClusterRole"
+	case f.namespace == "":
+		where, to = " in all namespaces", "a ClusterRole"
+	default:
+		where, to = fmt.Sprintf(" in namespace %q", f.namespace), fmt.Sprintf("a Role in namespace %q, or a ClusterRole,", f.namespace)
+	}
+	if f.cluster != "" {
+		where += fmt.Sprintf(" of cluster %q", f.cluster)
+	}
+	return fmt.Errorf("forbidden to %s %s%s: add the rule %s to %s bound to the manager's identity: %w", verb, gr, where, rule, to, d.err)
+}
+
+// forbidden returns why the server refuses the cache a list or watch of
+// its own cluster, or nil.
+func (c *Cache[T]) forbidden() error {
+	for _, f := range c.ownFeeds() {
+		if err := f.forbidden(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// notReady says why the cache is not ready, or returns "": it has not
+// synced yet, or the server forbids it to watch.
+func (c *Cache[T]) notReady() string {
+	if !c.HasSynced() {
+		if err := c.forbidden(); err != nil {
+			return err.Error()
+		}
+		if last := c.lastError(); last != nil {
+			return "not synced: " + last.Error()
+		}
+		return "not synced yet"
+	}
+	for _, f := range c.ownFeeds() {
+		if err := f.forbiddenTo("watch"); err != nil {
+			return err.Error()
+		}
+	}
+	if c.opt == nil && !c.Served() {
+		return fmt.Sprintf("not served: %v", c.lastError()) // its CRD was deleted
+	}
+	return ""
+}
+
+// warning says what the server refuses a cache that is ready nonetheless:
+// a cache that lists by watching, refused the list, or "".
+func (c *Cache[T]) warning() string {
+	if c.notReady() != "" {
+		return ""
+	}
+	if err := c.forbidden(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// grants are the RBAC verbs the manager's own work needs beyond its caches:
+// group and resource to verbs.
+type grants struct {
+	mu    sync.Mutex
+	verbs map[schema.GroupResource]map[string]bool
+}
+
+// need records that the manager needs verbs on the resource gr.
+func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
+	m.grants.mu.Lock()
+	defer m.grants.mu.Unlock()
+	if m.grants.verbs == nil {
+		m.grants.verbs = map[schema.GroupResource]map[string]bool{}
+	}
+	if m.grants.verbs[gr] == nil {
+		m.grants.verbs[gr] = map[string]bool{}
+	}
+	for _, v := range verbs {
+		m.grants.verbs[gr][v] = true
+	}
+}
+
+// RBACRules returns the RBAC rules that what the manager does itself needs,
+// as wired so far, in its own cluster: list and watch for each of its
+// caches (those of controllers, Owns and Watches included); get, create and
+// update of Leases for leader election or sharding, and patch of the
+// sharded objects, which the sharder labels; create, update and patch of
+// Events for recorders; patch of the objects whose finalizers a controller
+// or machine owns; patch of the status of a machine's objects; create of
+// TokenReviews and SubjectAccessReviews for metrics served securely. The
+// webhook server needs none: the API server calls it.
+// Put them in a ClusterRole (or, for a manager of one namespace, a Role
+// there, plus the Lease's namespace), and add the verbs of the writes and
+// uncached reads your reconciles make, which the manager cannot know.
+//
+// The rules are sorted by group and resource, one rule per resource. Call
+// it after wiring; it is safe for concurrent use.
+func (m *Manager) RBACRules() []rbacv1.PolicyRule {
+	m.mu.Lock()
+	caches := slices.Clone(m.cacheList)
+	m.mu.Unlock()
+	if m.opts.MetricsAddress != "" && !m.opts.MetricsServing.Insecure {
+		m.need(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "create")
+		m.need(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "create")
+	}
+	for _, c := range caches {
+		if gr, own := c.groupResource(); own {
+			m.need(gr, "list", "watch")
+		}
+	}
+	m.grants.mu.Lock()
+	defer m.grants.mu.Unlock()
+	var rules []rbacv1.PolicyRule
+	for gr, verbs := range m.grants.verbs {
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups: []string{gr.Group},
+			Resources: []string{gr.Resource},
+			Verbs:     slices.Sorted(maps.Keys(verbs)),
+		})
+	}
+	slices.SortFunc(rules, func(a, b rbacv1.PolicyRule) int {
+		return cmp.Or(strings.Compare(a.APIGroups[0], b.APIGroups[0]), strings.Compare(a.Resources[0], b.Resources[0]))
+	})
+	return rules
+}
+
+// groupResource returns the resource the cache lists and watches, and
+// whether it does so in the manager's own cluster.
+func (c *Cache[T]) groupResource() (schema.GroupResource, bool) {
+	return c.b.GVR.GroupResource(), !c.opts.Fleet
+}

@@ -1,0 +1,401 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+)
+
+// Wiring may change while the manager runs: a controller stops, an Owns or
+// Watches is added or removed, a cache's namespaces change. Caches are
+// counted by their users (controllers, Owns and Watches, optional caches of
+// their CRD's cache); one that nobody uses any more stops and forgets its
+// objects, unless NewCache made it, which holds it for the manager's life.
+
+// cacheRefs is what the manager keeps of a cache: its identity, its users,
+// and how to stop it. Under Manager.mu.
+type cacheRefs struct {
+	id       cacheID
+	users    int
+	pinned   bool // made by NewCache, or private to the manager
+	released bool
+	stop     context.CancelFunc // set when it starts
+	done     chan struct{}      // closed when its run returns
+}
+
+// hold counts one more user, or pins the cache.
+func (r *cacheRefs) hold(pin bool) {
+	if pin {
+		r.pinned = true
+	} else {
+		r.users++
+	}
+}
+
+func (c *Cache[T]) refsOf() *cacheRefs { return &c.refs }
+
+// use counts one more user of a cache that exists. It returns an error if
+// the cache was released: nobody used it any more, and it stopped.
+func (m *Manager) use(c managedCache) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := c.refsOf()
+	if r.released {
+		return fmt.Errorf("%s was released when its last user stopped; make it again", c.describe())
+	}
+	r.users++
+	return nil
+}
+
+// unuse counts one user less of c. A cache that nobody uses any more, and
+// that NewCache did not make, is taken out of the manager, stopped, and
+// emptied. It blocks until the cache's goroutines have returned.
+func (m *Manager) unuse(c managedCache) {
+	m.mu.Lock()
+	r := c.refsOf()
+	r.users--
+	if r.users > 0 || r.pinned || r.released {
+		m.mu.Unlock()
+		return
+	}
+	r.released = true
+	if m.caches[r.id] == c {
+		delete(m.caches, r.id)
+	}
+	m.cacheList = slices.DeleteFunc(slices.Clone(m.cacheList), func(x managedCache) bool { return x == c })
+	m.fleetCaches = slices.DeleteFunc(slices.Clone(m.fleetCaches), func(x fleetCache) bool { return any(x) == any(c) })
+	stop, done := r.stop, r.done
+	m.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	c.release()
+	m.log.V(1).Info("cache released: nothing uses it any more", "cache", c.describe())
+	m.activity.Add(1)
+}
+
+// rekey files c under its scope now, so that NewCache with its new
+// namespaces finds it, unless another cache has them.
+func (m *Manager) rekey(c managedCache, scope string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := c.refsOf()
+	if m.caches[r.id] == c {
+		delete(m.caches, r.id)
+	}
+	r.id.scope = scope
+	if _, taken := m.caches[r.id]; !taken && !r.released {
+		m.caches[r.id] = c
+	}
+}
+
+// release empties a cache that stopped for good: its objects, indexes and
+// pending writes go, its metrics too, and an optional cache lets its CRD's
+// cache go.
+func (c *Cache[T]) release() {
+	c.rewire.Lock()
+	c.stopFeeds(func(*feed[T]) bool { return false })
+	c.rewire.Unlock()
+	for _, feeds := range c.memberFeedsOf() {
+		for _, f := range feeds {
+			f.forgetMetrics()
+		}
+	}
+	c.mu.Lock()
+	c.items = objects[T]{}
+	for _, idx := range c.indexes {
+		clear(idx.values)
+	}
+	clear(c.expect)
+	c.mu.Unlock()
+	c.markSynced() // nothing waits for a cache that will never list
+	if o := c.opt; o != nil {
+		c.mgr.metrics.WaitingForCRD.DeleteLabelValues(o.crd)
+		select {
+		case <-o.ready:
+			c.mgr.unuse(o.crds)
+		default:
+		}
+	}
+}
+
+// addLiveHandler registers h for every change from now on and hands it
+// the objects cached now as one list, so that it hears of every object
+// whether it was added before the cache started, while it runs, or after.
+func (c *Cache[T]) addLiveHandler(h handler[T]) {
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
+	c.mu.Lock()
+	c.handlers = append(slices.Clone(c.handlers), h)
+	var evs []event[T]
+	for k, obj := range c.items.all() {
+		evs = append(evs, event[T]{kind: added, key: k, obj: obj})
+	}
+	c.mu.Unlock()
+	if len(evs) > 0 {
+		c.dispatching.Add(1)
+		defer c.doneDispatching()
+		h.listed(evs)
+	}
+}
+
+// copyIndexes adds the indexes of c that to lacks to to.
+func (c *Cache[T]) copyIndexes(to *Cache[T]) {
+	c.mu.RLock()
+	fns := make(map[string]func(T) []string, len(c.indexes))
+	for name, idx := range c.indexes {
+		fns[name] = idx.fn
+	}
+	c.mu.RUnlock()
+	for name, fn := range fns {
+		_ = to.AddIndex(name, fn) // one it has already stays
+	}
+}
+
+// removeHandler unregisters h. Once it returns, h hears of no change.
+func (c *Cache[T]) removeHandler(h handler[T]) {
+	c.dispatch.Lock()
+	defer c.dispatch.Unlock()
+	c.mu.Lock()
+	c.handlers = slices.DeleteFunc(slices.Clone(c.handlers), func(x handler[T]) bool { return x == h })
+	c.mu.Unlock()
+}
+
+// link is an Owns or a Watches of a controller: a handler on another
+// cache. Under the controller's mu.
+type link struct {
+	src    managedCache
+	remove func() // takes the handler off src
+	// follow, for Owns, moves the handler to the cache of the controller's
+	// new namespaces, and returns the cache it left, for Manager.unuse.
+	follow func(namespaces []string) managedCache
+}
+
+// Stop stops the controller for good, before the manager starts or while
+// it runs: changes no longer queue its keys, its workers take no more keys
+// and end once their running reconciles have returned, its queue goes, its
+// [Owns] and [Watches] are removed, and the caches that nothing else uses
+// (not those made by [NewCache]) stop and forget their objects; stopped
+// before [Manager.Start], its name may be given to another controller.
+//
+// A reconcile still running when ctx is done has its context canceled,
+// and Stop returns an error that counts them; they end as soon as they
+// honour their context. Stop blocks until its reconciles have returned or
+// ctx is done. A second call returns nil at once. It is safe for
+// concurrent use.
+func (c *Controller[T]) Stop(ctx context.Context) error {
+	m := c.mgr
+	c.wiring.Lock()
+	// m.mu first, as Start takes it to prepare controllers: a controller
+	// is prepared before this (it has a queue to stop) or never.
+	m.mu.Lock()
+	c.mu.Lock()
+	if c.removed.Load() {
+		c.mu.Unlock()
+		m.mu.Unlock()
+		c.wiring.Unlock()
+		return nil
+	}
+	c.removed.Store(true) // start, under c.mu too, starts no worker from now on
+	c.active.Store(false)
+	links, q := c.links, c.q
+	c.links = nil
+	c.mu.Unlock()
+	if m.controllers[c.ctrlName] == managedController(c) {
+		delete(m.controllers, c.ctrlName)
+	}
+	m.ctrlList = slices.DeleteFunc(slices.Clone(m.ctrlList), func(x managedController) bool { return x == managedController(c) })
+	m.mu.Unlock()
+
+	// Take the handlers off first, so that nothing is queued any more.
+	c.cache.removeHandler(c)
+	for _, l := range links {
+		l.remove()
+	}
+	c.wiring.Unlock() // before releasing caches, whose namespaces may be changing
+	err := c.halt(ctx, q)
+	m.unuse(c.cache)
+	for _, l := range links {
+		m.unuse(l.src)
+	}
+	m.metrics.ForgetController(c.ctrlName)
+	m.activity.Add(1)
+	c.log.Info("controller stopped")
+	return err
+}
+
+// halt stops the workers of q, if the controller was prepared, and waits
+// for them until ctx is done; then it cancels the reconciles still
+// running.
+func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
+	if q == nil {
+		return nil // never prepared: nothing runs
+	}
+	c.stopping.Store(true)
+	c.stopOnce.Do(func() { close(c.stop) })
+	q.ShutDown()
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return fmt.Errorf("ctrl: %s: Stop: %d reconciles still running when %w; their context is canceled",
+		c, q.processing.Load(), context.Cause(ctx))
+}
+
+// addLink records an Owns or Watches; it returns an error if the
+// controller was stopped, after taking the handler off again.
+func (c *Controller[T]) addLink(l *link) error {
+	c.mu.Lock()
+	removed := c.removed.Load()
+	if !removed {
+		c.links = append(c.links, l)
+	}
+	c.mu.Unlock()
+	if removed {
+		l.remove()
+		c.mgr.unuse(l.src)
+		return fmt.Errorf("ctrl: %s: the controller was stopped", c)
+	}
+	return nil
+}
+
+// Unwatch removes the [Owns] and [Watches] of controller c whose source is
+// a cache of O: those of the caches from, or, with none given, every one
+// of type O. From then on changes of those objects queue nothing for c,
+// and a cache that nothing uses any more (not one made by [NewCache])
+// stops and forgets its objects. O is given or inferred:
+//
+//	err := ctrl.Unwatch[*corev1.Secret](c)  // every Owns and Watches of Secrets
+//	err = ctrl.Unwatch(c, nodes)             // the Watches of the cache nodes
+//
+// It may be called before the manager starts or while it runs, and blocks
+// until the released caches have stopped. It returns an error if c has no
+// such Owns or Watches.
+func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
+	c.wiring.Lock()
+	c.mu.Lock()
+	var gone, kept []*link
+	for _, l := range c.links {
+		if src, ok := l.src.(*Cache[O]); ok && (len(from) == 0 || slices.Contains(from, src)) {
+			gone = append(gone, l)
+		} else {
+			kept = append(kept, l)
+		}
+	}
+	c.links = kept
+	c.mu.Unlock()
+	for _, l := range gone {
+		l.remove()
+	}
+	c.wiring.Unlock() // before releasing caches, whose namespaces may be changing
+	if len(gone) == 0 {
+		return fmt.Errorf("ctrl: %s: Unwatch: no Owns or Watches of %s", c, reflect.TypeFor[O]())
+	}
+	for _, l := range gone {
+		c.mgr.unuse(l.src)
+	}
+	c.mgr.activity.Add(1)
+	return nil
+}
+
+// rescoped moves the caches of the controller's Owns to the namespaces
+// its own cache holds now.
+func (c *Controller[T]) rescoped(namespaces []string) {
+	if !c.cache.b.Namespaced {
+		return
+	}
+	c.wiring.Lock()
+	c.mu.Lock()
+	links := slices.Clone(c.links)
+	c.mu.Unlock()
+	var left []managedCache
+	for _, l := range links {
+		if l.follow != nil {
+			if old := l.follow(namespaces); old != nil {
+				left = append(left, old)
+			}
+		}
+	}
+	c.wiring.Unlock()
+	for _, old := range left {
+		c.mgr.unuse(old)
+	}
+}
+
+// rescoper is a handler that follows its cache's namespaces: a controller,
+// for the caches of its Owns.
+type rescoper interface{ rescoped(namespaces []string) }
+
+// SetNamespaces changes the namespaces the cache holds, before the manager
+// starts or while it runs. The objects of an added namespace are listed,
+// and reach the cache's controllers and handlers as any list does: its
+// controllers reconcile them. The objects of a removed namespace are
+// forgotten: they are not deleted, so neither [Controller.OnDelete] nor
+// [Controller.OnFinalize] runs for them, and a controller's finalizer
+// stays on them for whoever watches them next. With no namespaces, or "",
+// the cache holds every namespace.
+//
+// The caches that [Owns] uses for the controllers of this cache follow it;
+// other caches, such as a [Watches] source, keep theirs. From then on
+// [NewCache] with the new namespaces returns this cache, unless another
+// one has them. SetNamespaces blocks until the watches of removed
+// namespaces have stopped, not until added ones have listed
+// ([Manager.WaitIdle] waits for that). It returns an error for a
+// cluster-scoped kind or a fleet cache.
+func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
+	switch {
+	case !c.b.Namespaced:
+		return fmt.Errorf("ctrl: %s: SetNamespaces: the kind is cluster-scoped", c)
+	case c.opts.Fleet:
+		return fmt.Errorf("ctrl: %s: SetNamespaces: not supported for fleet caches", c)
+	}
+	ns := newScope(c.b.Info, "", CacheOptions{Namespaces: namespaces}).namespaces
+	c.rewire.Lock()
+	defer c.rewire.Unlock()
+	sc := c.currentScope()
+	if slices.Equal(sc.namespaces, ns) {
+		return nil
+	}
+	sc.namespaces = ns
+	c.namespaces.Store(&ns)
+	c.mgr.rekey(c, sc.String())
+
+	// An optional cache runs feeds only while its CRD serves it; the
+	// namespaces apply when it comes.
+	live := c.opt == nil || len(c.ownFeeds()) > 0
+	want := feedNamespaces(sc)
+	if live {
+		c.stopFeeds(func(f *feed[T]) bool { return slices.Contains(want, f.namespace) })
+	}
+	if len(ns) > 0 {
+		c.drop(forgotten, func(k Key) bool { return !slices.Contains(ns, k.Namespace) })
+	}
+	if live {
+		c.startFeeds(want)
+	}
+	c.mgr.log.Info("cache namespaces changed", "cache", c.String())
+	c.mu.RLock()
+	handlers := c.handlers
+	c.mu.RUnlock()
+	for _, h := range handlers {
+		if r, ok := h.(rescoper); ok {
+			r.rescoped(ns)
+		}
+	}
+	c.mgr.activity.Add(1)
+	return nil
+}

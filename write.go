@@ -1,0 +1,283 @@
+package ctrl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/leader"
+)
+
+// A Client's writes: each goes to the API server through write, which
+// fences it with the reconcile's leadership, tags an unreachable server,
+// and records what the caches of T must observe before WaitIdle is idle.
+
+// write performs a write to key in its cluster, tracked by every cache of
+// T that holds that cluster's objects. ctx is the request's. Every write
+// of a Client comes here: one whose context carries a leadership that has
+// ended (a reconcile's, on a replica past its deadline) fails without a
+// request.
+func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
+	if err := leader.Check(ctx); err != nil {
+		return binding.New[T](), err
+	}
+	b, err := c.backend(key.Cluster)
+	if err != nil {
+		return binding.New[T](), err
+	}
+	var done []func(T, bool, error)
+	for _, cc := range cachesOf(c.m, c.b) {
+		done = append(done, cc.expectWrite(key))
+	}
+	obj, err := do(b)
+	if err == nil && !deleting {
+		stamp(obj, typeMetaOf(c.b.Info))
+	}
+	for _, d := range done {
+		d(obj, deleting, err)
+	}
+	return obj, tagUnreachable(ctx, key.Cluster, err)
+}
+
+func (c *Client[T]) checkNil(verb string, obj T) error {
+	if v := reflect.ValueOf(obj); !v.IsValid() || v.IsNil() {
+		return fmt.Errorf("ctrl: %s %s: nil object", verb, c.b.Type)
+	}
+	return nil
+}
+
+// checkObject rejects what the server would answer confusingly: nil, and a
+// namespaced object without a namespace (a request for every namespace).
+func (c *Client[T]) checkObject(verb string, obj T) error {
+	if err := c.checkNil(verb, obj); err != nil {
+		return err
+	}
+	if c.b.Namespaced && obj.GetNamespace() == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the object has no namespace", verb, c.b.Type, KeyOf(obj))
+	}
+	return nil
+}
+
+// checkKey rejects a key without a namespace for a namespaced resource:
+// the request would go to the cluster-scoped URL and come back NotFound,
+// which reads like success after a Delete.
+func (c *Client[T]) checkKey(verb string, key Key) error {
+	if c.b.Namespaced && key.Namespace == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
+	}
+	return nil
+}
+
+// Create creates obj and returns the object the server stored.
+//
+// A create whose reply is lost (the connection died after the request was
+// sent) may have happened. So that a later Create of the same name through
+// this manager can tell, a create of a named object stamps it with the
+// annotation ctrl.dev/create-id, a random value of that request alone: if
+// the later Create finds the object carrying the value of the lost
+// attempt, it returns that object instead of an AlreadyExists error. An
+// object of the same name that anyone else created, this program's other
+// replicas included, is still AlreadyExists. A create with generateName
+// cannot be recognized so, and may create twice.
+func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
+	if err := c.checkObject("create", obj); err != nil {
+		return obj, err
+	}
+	key := c.at(KeyOf(obj))
+	var id string
+	if key.Name != "" {
+		obj, id = stampCreate(obj)
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
+	})
+	if key.Name != "" {
+		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
+			return mine.(T), nil
+		}
+	}
+	return out, c.wrap("create", key, err)
+}
+
+// Update replaces obj. The resourceVersion of obj is a precondition: if the
+// object changed since it was read, the error is a conflict
+// (apierrors.IsConflict), and the usual answer is to return it from
+// reconcile, which retries with the latest object.
+func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
+	if err := c.checkObject("update", obj); err != nil {
+		return obj, err
+	}
+	key := c.at(KeyOf(obj))
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
+	})
+	return out, c.wrap("update", key, err)
+}
+
+// UpdateStatus replaces the status of obj through the status subresource:
+// the server ignores every other change in obj. Like Update, it fails with a
+// conflict if the object changed since it was read. It returns an error if
+// the resource has no status subresource (see APIResource.Status).
+func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
+	if err := c.checkObject("update status of", obj); err != nil {
+		return obj, err
+	}
+	key := c.at(KeyOf(obj))
+	if !c.b.Status {
+		return obj, c.wrap("update status of", key, c.noStatus())
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
+		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
+	})
+	return out, c.wrap("update status of", key, err)
+}
+
+func (c *Client[T]) noStatus() error {
+	switch {
+	case c.b.Builtin:
+		return errors.New("the resource has no status subresource")
+	case c.b.StatusUnknown: // the fakes' default
+		return errors.New("the resource has no status subresource on the fakes, since the type has no status field: set APIResource.Status to have one")
+	}
+	return errors.New("the resource has no status subresource: its CustomResourceDefinition has no `subresources: {status: {}}`")
+}
+
+// Patch applies a patch to the object with key and returns the result. pt
+// is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
+// types.StrategicMergePatchType. For server-side apply use [Client.Apply];
+// to patch what a function changed in an object, [Client.PatchFrom].
+func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
+	return c.patch(ctx, key, pt, data, "")
+}
+
+// PatchStatus is [Client.Patch] on the status subresource.
+func (c *Client[T]) PatchStatus(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
+	return c.patch(ctx, key, pt, data, "status")
+}
+
+func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data []byte, sub string) (T, error) {
+	key = c.at(key)
+	verb := "patch"
+	if sub != "" {
+		verb = "patch " + sub + " of"
+	}
+	if err := c.checkKey(verb, key); err != nil {
+		return binding.New[T](), err
+	}
+	switch {
+	case pt == types.StrategicMergePatchType && !c.b.Builtin:
+		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: custom resources do not support strategic merge patch: use a merge or JSON patch", verb, c.b.Type, key)
+	case pt == types.ApplyPatchType || pt == types.ApplyCBORPatchType:
+		return binding.New[T](), fmt.Errorf("ctrl: %s %s %s: use Client.Apply for server-side apply", verb, c.b.Type, key)
+	case sub == "status" && !c.b.Status:
+		return binding.New[T](), c.wrap(verb, key, c.noStatus())
+	}
+	var subs []string
+	if sub != "" {
+		subs = []string{sub}
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
+	})
+	return out, c.wrap(verb, key, err)
+}
+
+// PatchFrom writes the changes that turned old into obj, as a JSON merge
+// patch (controller-runtime's client.MergeFrom with its optimistic lock):
+// the patch carries old's resourceVersion, so if the object changed since
+// old was read the error is a conflict, and no concurrent change is
+// overwritten. Lists are replaced whole, as merge patches do. Status
+// changes are ignored by the server for resources with a status
+// subresource. With nothing changed it makes no request and returns obj.
+func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
+	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
+		return obj, err
+	}
+	key := c.at(KeyOf(old))
+	if KeyOf(obj) != KeyOf(old) {
+		return obj, fmt.Errorf("ctrl: patch %s %s: the changed object is %s", c.b.Type, key, KeyOf(obj))
+	}
+	patch, err := mergePatch(old, obj)
+	if err != nil {
+		return obj, c.wrap("patch", key, err)
+	}
+	if patch == nil {
+		return obj, nil
+	}
+	return c.patch(ctx, key, types.MergePatchType, patch, "")
+}
+
+// ApplyParams configure [Client.Apply].
+type ApplyParams struct {
+	// FieldManager owns the applied fields. Default: the manager's
+	// Options.FieldManager.
+	FieldManager string
+	// Force takes ownership of fields other managers own instead of failing
+	// with a conflict. Default: off.
+	Force bool
+	// Status applies to the status subresource. Default: off.
+	Status bool
+}
+
+// Apply applies obj with server-side apply: the field manager comes to own
+// exactly the fields set in obj, and the server merges them into the
+// object, creating it if needed. Build obj with only the fields you mean to
+// own: every field that is set, even to its zero value when the Go type does
+// not omit it, is claimed.
+func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, error) {
+	if err := c.checkObject("apply", obj); err != nil {
+		return obj, err
+	}
+	key := c.at(KeyOf(obj))
+	obj = obj.DeepCopyObject().(T)
+	obj.GetObjectKind().SetGroupVersionKind(c.b.GVK())
+	obj.SetManagedFields(nil)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return obj, fmt.Errorf("ctrl: apply %s %s: %w", c.b.Type, key, err)
+	}
+	po := metav1.PatchOptions{FieldManager: opts.FieldManager, Force: &opts.Force}
+	if po.FieldManager == "" {
+		po.FieldManager = c.m.opts.FieldManager
+	}
+	var subs []string
+	if opts.Status {
+		if !c.b.Status {
+			return obj, c.wrap("apply status of", key, c.noStatus())
+		}
+		subs = []string{"status"}
+	}
+	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
+		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
+	})
+	return out, c.wrap("apply", key, err)
+}
+
+// Delete deletes the object with key. opts, at most one, carries
+// preconditions (UID, resourceVersion) and the propagation policy; none is
+// the server's default. An object with finalizers is only marked for
+// deletion until they are removed: Delete returns nil then, and the object
+// is still there.
+func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOptions) error {
+	key = c.at(key)
+	if err := c.checkKey("delete", key); err != nil {
+		return err
+	}
+	if len(opts) > 1 {
+		return fmt.Errorf("ctrl: delete %s %s: %d DeleteOptions, want at most one", c.b.Type, key, len(opts))
+	}
+	var o metav1.DeleteOptions
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
+		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, o)
+	})
+	return c.wrap("delete", key, err)
+}
