@@ -52,6 +52,15 @@ type CacheOptions struct {
 	// the manager runs; each is listed and watched on its own, and one that
 	// cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
+	// Sharded makes the cache hold the objects of the namespaces this
+	// replica serves only, in a manager sharded by namespace
+	// (Sharding.ByNamespace) where the API server selects by hash: for the
+	// caches a sharded controller [Watches], as [Owns] makes its own.
+	// Elsewhere, and for cluster-scoped types, it holds every object.
+	// Default: every namespace.
+	Sharded bool
+
+	shard *shardScope // the share of a ring this cache holds; set by sharded controllers
 	// Optional lets the cache's kind be absent: a custom resource whose
 	// CustomResourceDefinition may not be installed, such as another
 	// project's that the program works with when it is there. Start does
@@ -168,9 +177,10 @@ const (
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
 	// forgotten: still on the server, but out of the cache's reach: its
-	// namespace is no longer watched, its member cluster left, or its CRD
-	// no longer serves the cache's version. Neither a deletion nor an exit
-	// from a selector: no hook runs for it.
+	// namespace is no longer watched, its member cluster left, its CRD no
+	// longer serves the cache's version, or a sharded ring moved it to
+	// another replica. Neither a deletion nor an exit from a selector: no
+	// hook runs for it, and its finalizer stays for whoever holds it next.
 	forgotten
 )
 
@@ -191,6 +201,12 @@ type index[T Object] struct {
 // if the cache exists and is required where opts say optional, or the
 // reverse.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
+	if opts.Sharded && opts.shard == nil && m.sharding != nil && m.sharding.byNamespace {
+		var err error
+		if opts, err = shardCache[T](m, opts, false); err != nil {
+			return nil, err
+		}
+	}
 	return makeCache(m, opts, use[T]{pin: true})
 }
 
@@ -392,6 +408,13 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 		}
 	}
 	return out
+}
+
+// count returns how many objects the cache holds.
+func (c *Cache[T]) count() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.items.len()
 }
 
 // keys returns the keys of every cached object.
@@ -759,13 +782,17 @@ func (c *Cache[T]) notFound(key Key) error {
 func (c *Cache[T]) covers(key Key) bool {
 	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
-		(len(ns) == 0 || slices.Contains(ns, key.Namespace))
+		(len(ns) == 0 || slices.Contains(ns, key.Namespace)) &&
+		c.scope.shard.holdsAll(key.Namespace)
 }
 
 // coversNamespace reports whether the cache holds every object in ns (""
 // for all namespaces) of cluster.
 func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
+		return false
+	}
+	if !c.scope.shard.holdsAll(ns) {
 		return false
 	}
 	namespaces := c.currentScope().namespaces

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -67,6 +66,11 @@ type ControllerOptions struct {
 	// come back together and load the API server at once. Between 0 and
 	// 1. Default: 0, no jitter.
 	RequeueJitter float64
+	// Unsharded makes every replica reconcile every object of the
+	// controller, as without sharding, in a manager whose Options.Sharding
+	// shares the objects of its other controllers among the replicas.
+	// Default: sharded, when Options.Sharding names a ring.
+	Unsharded bool
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
@@ -172,13 +176,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if j := opts.RequeueJitter; !(j >= 0 && j <= 1) { // NaN too
 		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
 	}
-	if s := m.sharding; s != nil {
-		info, err := binding.InfoFor[T](resourceInfo[T](opts.Cache.Resource))
-		if err != nil {
+	if m.sharding != nil && !opts.Unsharded {
+		var err error
+		if opts.Cache, err = shardCache[T](m, opts.Cache, true); err != nil {
 			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 		}
-		opts.Cache = s.shardOptions(apiResource(info), opts.Cache)
-		m.need(info.GVR.GroupResource(), "patch") // the sharder labels the objects
 	}
 	cache, err := makeCache(m, opts.Cache, use[T]{})
 	if err != nil {
@@ -217,6 +219,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
+	if sc := cache.scope.shard; sc != nil {
+		sc.s.mu.Lock()
+		sc.s.primary[cache] = cache.count
+		sc.s.mu.Unlock()
+	}
 	return c, nil
 }
 

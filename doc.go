@@ -61,6 +61,14 @@
 //     writes through ctrl's clients fail with [ErrLeadershipLost]. A replica
 //     that does not lead keeps its caches warm and queues nothing; when it
 //     takes over it reconciles every cached object once.
+//   - One owner per object: with [Sharding], a replica reconciles an object
+//     (and runs its OnDelete and OnFinalize) only while it serves the
+//     object's part of the hash space, which it takes only after a quorum
+//     read finds no live replica claiming it, and gives up only once no
+//     reconcile of it runs any more. A move is neither a deletion nor a
+//     selector exit: no hook runs, the finalizer stays, and the next owner
+//     reconciles the object whatever its update filters. A replica whose
+//     membership ended is fenced as a lost leader is.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, across restarts and failovers, and
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen

@@ -261,3 +261,7 @@ func (l leases) Create(ctx context.Context, lease *coordinationv1.Lease) (*coord
 func (l leases) Update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	return l.b.Update(ctx, lease, metav1.UpdateOptions{})
 }
+
+func (l leases) Delete(ctx context.Context, name, rv string) error {
+	return l.b.Delete(ctx, l.ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,17 +117,52 @@ current-context: east
 
 // Replicas that share a controller's objects: run the same program several
 // times, each with its own identity (the pod name, say); each reconciles
-// the objects the sharder gives it.
+// its share of the objects, and takes over the share of a replica that
+// stops. Here, on the fakes, one replica serves the whole ring. The fakes
+// cannot select by hash, so the ring runs in label mode: each object gets
+// the shard label once, from the replica that serves it.
 func ExampleSharding() {
+	cs := fake.NewClientset(
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "b"}},
+	)
 	mgr, err := ctrl.NewManager(ctrl.Options{
-		Config:   nil, // the cluster's config, in a real program
-		Sharding: ctrl.Sharding{Name: "widgets", Identity: os.Getenv("POD_NAME")},
+		FakeClientset: cs, // Config, in a real program
+		Sharding:      ctrl.Sharding{Ring: "widgets", Identity: "replica-1"},
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		panic(err)
 	}
-	_ = mgr // wire controllers, then mgr.Start(ctrl.SignalContext())
+	var mu sync.Mutex
+	var done []string
+	_, err = ctrl.NewController(mgr, "stamp", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		done = append(done, cm.Name+" by "+ctrl.IdentityFrom(ctx))
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	if err := mgr.WaitIdle(ctx, time.Second); err != nil {
+		panic(err)
+	}
+	mu.Lock()
+	slices.Sort(done)
+	fmt.Println(done)
+	mu.Unlock()
+	cm, _ := cs.CoreV1().ConfigMaps("default").Get(ctx, "a", metav1.GetOptions{})
+	fmt.Println("labeled:", cm.Labels["shard.ctrl.dev/widgets"] != "")
+	cancel()
+	if err := <-stopped; err != nil {
+		panic(err)
+	}
+	// Output:
+	// [a by replica-1 b by replica-1]
+	// labeled: true
 }
 
 // IgnoreNotFound makes a delete of something already gone a success.

@@ -85,9 +85,12 @@ func (c *Controller[T]) setFinalizer(ctx context.Context, obj T, add bool) (T, e
 // bury hands the tombstone of key, if any, to the hook it was kept for:
 // OnDelete for a deletion, the finalizer for an object that left the
 // cache's selector carrying it. A removal the cache could not tell apart
-// (the object vanished from a relist of a selective cache, or a field
-// selector this side cannot evaluate) is told apart by reading the server.
-// On failure the tombstone stays for the retry, unless a newer one came.
+// (the object vanished from a relist of a selective cache, a field
+// selector this side cannot evaluate, or a sharded cache's label) is told
+// apart by reading the server: an object that is still there and still in
+// the user's selector but another replica's now was forgotten, not left,
+// and no hook runs. On failure the tombstone stays for the retry, unless a
+// newer one came.
 func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache bool) error {
 	c.mu.Lock()
 	ts, had := c.tombstones[key]
@@ -116,6 +119,8 @@ func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache boo
 			return keep(err)
 		case live.GetUID() != ts.obj.GetUID():
 			kind = deleted // and a new object took its name
+		case !c.cache.scope.shard.serves(live):
+			kind = forgotten
 		default:
 			kind, obj = left, live
 		}

@@ -216,8 +216,9 @@ func (m *Manager) runProvider(ctx context.Context) {
 
 // reconcileInfo is what a reconcile's context carries about it.
 type reconcileInfo struct {
-	key    Key
-	causes *Causes
+	key      Key
+	causes   *Causes
+	identity string // Manager.Identity
 	// reconciled says the reconcile function was called, with the object
 	// of uid: what a NotFound of its own writes is checked against.
 	reconciled bool

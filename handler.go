@@ -7,6 +7,13 @@ import "slices"
 // or while another replica leads) changes are dropped, tombstones included:
 // activation queues every cached object anyway.
 
+// changed is the one place that decides which changes of the
+// controller's own objects reach its queue: every addition (an object
+// created, or handed to this replica by a sharded ring, which lists what
+// it takes); an update that passes the filters, or that the controller
+// waits for (awaitOwnWrite), or of an object being deleted; a removal
+// that a hook must hear of (see remember). An object forgotten (moved to
+// another replica) queues nothing: it is not this replica's to reconcile.
 func (c *Controller[T]) changed(ev event[T]) {
 	if ev.kind != added && ev.kind != updated {
 		c.forgetKey(ev.key, ev.kind)
@@ -132,7 +139,7 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 	case forgotten:
 		// Out of reach, neither deleted nor out of the selector: no hook,
 		// and nothing to reconcile. Its finalizer, if any, stays for
-		// whoever watches it next.
+		// whoever holds it next.
 		return false
 	}
 	if keep {

@@ -114,6 +114,11 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 			return b
 		}
 	}
+	if s := m.sharding; s != nil {
+		if b := s.busy(); b != "" {
+			return b
+		}
+	}
 	if m.activity.Load() != before {
 		return "activity while checking"
 	}
@@ -132,6 +137,9 @@ func (c *Cache[T]) busy() string {
 	for _, f := range c.ownFeeds() {
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
 			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
+		}
+		if sc := c.scope.shard; sc != nil && sc.filters() && (f.relisting.Load() || f.shardView.Load() != sc.s.current()) {
+			return fmt.Sprintf("%s: listing its new share", c)
 		}
 		// A feed started while the cache runs (a namespace added, a CRD
 		// back) lists before the cache is in step again.

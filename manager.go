@@ -281,7 +281,7 @@ func NewManager(opts Options) (*Manager, error) {
 	switch {
 	case !own && opts.ClusterProvider == nil:
 		return nil, errors.New("ctrl: NewManager: set Options.Config, or Options.FakeClientset or Options.FakeDynamic for fakes")
-	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Name != ""):
+	case !own && (opts.LeaderElection.Name != "" || opts.Sharding.Ring != ""):
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
@@ -314,12 +314,12 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 		m.need(leases, "get", "create", "update")
 	}
-	if opts.Sharding.Name != "" {
+	if opts.Sharding.Ring != "" {
 		var err error
 		if m.sharding, err = shardingConfig(opts); err != nil {
 			return nil, err
 		}
-		m.need(leases, "get", "create", "update")
+		m.need(leases, "get", "create", "update", "delete")
 	}
 	reg := opts.Registerer
 	if reg == nil {
@@ -339,6 +339,11 @@ func NewManager(opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
+	}
+	if m.sharding != nil {
+		if err := m.wireSharding(); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -486,6 +491,11 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		}
 	}()
 	m.runProvider(cacheCtx)
+	if s := m.sharding; s != nil {
+		m.wg.Go(func() {
+			s.detect(cacheCtx, func(msg string, kv ...any) { m.log.Info(msg, append(kv, "ring", s.ring)...) })
+		})
+	}
 	servers.serve(m)
 	stopEvents := m.startEvents()
 	defer stopEvents()

@@ -38,7 +38,11 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	m := c.mgr
-	owned, err := makeCache(m, c.ownedOptions(c.cache.currentScope().namespaces), use[O]{either: true})
+	opts, err := ownedOptions[O](c, c.cache.currentScope().namespaces)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
+	}
+	owned, err := makeCache(m, opts, use[O]{either: true})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
@@ -50,7 +54,11 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 	// follow runs under c.wiring, which guards l.
 	l.follow = func(namespaces []string) managedCache {
 		cur := l.src.(*Cache[O])
-		moved, err := makeCache(m, c.ownedOptions(namespaces), use[O]{either: true})
+		opts, err := ownedOptions[O](c, namespaces)
+		var moved *Cache[O]
+		if err == nil {
+			moved, err = makeCache(m, opts, use[O]{either: true})
+		}
 		if err != nil {
 			c.log.Error(err, "Owns: the owned objects cannot follow the controller's namespaces")
 			return nil
@@ -73,8 +81,9 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 }
 
 // ownedOptions are the options of the cache of an Owns: the controller's
-// namespaces (nil: all), for a namespaced controller.
-func (c *Controller[T]) ownedOptions(namespaces []string) CacheOptions {
+// namespaces (nil: all), for a namespaced controller, and of those only the
+// replica's share in a ring sharded by namespace.
+func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOptions, error) {
 	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
 		opts.Namespaces = namespaces
@@ -82,7 +91,12 @@ func (c *Controller[T]) ownedOptions(namespaces []string) CacheOptions {
 			opts.Namespaces = []string{""} // all, not the manager's default
 		}
 	}
-	return opts
+	if sc := c.cache.scope.shard; sc != nil && sc.s.byNamespace {
+		// The owned objects of this replica's namespaces only, where the
+		// server selects by namespace.
+		return shardCache[O](c.mgr, opts, false)
+	}
+	return opts, nil
 }
 
 // ownerHandler queues the controlling owner of each changed object.
@@ -112,8 +126,8 @@ func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 }
 
 func (h *ownerHandler[O]) changed(ev event[O]) {
-	if ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
-		return
+	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
+		return // out of reach, or filtered
 	}
 	cause := Cause{Reason: ReasonOwned, Kind: h.srcKind, Object: ev.key}
 	k, ok := h.owner(ev.key, ev.obj)

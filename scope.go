@@ -19,6 +19,7 @@ type scope struct {
 	namespaces []string
 	labels     labels.Selector
 	fields     fields.Selector
+	shard      *shardScope // nil: not sharded
 }
 
 // newScope normalizes a cache's options: the manager's namespace by default,
@@ -42,6 +43,7 @@ func newScope(info binding.Info, managerNS string, opts CacheOptions) scope {
 	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
 		sc.fields = opts.FieldSelector
 	}
+	sc.shard = opts.shard
 	return sc
 }
 
@@ -65,12 +67,17 @@ func (s scope) String() string {
 	if s.fields != nil {
 		parts = append(parts, fmt.Sprintf("with fields %q", s.fields.String()))
 	}
+	if s.shard != nil {
+		parts = append(parts, fmt.Sprintf("sharded by ring %q", s.shard.s.ring))
+	}
 	return strings.Join(parts, " ")
 }
 
 // selective reports whether the scope has a selector, so that an object can
-// leave it while it exists.
-func (s scope) selective() bool { return s.labels != nil || s.fields != nil }
+// leave it while it exists: the user's, or a sharded cache's shard label.
+func (s scope) selective() bool {
+	return s.labels != nil || s.fields != nil || s.shard != nil && s.shard.byLabel()
+}
 
 // selection is what a scope says of an object.
 type selection uint8

@@ -180,6 +180,9 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	if s := m.sharding; s != nil {
+		fmt.Fprintln(w, s.state())
+	}
 	slices.Sort(optional)
 	for _, line := range optional {
 		fmt.Fprintln(w, line)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -36,11 +37,12 @@ type feed[T Object] struct {
 	connected  atomic.Bool // the last list or watch worked
 	lastErr    atomic.Pointer[error]
 	fakeEvents atomic.Pointer[<-chan watch.Event]
-	relists    prometheus.Counter // set by run
-	labels     []string           // of the feed's series: resource, namespace, cluster
-	log        logr.Logger        // set by run
-	ctx        context.Context    // set by run
-	notServed  atomic.Bool        // the last list or watch found the resource not served (404)
+	relists    prometheus.Counter        // set by run
+	labels     []string                  // of the feed's series: resource, namespace, cluster
+	shardView  atomic.Pointer[shardView] // of a sharded cache: what its watch selects
+	log        logr.Logger               // set by run
+	ctx        context.Context           // set by run
+	notServed  atomic.Bool               // the last list or watch found the resource not served (404)
 
 	accessMu sync.Mutex
 	denials  map[string]*denial // verbs the server refuses now
@@ -49,10 +51,61 @@ type feed[T Object] struct {
 
 	stop context.CancelFunc // set when started, for the feeds that stop before their cache
 	done chan struct{}      // closed when run returns
+	// relisting is set while a sharded cache's feed lists and watches
+	// again for a new share, until its watch is open (fakes) or its list
+	// is in.
+	relisting atomic.Bool
 }
 
-// run lists and watches the feed's namespace until ctx is done.
+// run lists and watches the feed's namespace until ctx is done. A sharded
+// cache's feed lists and watches its replica's share, again each time the
+// share changes, and nothing while it is empty.
 func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
+	sc := f.c.scope.shard
+	if sc == nil {
+		f.watch(ctx, log)
+		return
+	}
+	if !sc.s.waitMode(ctx) {
+		return
+	}
+	if !sc.filters() {
+		f.watch(ctx, log) // a related cache in label mode holds everything
+		return
+	}
+	for ctx.Err() == nil {
+		v := sc.s.current()
+		f.relisting.Store(true)
+		f.shardView.Store(v)
+		if _, _, any := sc.selection(v); !any {
+			// Nothing to watch: what the cache held is another's now.
+			f.c.mu.RLock()
+			rv := f.lastRV
+			f.c.mu.RUnlock()
+			_ = f.Replace(nil, rv)
+			f.markSynced()
+			f.relisting.Store(false)
+			select {
+			case <-ctx.Done():
+			case <-v.changed:
+			}
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-v.changed:
+			case <-wctx.Done():
+			}
+			cancel()
+		}()
+		f.watch(wctx, log)
+		cancel()
+	}
+}
+
+// watch lists and watches the feed's namespace until ctx is done.
+func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 	c := f.c
 	res := c.b.GVR.Resource
 	if c.b.GVR.Group != "" {
@@ -115,8 +168,23 @@ func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
 // namespace through the binding.
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
-	if s := f.c.scope.labels; s != nil {
-		opts.LabelSelector = s.String()
+	sel := f.c.scope.labels
+	if sc := f.c.scope.shard; sc != nil {
+		if v := f.shardView.Load(); v != nil {
+			var req *labels.Requirement
+			opts.ShardSelector, req, _ = sc.selection(v)
+			if req != nil {
+				all := labels.NewSelector()
+				if sel != nil {
+					reqs, _ := sel.Requirements()
+					all = all.Add(reqs...)
+				}
+				sel = all.Add(*req)
+			}
+		}
+	}
+	if sel != nil {
+		opts.LabelSelector = sel.String()
 	}
 	if s := f.c.scope.fields; s != nil {
 		opts.FieldSelector = s.String()
@@ -165,6 +233,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		// not deletions: a cache that reported sync after its list would
 		// miss deletions made right after WaitForSync returned.
 		f.markSynced()
+		f.relisting.Store(false)
 	}
 	return w, err
 }
@@ -221,6 +290,11 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 // list's are), which projections and transforms must allow.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
+	if ok && f.c.transform != nil && f.b.Fake() {
+		// A fake may hand one object to the watches of several caches of
+		// its resource: a transform in place must work on a copy.
+		t = t.DeepCopyObject().(T)
+	}
 	if !ok && f.b.Project != nil {
 		t, ok = f.b.Project(obj)
 	}
@@ -244,6 +318,10 @@ func (f *feed[T]) Update(obj any) error {
 	c := f.c
 	if c.scope.selects(t) == notSelected { // fakes ignore selectors on watches
 		f.remove(t, left)
+		return nil
+	}
+	if !c.scope.shard.serves(t) { // another replica's: moved away, or a server that ignored the shard selector
+		f.remove(t, forgotten)
 		return nil
 	}
 	c.dispatch.Lock()
@@ -288,6 +366,8 @@ func (f *feed[T]) Delete(obj any) error {
 	}
 	kind := deleted
 	switch {
+	case !f.c.scope.shard.serves(t):
+		kind = forgotten
 	case f.c.scope.selects(t) == notSelected:
 		kind = left
 	case f.c.scope.selective():
@@ -377,7 +457,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		if err != nil {
 			return err
 		}
-		if c.scope.selects(t) != notSelected {
+		if c.scope.selects(t) != notSelected && c.scope.shard.serves(t) {
 			listed[KeyOf(t).InCluster(f.cluster)] = t
 		}
 	}
@@ -421,7 +501,11 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		for _, idx := range c.indexes {
 			idx.remove(k, old)
 		}
-		removed = append(removed, event[T]{kind: gone, key: k, obj: old})
+		kind := gone
+		if !c.scope.shard.serves(old) {
+			kind = forgotten // its part of the space is another replica's now
+		}
+		removed = append(removed, event[T]{kind: kind, key: k, obj: old})
 		c.observe(k, old, false, f.b.Fake())
 	}
 	c.settlePassed()
@@ -439,7 +523,10 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			h.joined(f.cluster)
 		}
 	}
-	if f.isSynced.Load() {
+	if !f.b.Fake() {
+		f.relisting.Store(false)
+	}
+	if f.isSynced.Load() && f.relists != nil {
 		f.relists.Inc()
 		c.log.V(1).Info("relisted", "cluster", f.cluster, "namespace", f.namespace, "changed", len(changes), "removed", len(removed))
 	} else if !f.b.Fake() {

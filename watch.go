@@ -64,8 +64,8 @@ func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
 }
 
 func (h *mapHandler[O]) changed(ev event[O]) {
-	if ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
-		return
+	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
+		return // out of reach, or filtered
 	}
 	keys := h.mapped(ev.key, ev.obj)
 	if ev.kind == updated {

@@ -46,6 +46,12 @@ func (c *Controller[T]) work() {
 // process reconciles one key and decides when it comes back: the whole fate
 // of a key is in the switch below.
 func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
+	ctx, leave, ok := c.admit(ctx, key)
+	if !ok {
+		c.q.forget(key) // another replica's: it reconciles the object
+		return
+	}
+	defer leave()
 	// The queue counts keys in processing, for the idle check and the
 	// shutdown report; the gauge is for the metrics.
 	c.metrics.Active.Inc()
@@ -85,7 +91,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 	}
 	ctx = logr.NewContext(ctx, log)
-	ri := &reconcileInfo{key: key, causes: item.causes}
+	ri := &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()}
 	ctx = context.WithValue(ctx, reconcileKey{}, ri)
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
@@ -101,6 +107,10 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		c.q.forget(key)
 		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
+	case err != nil && errors.Is(context.Cause(ctx), errMoved):
+		// Not the object's failure either: it is another replica's now.
+		c.q.forget(key)
+		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
 	case err != nil && c.vanished(ctx, key, ri, err):
 		// Routine, as a conflict is: the object was deleted while it was
 		// reconciled. Its deletion is its own event (OnDelete, the
@@ -216,9 +226,6 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 		// be intercepted, so there is no copy on write; and decoding the
 		// object anew costs more than copying it (BenchmarkReconcileCopy).
 		obj = cached.DeepCopyObject().(T)
-	}
-	if released, err := c.release(ctx, obj); released || err != nil {
-		return Result{}, err // the object is another replica's now
 	}
 	if c.finalizer != "" {
 		done, err := c.finalizeStep(ctx, &obj)

@@ -4,10 +4,9 @@
 // it imports every typed client and so links every API group into programs.
 //
 // A candidate takes the Lease when it is free or its holder has not renewed
-// it for LeaseDuration, measured on the candidate's own clock from the last
-// change it observed (so clock skew between replicas does not matter).
-// Writes carry the resourceVersion read, so two candidates never both
-// succeed. The holder renews every RetryPeriod and holds a [Term]: it may act
+// it for LeaseDuration, as an [Observer] judges it from the Lease it has
+// just read (a quorum read). Writes carry the resourceVersion read, so two
+// candidates never both succeed. The holder renews every RetryPeriod and holds a [Term]: it may act
 // until RenewDeadline after the start of its last successful renewal, a
 // deadline on its own monotonic clock that is shorter than LeaseDuration, so
 // it stops before anyone else may start, even if it was paused and has not
@@ -32,6 +31,8 @@ type Leases interface {
 	Get(ctx context.Context, name string) (*coordinationv1.Lease, error)
 	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
 	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	// Delete deletes the Lease if its resourceVersion is still rv.
+	Delete(ctx context.Context, name, rv string) error
 }
 
 // Config describes one candidate.
@@ -44,8 +45,27 @@ type Config struct {
 	Log logr.Logger
 	// Labels are set on the Lease when the candidate creates it.
 	Labels map[string]string
+	// Annotations, if set, returns annotations to set on the Lease with
+	// each write that acquires or renews it: what the holder publishes
+	// about itself, such as the shards it serves. It is called on the
+	// elector's goroutine, just before the write.
+	Annotations func() map[string]string
+	// Wake, while the candidate holds the Lease, makes it renew at once
+	// instead of at the end of the current RetryPeriod: to publish new
+	// Annotations without waiting.
+	Wake <-chan struct{}
+	// Written, if set, is called with the Lease as the API server stored
+	// it after each successful write that acquired or renewed it.
+	Written func(*coordinationv1.Lease)
+	// DeleteOnRelease makes the holder delete the Lease when it lets it
+	// go, instead of leaving it free for the next candidate: for a Lease
+	// named after its holder, which nobody else takes.
+	DeleteOnRelease bool
 	// Clock is the time source. Default: the real clock.
 	Clock Clock
+	// Observer judges whether another holder may still act. Default: one
+	// of the elector's own.
+	Observer *Observer
 }
 
 const jitter = 1.2 // as client-go's JitterFactor
@@ -63,9 +83,12 @@ const jitter = 1.2 // as client-go's JitterFactor
 // term, which wraps ErrLost: the Lease was not renewed before the term's
 // deadline, or another candidate holds it.
 func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, t *Term)) error {
-	e := &elector{cfg: cfg, clock: cfg.Clock, lease: cfg.Namespace + "/" + cfg.Name}
+	e := &elector{cfg: cfg, clock: cfg.Clock, lease: cfg.Namespace + "/" + cfg.Name, obs: cfg.Observer}
 	if e.clock == nil {
 		e.clock = realClock{}
+	}
+	if e.obs == nil {
+		e.obs = &Observer{Clock: e.clock}
 	}
 	t := e.acquire(ctx)
 	if t == nil {
@@ -94,16 +117,16 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context, t *Term
 }
 
 type elector struct {
-	cfg        Config
-	clock      Clock
-	lease      string                // namespace/name
-	observed   *coordinationv1.Lease // last Lease read or written
-	observedAt time.Time             // when it last changed, on our clock
+	cfg   Config
+	clock Clock
+	lease string // namespace/name
+	obs   *Observer
 }
 
-// sleep waits for d on the elector's clock, and reports whether d passed
-// before stop or end was closed (a nil channel is never closed).
-func (e *elector) sleep(d time.Duration, stop, end <-chan struct{}) bool {
+// sleep waits for d on the elector's clock, and reports whether d passed,
+// or wake received, before stop or end was closed (a nil channel is never
+// closed, and never receives).
+func (e *elector) sleep(d time.Duration, stop, end <-chan struct{}, wake <-chan struct{}) bool {
 	ch := make(chan struct{})
 	defer e.clock.AfterFunc(d, func() { close(ch) })()
 	select {
@@ -112,6 +135,8 @@ func (e *elector) sleep(d time.Duration, stop, end <-chan struct{}) bool {
 	case <-end:
 		return false
 	case <-ch:
+		return true
+	case <-wake:
 		return true
 	}
 }
@@ -124,7 +149,7 @@ func (e *elector) acquire(ctx context.Context) *Term {
 		if out, _ := e.tryAcquireOrRenew(ctx, false); out == held {
 			return newTerm(e.lease, e.clock, start, e.cfg.RenewDeadline)
 		}
-		if !e.sleep(time.Duration(float64(e.cfg.RetryPeriod)*(1+rand.Float64()*(jitter-1))), ctx.Done(), nil) {
+		if !e.sleep(time.Duration(float64(e.cfg.RetryPeriod)*(1+rand.Float64()*(jitter-1))), ctx.Done(), nil, nil) {
 			return nil
 		}
 	}
@@ -137,7 +162,7 @@ func (e *elector) acquire(ctx context.Context) *Term {
 func (e *elector) hold(ctx context.Context, t *Term, done <-chan struct{}) error {
 	ctx = context.WithoutCancel(ctx) // renewals go on while lead finishes
 	for {
-		if !e.sleep(e.cfg.RetryPeriod, done, t.Done()) {
+		if !e.sleep(e.cfg.RetryPeriod, done, t.Done(), e.cfg.Wake) {
 			return t.Err() // nil if lead returned
 		}
 		// The clock first: a holder that wakes past its deadline (it was
@@ -192,28 +217,26 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context, renewing bool) (outcome
 	cur, err := e.cfg.Leases.Get(ctx, e.cfg.Name)
 	if apierrors.IsNotFound(err) {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Labels: e.cfg.Labels}, Spec: desired}
+		e.annotate(l)
 		created, err := e.cfg.Leases.Create(ctx, l)
 		if err != nil {
 			e.cfg.Log.V(1).Info("cannot create the lease", "err", err.Error())
 			return failed, ""
 		}
-		e.observe(created)
+		e.written(created)
 		return held, e.cfg.Identity
 	}
 	if err != nil {
 		e.cfg.Log.V(1).Info("cannot read the lease", "err", err.Error())
 		return failed, ""
 	}
-	if e.observed == nil || e.observed.ResourceVersion != cur.ResourceVersion {
-		e.observe(cur)
-	}
 	holder := ptrValue(cur.Spec.HolderIdentity)
 	mine := holder == e.cfg.Identity
 	switch {
 	case renewing && !mine:
 		return taken, holder
-	case holder != "" && !mine && e.clock.Now().Sub(e.observedAt) < time.Duration(ptrValue(cur.Spec.LeaseDurationSeconds))*time.Second:
-		return taken, holder // held, and renewed recently as far as we can tell
+	case !mine && !e.obs.Expired(cur):
+		return taken, holder // held, and renewed recently
 	}
 	transitions := ptrValue(cur.Spec.LeaseTransitions)
 	if mine {
@@ -224,24 +247,42 @@ func (e *elector) tryAcquireOrRenew(ctx context.Context, renewing bool) (outcome
 	desired.LeaseTransitions = &transitions
 	next := cur.DeepCopy()
 	next.Spec = desired
+	e.annotate(next)
 	updated, err := e.cfg.Leases.Update(ctx, next)
 	if err != nil {
 		e.cfg.Log.V(1).Info("cannot update the lease", "err", err.Error())
 		return failed, holder
 	}
-	e.observe(updated)
+	e.written(updated)
 	return held, e.cfg.Identity
 }
 
-func (e *elector) observe(l *coordinationv1.Lease) {
-	e.observed = l
-	e.observedAt = e.clock.Now()
+// annotate sets the annotations the holder publishes on l.
+func (e *elector) annotate(l *coordinationv1.Lease) {
+	if e.cfg.Annotations == nil {
+		return
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	for k, v := range e.cfg.Annotations() {
+		l.Annotations[k] = v
+	}
+}
+
+// written tells the observer and the holder what was written.
+func (e *elector) written(l *coordinationv1.Lease) {
+	e.obs.sighted(l, e.clock.Now())
+	if e.cfg.Written != nil {
+		e.cfg.Written(l)
+	}
 }
 
 // release hands the Lease back: an empty holder and a one-second duration,
-// as client-go does, so the next candidate takes it on its next try. It
-// reads the Lease first: a renewal canceled by the shutdown may still have
-// reached the server, leaving our last observed version stale.
+// as client-go does, so the next candidate takes it on its next try; or,
+// with DeleteOnRelease, deletes it. It reads the Lease first: a renewal
+// canceled by the shutdown may still have reached the server, leaving our
+// last observed version stale.
 func (e *elector) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewDeadline)
 	defer cancel()
@@ -249,6 +290,18 @@ func (e *elector) release() {
 		cur, err := e.cfg.Leases.Get(ctx, e.cfg.Name)
 		if err != nil || ptrValue(cur.Spec.HolderIdentity) != e.cfg.Identity {
 			return // gone, or not ours any more
+		}
+		if e.cfg.DeleteOnRelease {
+			err = e.cfg.Leases.Delete(ctx, e.cfg.Name, cur.ResourceVersion)
+			switch {
+			case err == nil || apierrors.IsNotFound(err):
+				e.cfg.Log.Info("deleted the lease")
+				return
+			case apierrors.IsConflict(err) && attempt < 3:
+				continue
+			}
+			e.cfg.Log.Error(err, "cannot delete the lease; it expires after its duration")
+			return
 		}
 		now := metav1.NewMicroTime(e.clock.Now())
 		l := cur.DeepCopy()

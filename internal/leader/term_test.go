@@ -166,6 +166,22 @@ func (f *fakeLeases) Update(ctx context.Context, l *coordinationv1.Lease) (*coor
 	return f.lease.DeepCopy(), nil
 }
 
+func (f *fakeLeases) Delete(ctx context.Context, name, rv string) error {
+	if err := f.record("delete"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.lease == nil:
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "leases"}, name)
+	case f.lease.ResourceVersion != rv:
+		return apierrors.NewConflict(schema.GroupResource{Resource: "leases"}, name, errors.New("changed"))
+	}
+	f.lease = nil
+	return nil
+}
+
 func (f *fakeLeases) storeLocked(l *coordinationv1.Lease) {
 	f.rv++
 	f.lease = l.DeepCopy()

@@ -38,8 +38,11 @@ type Set struct {
 	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
 	ShardObjects    *prometheus.GaugeVec
+	ShardShare      *prometheus.GaugeVec
+	ShardMembers    *prometheus.GaugeVec
+	ShardMode       *prometheus.GaugeVec
 	ShardHandovers  *prometheus.CounterVec
-	ShardUnowned    *prometheus.HistogramVec
+	ShardLabels     *prometheus.CounterVec
 	WatchConnected  *prometheus.GaugeVec
 	Relists         *prometheus.CounterVec
 	Blind           *prometheus.HistogramVec
@@ -140,16 +143,27 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		}, ctrlLabel),
 		ShardObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_shard_objects",
-			Help: "Objects of the ring's sharded types per owning replica, as the sharder last counted them; replica \"\" counts those without a live owner.",
+			Help: "Objects the caches of this replica's sharded controllers hold; replica is its identity.",
 		}, []string{"ring", "replica"}),
+		ShardShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_shard_share",
+			Help: "The part of the ring's units this replica serves, from 0 to 1: of the 64 buckets of the hash space, or of the namespaces when sharded by namespace.",
+		}, []string{"ring"}),
+		ShardMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_shard_members",
+			Help: "Live members of the ring, this replica included, as it last counted them.",
+		}, []string{"ring"}),
+		ShardMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_shard_mode",
+			Help: "1 for the way the ring selects each replica's objects: mode \"server\" (the API server selects by hash) or \"labels\" (caches select on the shard label).",
+		}, []string{"ring", "mode"}),
 		ShardHandovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrl_shard_handovers_total",
-			Help: "Objects the sharder gave from one replica to another, after a drain or a replica's death.",
-		}, []string{"ring"}),
-		ShardUnowned: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "ctrl_shard_unowned_seconds",
-			Help:    "How long an object went without a live owner before the sharder gave it one.",
-			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120},
+			Help: "Changes of what this replica serves: direction \"released\" when it gave part of the space up, \"taken\" when it began to serve more.",
+		}, []string{"ring", "direction"}),
+		ShardLabels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_shard_labels_total",
+			Help: "Shard labels this replica wrote on objects, in mode \"labels\": one per object, when it first serves it.",
 		}, []string{"ring"}),
 		WatchConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_cache_watch_connected",
@@ -178,7 +192,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
-		&m.LeaderStatus, &m.ShardObjects, &m.ShardHandovers, &m.ShardUnowned, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.Blind,
 		&m.timeouts, &m.WaitingForCRD,
 	} {
 		switch c := c.(type) {

@@ -1,71 +1,357 @@
 package shard
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/sharding"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/typedctrl/ctrl/internal/leader"
 )
 
-func TestOwnerSpreadsAndMovesLittle(t *testing.T) {
-	three := []string{"a", "b", "c"}
-	counts := map[string]int{}
-	for i := range 3000 {
-		counts[Owner(fmt.Sprint(i), three)]++
-	}
-	// Names that differ in one character, and keys alike but for a number.
-	similar := map[string]int{}
-	for i := range 3000 {
-		similar[Owner(fmt.Sprintf("ns-abcde/cm-%04d", i), []string{"r1", "r2", "r3"})]++
-	}
-	for _, m := range []string{"r1", "r2", "r3"} {
-		if similar[m] < 850 || similar[m] > 1150 {
-			t.Errorf("member %s owns %d of 3000 similar keys, want about 1000: %v", m, similar[m], similar)
+// TestSetOps checks the set operations against a model: sets of small
+// points, where every point can be enumerated.
+func TestSetOps(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	random := func() (Set, map[uint64]bool) {
+		var s Set
+		for range r.IntN(4) {
+			a := uint64(r.IntN(40))
+			s = append(s, Span{a, a + uint64(r.IntN(6))})
 		}
-	}
-	for _, m := range three {
-		if counts[m] < 850 || counts[m] > 1150 {
-			t.Errorf("member %s owns %d of 3000 keys, want about 1000: %v", m, counts[m], counts)
+		s = Set{}.Union(s)
+		pts := map[uint64]bool{}
+		for _, sp := range s {
+			for p := sp.First; p <= sp.Last; p++ {
+				pts[p] = true
+			}
 		}
+		return s, pts
 	}
-	// c leaves: only c's keys move.
-	moved := 0
-	for i := range 3000 {
-		k := fmt.Sprint(i)
-		before, after := Owner(k, three), Owner(k, []string{"a", "b"})
-		if before != after {
-			moved++
-			if before != "c" {
-				t.Fatalf("key %s moved from %s to %s when c left", k, before, after)
+	for range 2000 {
+		a, pa := random()
+		b, pb := random()
+		u, i, m := a.Union(b), a.Intersect(b), a.Minus(b)
+		for p := uint64(0); p < 50; p++ {
+			if got, want := u.Contains(p), pa[p] || pb[p]; got != want {
+				t.Fatalf("%v ∪ %v = %v: %d: got %t", a, b, u, p, got)
+			}
+			if got, want := i.Contains(p), pa[p] && pb[p]; got != want {
+				t.Fatalf("%v ∩ %v = %v: %d: got %t", a, b, i, p, got)
+			}
+			if got, want := m.Contains(p), pa[p] && !pb[p]; got != want {
+				t.Fatalf("%v - %v = %v: %d: got %t", a, b, m, p, got)
+			}
+		}
+		for _, s := range []Set{u, i, m} {
+			for k := 1; k < len(s); k++ {
+				if s[k].First <= s[k-1].Last+1 {
+					t.Fatalf("%v: spans overlap or touch", s)
+				}
+			}
+			back, err := ParseSet(s.String())
+			if err != nil || !back.Equal(s) {
+				t.Fatalf("ParseSet(%q) = %v, %v", s.String(), back, err)
 			}
 		}
 	}
-	if moved != counts["c"] {
-		t.Errorf("%d keys moved when c left, want c's %d", moved, counts["c"])
+	if !All.Minus(Set{{0, 10}}).Union(Set{{0, 10}}).Equal(All) || All.Fraction() != 1 {
+		t.Error("the whole space does not round-trip")
 	}
-	if Owner("x", nil) != "" {
-		t.Error("an owner without members")
+	if All.Minus(Set{{math.MaxUint64, math.MaxUint64}}).Contains(math.MaxUint64) {
+		t.Error("the last point survived its removal")
 	}
 }
 
-func TestDecide(t *testing.T) {
-	tests := []struct {
-		cur      string
-		draining bool
-		want     string
-		curLive  bool
-		step     Step
-	}{
-		{"", false, "a", false, Assign},
-		{"a", false, "a", true, Keep},
-		{"a", true, "a", true, Undrain},
-		{"b", false, "a", true, Drain},
-		{"b", true, "a", true, Wait},
-		{"b", false, "a", false, Assign}, // b is dead
-		{"b", true, "a", false, Assign},
-		{"b", false, "", false, Keep}, // no member alive
-	}
-	for _, tt := range tests {
-		if got := Decide(tt.cur, tt.draining, tt.want, tt.curLive); got != tt.step {
-			t.Errorf("Decide(%q, %t, %q, %t) = %d, want %d", tt.cur, tt.draining, tt.want, tt.curLive, got, tt.step)
+// TestSelectorMatchesServer: the selector a Set writes selects, on the API
+// server's side (apimachinery's sharding.Selector, which the server's
+// parser builds), exactly the values whose Hash is in the set.
+func TestSelectorMatchesServer(t *testing.T) {
+	sets := []Set{All, {BucketSpan(0)}, {BucketSpan(3), BucketSpan(63)}, Assign(BucketUnits(), []string{"a", "b", "c"})["b"]}
+	for _, s := range sets {
+		sel := serverSelector(t, s.Selector("object.metadata.uid"))
+		for i := range 2000 {
+			uid := fmt.Sprintf("%08x-0000-4000-8000-%012d", i*7919, i)
+			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: typesUID(uid)}}
+			got, err := sel.Matches(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := s.Contains(Hash(uid)); got != want {
+				t.Fatalf("%s: uid %s: server matches %t, set contains %t", s.Selector("object.metadata.uid"), uid, got, want)
+			}
 		}
 	}
 }
+
+// serverSelector parses a selector the way the API server's parser
+// (k8s.io/apiserver/pkg/sharding.Parse) does for the forms Selector
+// writes, and builds apimachinery's Selector from it.
+func serverSelector(t *testing.T, s string) sharding.Selector {
+	var reqs []sharding.ShardRangeRequirement
+	for part := range strings.SplitSeq(s, " || ") {
+		args, ok := strings.CutPrefix(part, "shardRange(")
+		args, ok2 := strings.CutSuffix(args, ")")
+		f := strings.Split(args, ", ")
+		if !ok || !ok2 || len(f) != 3 {
+			t.Fatalf("%q is not a shardRange", part)
+		}
+		start, end := strings.Trim(f[1], "'"), strings.Trim(f[2], "'")
+		if len(start) != 18 || (len(end) != 18 && end != "0x10000000000000000") {
+			t.Fatalf("%q: bounds must have 16 hex digits: %q %q", part, start, end)
+		}
+		reqs = append(reqs, sharding.ShardRangeRequirement{Key: f[0], Start: start, End: end})
+	}
+	return sharding.NewSelector(reqs...)
+}
+
+func TestAssign(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 7} {
+		var members []string
+		for i := range n {
+			members = append(members, fmt.Sprintf("r%d", i+1))
+		}
+		shares := Assign(BucketUnits(), members)
+		var all Set
+		for _, m := range members {
+			s := shares[m]
+			if !all.Intersect(s).Empty() {
+				t.Fatalf("%d members: %s's share overlaps another's", n, m)
+			}
+			all = all.Union(s)
+			fair := float64(Buckets/n) / Buckets
+			if f := s.Fraction(); f < fair-1e-9 || f > fair+1.0/Buckets+1e-9 {
+				t.Errorf("%d members: %s holds %.3f of the space, want %.3f to %.3f", n, m, f, fair, fair+1.0/Buckets)
+			}
+		}
+		if !all.Equal(All) {
+			t.Errorf("%d members: shares cover %v, want all", n, all)
+		}
+	}
+	// A member joining three moves about a quarter of the space, not all.
+	before := Assign(BucketUnits(), []string{"r1", "r2", "r3"})
+	after := Assign(BucketUnits(), []string{"r1", "r2", "r3", "r4"})
+	moved := 0.0
+	for _, m := range []string{"r1", "r2", "r3"} {
+		moved += before[m].Minus(after[m]).Fraction()
+	}
+	if moved > 0.4 {
+		t.Errorf("r4 joining moved %.2f of the space, want about 0.25", moved)
+	}
+	// Namespaces whose names differ in the last character share the
+	// top bits of their FNV hashes: their units are points, and runs of
+	// them cover the gaps between.
+	var nss []string
+	for i := range 30 {
+		nss = append(nss, fmt.Sprintf("team-%02d", i))
+	}
+	shares := Assign(PointUnits(nss), []string{"a", "b", "c"})
+	for _, m := range []string{"a", "b", "c"} {
+		n := 0
+		for _, ns := range nss {
+			if shares[m].Contains(Hash(ns)) {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Errorf("%s serves %d of 30 namespaces, want 10", m, n)
+		}
+	}
+	if len(Assign(BucketUnits(), nil)) != 0 {
+		t.Error("shares without members")
+	}
+}
+
+func TestLabelPatch(t *testing.T) {
+	got := string(LabelPatch("42", `shard.ctrl.dev/ring`, `7"`))
+	want := `{"metadata":{"resourceVersion":"42","labels":{"shard.ctrl.dev/ring":"7\""}}}`
+	if got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// ring is a fake API server's Leases, shared by the members of a test.
+type ring struct {
+	mu     sync.Mutex
+	leases map[string]*coordinationv1.Lease
+	rv     int
+	now    time.Time
+}
+
+func (f *ring) put(l *coordinationv1.Lease) {
+	f.rv++
+	l = l.DeepCopy()
+	l.ResourceVersion = strconv.Itoa(f.rv)
+	f.leases[l.Name] = l
+}
+
+func (f *ring) list() []*coordinationv1.Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*coordinationv1.Lease
+	for _, l := range f.leases {
+		out = append(out, l.DeepCopy())
+	}
+	return out
+}
+
+type clock struct{ f *ring }
+
+func (c clock) Now() time.Time {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return c.f.now
+}
+func (clock) AfterFunc(time.Duration, func()) func() bool { panic("unused") }
+
+// member joins f as identity: its Lease is renewed now.
+func (f *ring) member(id string, serving map[string]Set) *Ring {
+	f.mu.Lock()
+	rt := metav1.NewMicroTime(f.now)
+	f.put(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "r." + id},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, RenewTime: &rt, LeaseDurationSeconds: new(int32(5))}})
+	f.mu.Unlock()
+	return &Ring{Identity: id, Lease: "r." + id, Observer: &leader.Observer{Clock: clock{f}}, Log: logr.Discard(),
+		Units:  BucketUnits,
+		Leases: f.list,
+		Fenced: func(context.Context) ([]*coordinationv1.Lease, error) { return f.list(), nil },
+		Publish: func(_ context.Context, held Set) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			l := f.leases["r."+id]
+			l.Annotations = map[string]string{HeldAnnotation: held.String()}
+			f.put(l)
+			return nil
+		},
+		Serve: func(_ context.Context, s Set) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			serving[id] = s
+			return nil
+		},
+	}
+}
+
+func (f *ring) renew(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.leases["r."+id]
+	rt := metav1.NewMicroTime(f.now)
+	l.Spec.RenewTime = &rt
+	f.put(l)
+}
+
+// TestRingMoves runs members through joins and a death, stepping them in
+// random orders, and checks after every step that no point is served by
+// two members whose Leases have not expired, and that the members settle
+// on shares that cover the space.
+func TestRingMoves(t *testing.T) {
+	f := &ring{leases: map[string]*coordinationv1.Lease{}, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	serving := map[string]Set{}
+	members := map[string]*Ring{}
+	r := rand.New(rand.NewPCG(3, 4))
+	check := func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var seen Set
+		for id, s := range serving {
+			l := f.leases["r."+id]
+			if l == nil || f.now.Sub(l.Spec.RenewTime.Time) >= 5*time.Second {
+				continue // dead
+			}
+			if !seen.Intersect(s).Empty() {
+				t.Fatalf("%s serves what another live member serves", id)
+			}
+			seen = seen.Union(s)
+		}
+	}
+	settle := func(ids ...string) {
+		for round := range 50 {
+			all := true
+			for _, i := range r.Perm(len(ids)) {
+				ok, _, err := members[ids[i]].Step(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = all && ok
+				check()
+			}
+			if all {
+				var covered Set
+				for _, id := range ids {
+					covered = covered.Union(serving[id])
+				}
+				if !covered.Equal(All) {
+					t.Fatalf("settled on %v, which does not cover the space", covered)
+				}
+				return
+			}
+			_ = round
+		}
+		t.Fatalf("%v did not settle", ids)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		members[id] = f.member(id, serving)
+	}
+	settle("a", "b", "c")
+	members["d"] = f.member("d", serving)
+	settle("a", "b", "c", "d")
+	// b dies: nobody takes its share until its Lease expires.
+	f.mu.Lock()
+	f.now = f.now.Add(3 * time.Second)
+	f.mu.Unlock()
+	for _, id := range []string{"a", "c", "d"} {
+		f.renew(id)
+	}
+	for _, id := range []string{"a", "c", "d"} {
+		if _, _, err := members[id].Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !members[id].Serving().Intersect(serving["b"]).Empty() {
+			t.Fatalf("%s took b's share before b's Lease expired", id)
+		}
+	}
+	f.mu.Lock()
+	f.now = f.now.Add(3 * time.Second)
+	f.mu.Unlock()
+	for _, id := range []string{"a", "c", "d"} {
+		f.renew(id)
+	}
+	delete(serving, "b")
+	settle("a", "c", "d")
+}
+
+// TestRingClaimRace: two members that claim the same part in turn, each
+// before it sees the other's claim: at most one serves it.
+func TestRingClaimRace(t *testing.T) {
+	f := &ring{leases: map[string]*coordinationv1.Lease{}, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	serving := map[string]Set{}
+	a := f.member("a", serving)
+	b := f.member("b", serving)
+	// a thinks it is alone (its view lags): it wants everything.
+	a.Leases = func() []*coordinationv1.Lease {
+		return []*coordinationv1.Lease{f.list()[0]}
+	}
+	if _, _, err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !serving["a"].Intersect(serving["b"]).Empty() {
+		t.Fatalf("a serves %v and b %v", serving["a"], serving["b"])
+	}
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }

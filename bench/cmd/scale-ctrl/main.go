@@ -71,19 +71,20 @@ var podResource = ctrl.APIResource{Version: "v1", Resource: "pods", Kind: "Pod",
 
 func main() {
 	mode := flag.String("mode", "full", "full, full-nocopy, meta, project, cm or shard")
-	ring := flag.String("ring", "bench", "shard mode: Sharding.Name")
+	ring := flag.String("ring", "bench", "shard mode: Sharding.Ring")
 	identity := flag.String("identity", "", "shard mode: Sharding.Identity")
+	byLabel := flag.Bool("by-label", false, "shard mode: Sharding.ByLabel, label mode where the server could select by hash")
 	p := probe.Begin(func() string { return "ctrl-" + *mode })
 	cfg := p.Config()
 	opts := ctrl.Options{Config: cfg, Namespace: p.Flags.Namespace}
 	if *mode == "cm" || *mode == "shard" {
-		// The sharder labels every object: with the throughput benchmark's
-		// 20 requests/s it would take minutes. No client limit, ctrl's
-		// default for a real server.
+		// In label mode every object is labeled once: with the throughput
+		// benchmark's 20 requests/s it would take minutes. No client
+		// limit, ctrl's default for a real server.
 		cfg.QPS, cfg.Burst = 0, 0
 	}
 	if *mode == "shard" {
-		opts.Sharding = ctrl.Sharding{Name: *ring, Identity: *identity}
+		opts.Sharding = ctrl.Sharding{Ring: *ring, Identity: *identity, ByLabel: *byLabel}
 	}
 	mgr, err := ctrl.NewManager(opts)
 	if err != nil {

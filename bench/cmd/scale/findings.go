@@ -78,23 +78,26 @@ func (res *results) findings() string {
 	}
 
 	// Sharding.
-	if one := res.shardHeap(1); one > 0 {
+	if ref := res.shardHeap(0, ""); ref > 0 {
 		k := res.Cfg.Replicas[len(res.Cfg.Replicas)-1]
-		w, _ := res.worstShard(k, false)
-		s, _ := res.worstShard(k, true)
-		var sharderCPU, otherCPU float64
+		var refCPU float64
 		for _, r := range res.Shard {
-			if r.Replicas == k && r.Sharder {
-				sharderCPU = r.cpuPer1k()
-			} else if r.Replicas == k {
-				otherCPU = max(otherCPU, r.cpuPer1k())
+			if r.Replicas == 0 {
+				refCPU = r.cpuPer1k()
 			}
 		}
-		fmt.Fprintf(&b, "- **Sharding.** At %d replicas a replica that is not the sharder holds %s of the heap of a single replica, the\n", k, ratio(w, one))
-		fmt.Fprintf(&b, "  sharder %s: besides its shard it caches the metadata of every object, as `Sharding`'s documentation says. Its CPU per\n", ratio(s, one))
-		fmt.Fprintf(&b, "  update of its own objects is %.3f s per 1k against %.3f for the others: it also decodes every object's metadata\n", sharderCPU, otherCPU)
-		b.WriteString("  event of the ring, and looks at each changed object (one hash per member); every RetryPeriod, and when the members\n")
-		b.WriteString("  change, it looks at all of them.\n")
+		for _, mode := range []string{"labels", "server"} {
+			one := res.shardHeap(1, mode)
+			w, cpu, ok := res.worstShard(k, mode)
+			if !ok || one == 0 {
+				continue
+			}
+			n, _ := res.shardLabeled(k, mode)
+			fmt.Fprintf(&b, "- **Sharding, mode %s.** At %d replicas the largest replica holds %s of the heap of a single replica; its CPU per\n", mode, k, ratio(w, one))
+			fmt.Fprintf(&b, "  update of its own objects is %.3f s per 1k against %.3f unsharded. %d of %d objects were labeled for the ring (once each at most).\n",
+				cpu, refCPU, n, res.Cfg.ShardN)
+		}
+		b.WriteString("  No replica is special: each caches its share and, in label mode, a metadata cache of the objects not labeled yet.\n")
 	}
 	return b.String()
 }

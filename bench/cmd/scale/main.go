@@ -100,7 +100,7 @@ func main() {
 	flag.StringVar(&c.Work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-scale"), "directory for binaries and logs")
 	flag.StringVar(&c.ProfileDir, "profile-dir", "", "make every process write heap profiles (at measure) and CPU profiles (update phase) here")
 	flag.StringVar(&c.Charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
-	flag.StringVar(&apiFlags, "apiserver-flags", "--etcd-compaction-interval=30s", "extra kube-apiserver flags, space-separated; the default compacts etcd often, so that the update rounds' old revisions of 100k Pods free their space before etcd's 2 GiB quota is reached")
+	flag.StringVar(&apiFlags, "apiserver-flags", "--etcd-compaction-interval=30s --feature-gates=ShardedListAndWatch=true", "extra kube-apiserver flags, space-separated; the default compacts etcd often, so that the update rounds' old revisions of 100k Pods free their space before etcd's 2 GiB quota is reached, and lets the API server select sharded lists and watches by hash")
 	flag.BoolVar(&c.Write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
 	flag.Var(extraCtrl{}, "ctrl-bin", "another build of scale-ctrl, as tag=path (repeatable): each ctrl-* implementation also runs as <name>@<tag> with it, to compare builds (a change before and after) in one run")
 	render := flag.String("render", "", "run nothing: render the section (and with -write, write it and the charts) from the results.json of an earlier run")

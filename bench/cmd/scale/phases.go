@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -362,13 +361,4 @@ func (r memRun) cpuPer1k() float64 {
 		return 0
 	}
 	return r.CPU / (float64(r.Events) / 1000)
-}
-
-// shardLeaseHolder returns the identity of the ring's sharder.
-func (d *driver) shardLeaseHolder(ctx context.Context, ring string) string {
-	l, err := d.cs.CoordinationV1().Leases(d.c.ShardNS).Get(ctx, ring+"-sharder", metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }

@@ -165,49 +165,56 @@ func (res *results) updateSummary() string {
 // shardTable is every replica of every sharded run.
 func (res *results) shardTable() string {
 	var b strings.Builder
-	b.WriteString("| replicas | replica | objects cached | ring settled s | heap MiB | live heap MiB | heap vs unsharded | heap vs 1 replica | peak RSS MiB | CPU s per 1k own updates | update CPU s | round wall s |\n")
-	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	ref, one := res.shardHeap(0), res.shardHeap(1)
+	b.WriteString("| mode | replicas | replica | objects cached | objects labeled | ring settled s | heap MiB | live heap MiB | heap vs unsharded | heap vs 1 replica | peak RSS MiB | CPU s per 1k own updates | update CPU s | round wall s |\n")
+	b.WriteString("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	ref := res.shardHeap(0, "")
 	for _, r := range res.Shard {
-		replicas, who := fmt.Sprint(r.Replicas), r.Identity
+		mode, replicas, who := r.Mode, fmt.Sprint(r.Replicas), r.Identity
 		if r.Replicas == 0 {
-			replicas, who = "unsharded", "-"
-		}
-		if r.Sharder {
-			who += " (sharder)"
+			mode, replicas, who = "unsharded", "-", "-"
 		}
 		var rounds []string
 		for _, s := range r.RoundsS {
 			rounds = append(rounds, fmt.Sprintf("%.1f", s))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s |\n", replicas, who, r.Owned, r.Settle,
-			mib(r.Synced.HeapInuse), mib(r.Synced.HeapAlloc), ratio(float64(r.Synced.HeapInuse), ref), ratio(float64(r.Synced.HeapInuse), one),
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s |\n", mode, replicas, who, r.Owned, r.Labeled, r.Settle,
+			mib(r.Synced.HeapInuse), mib(r.Synced.HeapAlloc), ratio(float64(r.Synced.HeapInuse), ref), ratio(float64(r.Synced.HeapInuse), res.shardHeap(1, r.Mode)),
 			mibI(r.Updated.MaxRSS), r.cpuPer1k(), r.CPU, strings.Join(rounds, ", "))
 	}
 	return b.String()
 }
 
-// shardHeap is the heap of the only replica of the run with k replicas.
-func (res *results) shardHeap(k int) float64 {
+// shardHeap is the heap of the only replica of the run with k replicas in
+// mode ("" and 0: unsharded).
+func (res *results) shardHeap(k int, mode string) float64 {
 	for _, r := range res.Shard {
-		if r.Replicas == k {
+		if r.Replicas == k && (k == 0 || r.Mode == mode) {
 			return float64(r.Synced.HeapInuse)
 		}
 	}
 	return 0
 }
 
-// worstShard returns the largest heap, at k replicas, of a replica that
-// is, or is not, the sharder.
-func (res *results) worstShard(k int, sharder bool) (float64, bool) {
-	var worst float64
-	found := false
+// worstShard returns the largest heap of a replica at k replicas in mode,
+// and the largest CPU per 1k own updates.
+func (res *results) worstShard(k int, mode string) (heap, cpu float64, ok bool) {
 	for _, r := range res.Shard {
-		if r.Replicas == k && r.Sharder == sharder {
-			worst, found = max(worst, float64(r.Synced.HeapInuse)), true
+		if r.Replicas == k && r.Mode == mode {
+			heap, cpu, ok = max(heap, float64(r.Synced.HeapInuse)), max(cpu, r.cpuPer1k()), true
 		}
 	}
-	return worst, found
+	return heap, cpu, ok
+}
+
+// shardLabeled returns how many objects a ring of mode at k replicas
+// labeled.
+func (res *results) shardLabeled(k int, mode string) (int, bool) {
+	for _, r := range res.Shard {
+		if r.Replicas == k && r.Mode == mode {
+			return r.Labeled, true
+		}
+	}
+	return 0, false
 }
 
 type target struct {
@@ -240,13 +247,21 @@ func (res *results) targets() []target {
 				measured: float64(r.peakRSS()) / float64(r.Synced.HeapInuse), ok: true, limit: 1.3})
 		}
 	}
-	if one := res.shardHeap(1); one > 0 {
-		k := res.Cfg.Replicas[len(res.Cfg.Replicas)-1]
-		if w, ok := res.worstShard(k, false); ok {
-			ts = append(ts, target{what: fmt.Sprintf("heap of a replica at %d replicas vs 1 replica (not the sharder)", k), measured: w / one, ok: true, limit: 0.40})
+	for _, mode := range []string{"labels", "server"} {
+		one := res.shardHeap(1, mode)
+		if one == 0 {
+			continue
 		}
-		if w, ok := res.worstShard(k, true); ok {
-			ts = append(ts, target{what: fmt.Sprintf("heap of the sharder at %d replicas vs 1 replica", k), measured: w / one, ok: true, limit: 0.40})
+		k := res.Cfg.Replicas[len(res.Cfg.Replicas)-1]
+		if w, _, ok := res.worstShard(k, mode); ok {
+			ts = append(ts, target{what: fmt.Sprintf("heap of the largest replica at %d replicas vs 1 replica, mode %s", k, mode), measured: w / one, ok: true, limit: 0.40})
+		}
+		if n, ok := res.shardLabeled(k, mode); ok {
+			limit := 1.0
+			if mode == "server" {
+				limit = 0
+			}
+			ts = append(ts, target{what: fmt.Sprintf("objects labeled per object, mode %s", mode), measured: float64(n) / float64(res.Cfg.ShardN), ok: true, limit: limit})
 		}
 	}
 	return ts

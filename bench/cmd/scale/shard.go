@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/typedctrl/ctrl/bench/internal/probe"
 )
@@ -14,8 +17,9 @@ import (
 // (replicas 0).
 type replicaRun struct {
 	Replicas int
+	Mode     string // "server" or "labels"; "" unsharded
 	Identity string
-	Sharder  bool
+	Labeled  int     // objects the ring labeled (label mode: once each)
 	Owned    int     // objects in its cache once the ring settled
 	Settle   float64 // s from the start of the replicas until the ring settled
 	Synced   probe.Mem
@@ -34,8 +38,9 @@ func (r replicaRun) cpuPer1k() float64 {
 }
 
 // shardPhase runs the ConfigMap controller unsharded, then sharded at each
-// replica count, each ring with a name of its own so that the labels of the
-// last ring do not matter.
+// replica count in label mode and where the API server selects by hash,
+// each ring with a name of its own so that the labels of the last ring do
+// not matter.
 func (d *driver) shardPhase(ctx context.Context) error {
 	c := d.c
 	if err := createNamespace(ctx, d.cs, c.ShardNS); err != nil {
@@ -48,27 +53,35 @@ func (d *driver) shardPhase(ctx context.Context) error {
 	d.res.ShardCreateSeconds = time.Since(t0).Seconds()
 	logf("created %d ConfigMaps in %.1fs", c.ShardN, d.res.ShardCreateSeconds)
 	round := 0
-	for _, k := range append([]int{0}, c.Replicas...) {
-		runs, err := d.shardRun(ctx, k, &round)
-		if err != nil {
-			return fmt.Errorf("%d replicas: %w", k, err)
+	runs, err := d.shardRun(ctx, 0, "", &round)
+	if err != nil {
+		return fmt.Errorf("unsharded: %w", err)
+	}
+	d.res.Shard = append(d.res.Shard, runs...)
+	for _, mode := range []string{"labels", "server"} {
+		for _, k := range c.Replicas {
+			runs, err := d.shardRun(ctx, k, mode, &round)
+			if err != nil {
+				return fmt.Errorf("%d replicas, mode %s: %w", k, mode, err)
+			}
+			d.res.Shard = append(d.res.Shard, runs...)
 		}
-		d.res.Shard = append(d.res.Shard, runs...)
 	}
 	return nil
 }
 
-// shardRun starts k replicas (0: one unsharded controller), waits until the
-// sharder has given every object an owner and each replica has reconciled
-// its own, measures them, and runs the update rounds.
-func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun, error) {
+// shardRun starts k replicas (0: one unsharded controller) in mode
+// ("labels" or "server"), waits until every object is in exactly one
+// replica's cache and each replica has reconciled its own, measures them,
+// and runs the update rounds.
+func (d *driver) shardRun(ctx context.Context, k int, shardMode string, round *int) ([]replicaRun, error) {
 	c := d.c
-	ring := "ring" + strconv.Itoa(k)
+	ring := shardMode + strconv.Itoa(k)
 	mode, n := "shard", max(k, 1)
 	if k == 0 {
 		mode = "cm"
 	}
-	logf("sharding: %d replicas (%s)", k, mode)
+	logf("sharding: %d replicas (%s %s)", k, mode, shardMode)
 	procs := make([]*probe.Proc, n)
 	runs := make([]replicaRun, n)
 	defer func() {
@@ -83,6 +96,9 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		id := fmt.Sprintf("replica-%d", i+1)
 		args := []string{"-kubeconfig", d.kubeconfig, "-namespace", c.ShardNS, "-n", strconv.Itoa(c.ShardN), "-mode", mode,
 			"-ring", ring, "-identity", id, "-workers", "8"}
+		if shardMode == "labels" {
+			args = append(args, "-by-label")
+		}
 		if c.ProfileDir != "" {
 			args = append(args, "-profile-dir", c.ProfileDir, "-profile-tag", fmt.Sprintf("%s-%s", ring, id))
 		}
@@ -91,7 +107,7 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 			return nil, err
 		}
 		procs[i] = p
-		runs[i] = replicaRun{Replicas: k, Identity: id}
+		runs[i] = replicaRun{Replicas: k, Mode: shardMode, Identity: id}
 	}
 	// Settled: every object is in exactly one replica's cache, each
 	// replica has reconciled what it holds, and nothing moved for two polls.
@@ -125,14 +141,22 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		last = now
 	}
 	settle := time.Since(start).Seconds() - 4 // the two quiet polls
-	holder := d.shardLeaseHolder(ctx, ring)
+	labeled := 0
+	if k > 0 {
+		var err error
+		if labeled, err = d.shardLabeled(ctx, ring); err != nil {
+			return nil, err
+		}
+		if got := d.shardMode(ctx, ring, runs[0].Identity); got != shardMode {
+			return nil, fmt.Errorf("ring %s runs in mode %q, want %q (is ShardedListAndWatch on?)", ring, got, shardMode)
+		}
+	}
 	for i, p := range procs {
 		a, err := p.Do("measure")
 		if err != nil {
 			return nil, err
 		}
-		runs[i].Synced, runs[i].Settle = *a.Mem, settle
-		runs[i].Sharder = k > 0 && runs[i].Identity == holder
+		runs[i].Synced, runs[i].Settle, runs[i].Labeled = *a.Mem, settle, labeled
 	}
 	for _, p := range procs {
 		if _, err := p.Do("begin"); err != nil {
@@ -175,8 +199,28 @@ func (d *driver) shardRun(ctx context.Context, k int, round *int) ([]replicaRun,
 		procs[i] = nil
 	}
 	for _, r := range runs {
-		logf("  %s%s: %d objects, heap %s MiB, peak rss %s MiB, %.3f CPU s per 1k own updates, settled %.1fs",
-			r.Identity, map[bool]string{true: " (sharder)"}[r.Sharder], r.Owned, mib(r.Synced.HeapInuse), mibI(r.Updated.MaxRSS), r.cpuPer1k(), r.Settle)
+		logf("  %s: %d objects, heap %s MiB, peak rss %s MiB, %.3f CPU s per 1k own updates, settled %.1fs, %d labeled",
+			r.Identity, r.Owned, mib(r.Synced.HeapInuse), mibI(r.Updated.MaxRSS), r.cpuPer1k(), r.Settle, r.Labeled)
 	}
 	return runs, nil
+}
+
+// shardLabeled counts the objects that carry ring's shard label.
+func (d *driver) shardLabeled(ctx context.Context, ring string) (int, error) {
+	l, err := d.cs.CoreV1().ConfigMaps(d.c.ShardNS).List(ctx, metav1.ListOptions{LabelSelector: "shard.ctrl.dev/" + ring})
+	if err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
+
+// shardMode reads the mode a replica of ring publishes in its Lease:
+// "server" or "labels".
+func (d *driver) shardMode(ctx context.Context, ring, identity string) string {
+	l, err := d.cs.CoordinationV1().Leases(d.c.ShardNS).Get(ctx, ring+"."+identity, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	mode, _, _ := strings.Cut(l.Annotations["shard.ctrl.dev/mode"], " ")
+	return mode
 }

@@ -1,0 +1,285 @@
+package shard
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Hash is the position of a value in the hash space: 64-bit FNV-1a, as
+// the API server computes it for a shardRange selector
+// (k8s.io/apimachinery/pkg/sharding.HashField).
+func Hash(value string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(value))
+	return h.Sum64()
+}
+
+// Span is the closed interval [First, Last] of the hash space.
+type Span struct{ First, Last uint64 }
+
+// A Set is a part of the hash space: sorted spans that neither overlap nor
+// touch. The zero value is empty; All is the whole space.
+type Set []Span
+
+// All is the whole hash space.
+var All = Set{{0, math.MaxUint64}}
+
+// Contains reports whether p is in s.
+func (s Set) Contains(p uint64) bool {
+	i, _ := slices.BinarySearchFunc(s, p, func(sp Span, p uint64) int {
+		switch {
+		case sp.Last < p:
+			return -1
+		case sp.First > p:
+			return 1
+		}
+		return 0
+	})
+	return i < len(s) && s[i].First <= p && p <= s[i].Last
+}
+
+// Covers reports whether every point of sp is in s.
+func (s Set) Covers(sp Span) bool { return Set{sp}.Minus(s).Empty() }
+
+// Empty reports whether s holds no point.
+func (s Set) Empty() bool { return len(s) == 0 }
+
+// Equal reports whether s and o hold the same points.
+func (s Set) Equal(o Set) bool { return slices.Equal(s, o) }
+
+// Union returns the points of s or o.
+func (s Set) Union(o Set) Set {
+	all := append(slices.Clone(s), o...)
+	slices.SortFunc(all, func(a, b Span) int {
+		switch {
+		case a.First < b.First:
+			return -1
+		case a.First > b.First:
+			return 1
+		}
+		return 0
+	})
+	var out Set
+	for _, sp := range all {
+		if n := len(out); n > 0 && (out[n-1].Last == math.MaxUint64 || sp.First <= out[n-1].Last+1) {
+			out[n-1].Last = max(out[n-1].Last, sp.Last)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// Intersect returns the points of both s and o.
+func (s Set) Intersect(o Set) Set {
+	var out Set
+	for i, j := 0, 0; i < len(s) && j < len(o); {
+		lo, hi := max(s[i].First, o[j].First), min(s[i].Last, o[j].Last)
+		if lo <= hi {
+			out = append(out, Span{lo, hi})
+		}
+		if s[i].Last < o[j].Last {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
+}
+
+// Minus returns the points of s that are not in o.
+func (s Set) Minus(o Set) Set {
+	var out Set
+	j := 0
+	for _, sp := range s {
+		first := sp.First
+		done := false
+		for ; j < len(o) && o[j].Last < first; j++ {
+		}
+		for k := j; k < len(o) && o[k].First <= sp.Last; k++ {
+			if o[k].First > first {
+				out = append(out, Span{first, o[k].First - 1})
+			}
+			if o[k].Last >= sp.Last {
+				done = true
+				break
+			}
+			first = o[k].Last + 1
+		}
+		if !done {
+			out = append(out, Span{first, sp.Last})
+		}
+	}
+	return out
+}
+
+// Fraction returns the part of the hash space s covers, from 0 to 1.
+func (s Set) Fraction() float64 {
+	var f float64
+	for _, sp := range s {
+		f += (float64(sp.Last-sp.First) + 1) / (1 << 64)
+	}
+	return f
+}
+
+// String writes s as it is published in a member's Lease: spans of hex
+// bounds, "first-last", joined by commas; "" when empty.
+func (s Set) String() string {
+	parts := make([]string, len(s))
+	for i, sp := range s {
+		parts[i] = fmt.Sprintf("%016x-%016x", sp.First, sp.Last)
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseSet reads what String wrote.
+func ParseSet(str string) (Set, error) {
+	var s Set
+	if str == "" {
+		return s, nil
+	}
+	for part := range strings.SplitSeq(str, ",") {
+		a, b, ok := strings.Cut(part, "-")
+		first, err1 := strconv.ParseUint(a, 16, 64)
+		last, err2 := strconv.ParseUint(b, 16, 64)
+		if !ok || err1 != nil || err2 != nil || first > last {
+			return nil, fmt.Errorf("bad span %q", part)
+		}
+		s = append(s, Span{first, last})
+	}
+	return Set{}.Union(s), nil
+}
+
+// Selector writes s as a shard selector (ListOptions.ShardSelector) over
+// field, such as "object.metadata.uid": a shardRange per span, joined by
+// ||, each with an inclusive start and an exclusive end of 16 hex digits,
+// or 2^64 (0x10000000000000000) for a span that ends the space. It
+// returns "" for the empty set, which the caller must not send: the API
+// server reads an absent selector as everything.
+func (s Set) Selector(field string) string {
+	parts := make([]string, len(s))
+	for i, sp := range s {
+		end := "0x10000000000000000"
+		if sp.Last != math.MaxUint64 {
+			end = fmt.Sprintf("0x%016x", sp.Last+1)
+		}
+		parts[i] = fmt.Sprintf("shardRange(%s, '0x%016x', '%s')", field, sp.First, end)
+	}
+	return strings.Join(parts, " || ")
+}
+
+// Buckets is how many equal parts of the hash space are shared out when
+// objects are sharded by UID: enough that three replicas' shares differ by
+// a bucket (a sixty-fourth) at most, few enough that a replica's selector
+// stays short.
+const Buckets = 64
+
+// BucketOf returns the bucket of point p.
+func BucketOf(p uint64) int { return int(p >> 58) }
+
+// BucketSpan returns the span of bucket b.
+func BucketSpan(b int) Span {
+	return Span{uint64(b) << 58, uint64(b)<<58 | (1<<58 - 1)}
+}
+
+// BucketUnits returns the Buckets units of UID sharding, in order.
+func BucketUnits() []Span {
+	units := make([]Span, Buckets)
+	for b := range units {
+		units[b] = BucketSpan(b)
+	}
+	return units
+}
+
+// PointUnits returns one unit per distinct hash of values, in order: the
+// units of sharding by namespace, one per namespace.
+func PointUnits(values []string) []Span {
+	units := make([]Span, 0, len(values))
+	for _, v := range values {
+		h := Hash(v)
+		units = append(units, Span{h, h})
+	}
+	slices.SortFunc(units, func(a, b Span) int {
+		switch {
+		case a.First < b.First:
+			return -1
+		case a.First > b.First:
+			return 1
+		}
+		return 0
+	})
+	return slices.Compact(units)
+}
+
+// Assign shares units, sorted and disjoint, among members: each unit goes
+// to the member that ranks highest for it by rendezvous hashing among
+// those that have not reached their fair share (the number of units over
+// the number of members, rounded down, or up for as many members as the
+// division leaves units over), so that shares differ by a unit at most and a member joining or leaving moves few units. Each member's
+// units, in order, become one span per run of consecutive units it holds,
+// from the first's start to the last's end: runs of buckets cover their
+// part of the space exactly; runs of namespaces also cover the gaps
+// between them, where no namespace is known yet. Every member with the
+// same units and members computes the same result.
+func Assign(units []Span, members []string) map[string]Set {
+	out := make(map[string]Set, len(members))
+	if len(members) == 0 {
+		return out
+	}
+	// Each member gets fair units, and the first extra to reach it one more.
+	fair, extra := len(units)/len(members), len(units)%len(members)
+	count := make(map[string]int, len(members))
+	full := 0 // members that reached fair+1
+	owner := make([]string, len(units))
+	var buf [8]byte
+	for i, u := range units {
+		best, top := "", uint64(0)
+		for _, m := range members {
+			if n := count[m]; n > fair || n == fair && full >= extra {
+				continue
+			}
+			h := fnv.New64a()
+			h.Write([]byte(m))
+			h.Write([]byte{0})
+			for k := range buf {
+				buf[k] = byte(u.First >> (8 * k))
+			}
+			h.Write(buf[:])
+			// FNV alone barely mixes names that differ in a character or
+			// two ("r1", "r2"): one member would rank first for most units.
+			if s := mix(h.Sum64()); best == "" || s > top || s == top && m < best {
+				best, top = m, s
+			}
+		}
+		owner[i] = best
+		if count[best]++; count[best] > fair {
+			full++
+		}
+	}
+	for i := 0; i < len(units); {
+		j := i
+		for j+1 < len(units) && owner[j+1] == owner[i] {
+			j++
+		}
+		out[owner[i]] = append(out[owner[i]], Span{units[i].First, units[j].Last})
+		i = j + 1
+	}
+	for m, s := range out {
+		out[m] = Set{}.Union(s)
+	}
+	return out
+}
+
+// mix is MurmurHash3's 64-bit finalizer.
+func mix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
