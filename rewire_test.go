@@ -246,8 +246,14 @@ func TestStopLeavesNothing(t *testing.T) {
 	must(t, secrets.Stop(ctx))
 	// ConfigMaps' cache and workers remain; Nodes' cache too, which
 	// NewCache made; Secrets' and Pods' caches go.
+	// The work queue's delaying loop (client-go's) ends on its own after
+	// the queue's shutdown, which Stop does not wait for: poll.
+	want := map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 2}
 	after := goroutines(frames...)
-	if want := map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 2}; !equalCounts(after, want) {
+	for deadline := time.Now().Add(10 * time.Second); !equalCounts(after, want) && time.Now().Before(deadline); after = goroutines(frames...) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !equalCounts(after, want) {
 		t.Errorf("after Stop: got goroutines %v, want %v", after, want)
 	}
 	if err := secrets.Stop(ctx); err != nil {
