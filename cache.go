@@ -3,9 +3,6 @@ package ctrl
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 )
@@ -184,14 +180,6 @@ const (
 	forgotten
 )
 
-// index files objects under the values its function returns, and under
-// their namespaces: a lookup within one namespace touches only the objects
-// there, and one across all namespaces touches every object with the value.
-type index[T Object] struct {
-	fn     func(T) []string
-	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
-}
-
 // NewCache returns the manager's cache of T for opts, creating it on first
 // use. A cache created before [Manager.Start] starts with the manager; one
 // created later starts at once. A cache made by NewCache is kept while the
@@ -214,152 +202,6 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 // can start: for the manager's own caches, made while it runs and kept.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
 	return makeCache(m, opts, use[T]{handler: h, pin: true})
-}
-
-// use is how a caller asks makeCache for a cache.
-type use[T Object] struct {
-	handler handler[T] // registered before the cache can start; nil: none
-	private string     // a cache shared with no other caller, under this name
-	trim    func(T) T  // what a private cache's objects pass through first
-	pin     bool       // held for the manager's life; else a user, for Manager.unuse
-	either  bool       // an existing cache will do, optional or required (Owns)
-}
-
-// makeCache returns the cache of T for opts, made if need be. A cache with
-// a private name is shared with no other caller, and its objects pass
-// through trim before anything else sees them.
-func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], error) {
-	var b *binding.Binding[T]
-	var err error
-	if opts.Fleet {
-		var res *binding.Info
-		if opts.Resource != (APIResource{}) {
-			i := opts.Resource.info(reflect.TypeFor[T]())
-			res = &i
-		}
-		var info binding.Info
-		if info, err = binding.InfoFor[T](res); err != nil {
-			return nil, fmt.Errorf("ctrl: %w", err)
-		}
-		b = &binding.Binding[T]{Info: info}
-	} else if b, err = bind[T](m, opts.Resource); err != nil {
-		return nil, err
-	}
-	if !b.Watchable {
-		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
-	}
-	if opts.Optional {
-		if err := checkOptional(m, b.Info, opts); err != nil {
-			return nil, err
-		}
-	}
-	opts.Resource = APIResource{} // in the binding now
-	sc := newScope(b.Info, m.opts.Namespace, opts)
-	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: u.private}
-	m.mu.Lock()
-	if mc, ok := m.caches[id]; ok {
-		c := mc.(*Cache[T])
-		if !u.either && (c.opt != nil) != opts.Optional {
-			m.mu.Unlock()
-			what := map[bool]string{true: "optional", false: "required"}
-			return nil, fmt.Errorf("ctrl: cache of %s: asked for as %s, but it exists as %s", c, what[opts.Optional], what[c.opt != nil])
-		}
-		c.refs.hold(u.pin)
-		m.mu.Unlock()
-		if u.handler != nil {
-			if err := c.addHandler(u.handler); err != nil {
-				m.unuse(c)
-				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
-			}
-		}
-		return c, nil
-	}
-	c := &Cache[T]{
-		mgr:     m,
-		b:       b,
-		opts:    opts,
-		scope:   sc,
-		kind:    b.Kind,
-		indexes: map[string]*index[T]{},
-		expect:  map[Key]expectation{},
-		synced:  make(chan struct{}),
-		userTF:  u.trim,
-	}
-	c.typeMeta = typeMetaOf(b.Info)
-	c.refs.id = id
-	c.refs.hold(u.pin)
-	if u.handler != nil {
-		c.handlers = append(c.handlers, u.handler)
-	}
-	var members []*member
-	switch {
-	case opts.Fleet:
-		c.members = map[string]*memberFeeds[T]{}
-		m.fleetCaches = append(m.fleetCaches, c)
-		for _, mb := range m.members {
-			members = append(members, mb)
-		}
-	case opts.Optional:
-		c.opt = newOptional(m, b.Info) // feeds come with the CRD
-	default:
-		c.feeds = c.newFeeds(feedNamespaces(sc))
-	}
-	m.caches[id] = c
-	m.cacheList = append(m.cacheList, c)
-	if m.running != nil {
-		m.startCache(c)
-	}
-	m.mu.Unlock()
-	if c.opt != nil {
-		if err := c.watchCRD(); err != nil {
-			m.unuse(c)
-			return nil, err
-		}
-	}
-	for _, mb := range members {
-		if err := c.engage(mb); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
-// cacheID identifies a cache: equal options give the same cache.
-type cacheID struct {
-	typ         reflect.Type
-	gvr         schema.GroupVersionResource
-	scope       string
-	keepManaged bool
-	fleet       bool
-	private     string
-}
-
-// feedNamespaces returns the namespace of each watch: one per namespace, or
-// "" for all.
-func feedNamespaces(sc scope) []string {
-	if len(sc.namespaces) == 0 {
-		return []string{""}
-	}
-	return sc.namespaces
-}
-
-// newFeeds returns a feed of the own cluster for each namespace.
-func (c *Cache[T]) newFeeds(namespaces []string) []*feed[T] {
-	feeds := make([]*feed[T], len(namespaces))
-	for i, ns := range namespaces {
-		feeds[i] = &feed[T]{c: c, b: c.b, namespace: ns}
-	}
-	return feeds
-}
-
-// currentScope returns what the cache selects now.
-func (c *Cache[T]) currentScope() scope {
-	sc := c.scope
-	if ns := c.namespaces.Load(); ns != nil {
-		sc.namespaces = *ns
-	}
-	return sc
 }
 
 // String describes the cache for logs and errors: its type, resource and
@@ -426,80 +268,6 @@ func (c *Cache[T]) keys() []Key {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-// AddIndex adds an index named name. fn returns the values under which an
-// object is found by [Cache.ByIndex] and by a [Client]'s List with
-// ListOptions.Index; it must be fast, must not block, and must not modify
-// the object. The values of a namespaced object are filed under its
-// namespace too, as controller-runtime's field indexes are: a lookup finds
-// them within one namespace or across all, with no namespace encoded in
-// the values. Objects already cached are indexed at once. It returns an
-// error if the name is taken.
-func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
-	if fn == nil {
-		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.indexes[name]; ok {
-		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
-	}
-	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
-	for k, obj := range c.items.all() {
-		idx.add(k, obj)
-	}
-	c.indexes[name] = idx
-	return nil
-}
-
-// ByIndex returns the cached objects in namespace ("" for all namespaces;
-// in a fleet cache, of every member) that the index named name files under
-// value, in no particular order. The objects are shared: do not modify
-// them; [Client.List] with ListOptions.Index returns copies. Its cost grows
-// with the objects it returns. It returns an error if there is no such
-// index, or if a namespace is given for a cluster-scoped type.
-func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
-	return c.byIndex(namespace, name, value, nil)
-}
-
-// byIndex is ByIndex for the keys that keep accepts (nil: all).
-func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
-	if namespace != "" && !c.b.Namespaced {
-		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	idx, ok := c.indexes[name]
-	if !ok {
-		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
-	}
-	var out []T
-	add := func(keys map[Key]struct{}) {
-		for k := range keys {
-			if keep != nil && !keep(k) {
-				continue
-			}
-			if obj, ok := c.items.get(k); ok {
-				out = append(out, obj)
-			}
-		}
-	}
-	if namespace != "" {
-		add(idx.values[value][namespace])
-		return out, nil
-	}
-	for _, keys := range idx.values[value] {
-		add(keys)
-	}
-	return out, nil
-}
-
-// hasIndex reports whether the cache has an index named name.
-func (c *Cache[T]) hasIndex(name string) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.indexes[name] != nil
 }
 
 // SetTransform makes the cache pass every object through fn before storing
@@ -592,13 +360,6 @@ func (c *Cache[T]) lastError() error {
 	return nil
 }
 
-// ownFeeds returns the own cluster's feeds.
-func (c *Cache[T]) ownFeeds() []*feed[T] {
-	c.fleetMu.Lock()
-	defer c.fleetMu.Unlock()
-	return c.feeds
-}
-
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
 
 // run lists and watches until ctx is done, with one goroutine per feed.
@@ -636,191 +397,13 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	c.fleetRun.Wait()
 }
 
-// startFeed runs f on the cache's goroutines until the cache stops or
-// stopFeeds stops it. Called with c.fleetMu held, while the cache runs.
-func (c *Cache[T]) startFeed(f *feed[T]) {
-	ctx, stop := context.WithCancel(c.running)
-	f.stop, f.done = stop, make(chan struct{})
-	log := c.runLog
-	c.fleetRun.Go(func() {
-		defer close(f.done)
-		f.run(ctx, log)
-	})
-}
-
-// stopFeeds stops the own cluster's feeds that keep does not keep, waits
-// until they have returned (so that none of them changes the cache any
-// more), and deletes their metrics. Called with c.rewire held.
-func (c *Cache[T]) stopFeeds(keep func(*feed[T]) bool) {
-	c.fleetMu.Lock()
-	var stopped []*feed[T]
-	kept := c.feeds[:0:0]
-	for _, f := range c.feeds {
-		if keep(f) {
-			kept = append(kept, f)
-		} else {
-			stopped = append(stopped, f)
-		}
-	}
-	c.feeds = kept
-	c.fleetMu.Unlock()
-	for _, f := range stopped {
-		if f.stop != nil {
-			f.stop()
-			<-f.done
-		}
-		f.forgetMetrics()
-	}
-}
-
-// startFeeds adds a feed for each namespace ("" for all) the own cluster
-// has none for, and starts it if the cache runs. Called with c.rewire held.
-func (c *Cache[T]) startFeeds(namespaces []string) {
-	c.fleetMu.Lock()
-	defer c.fleetMu.Unlock()
-	for _, ns := range namespaces {
-		if slices.ContainsFunc(c.feeds, func(f *feed[T]) bool { return f.namespace == ns }) {
-			continue
-		}
-		f := &feed[T]{c: c, b: c.b, namespace: ns}
-		c.feeds = append(c.feeds, f)
-		if c.running != nil {
-			c.startFeed(f)
-		}
-	}
-}
-
-// feedSynced records that a feed of the own cluster completed its first
-// list: the cache has synced once every feed has.
-func (c *Cache[T]) feedSynced() {
-	for _, f := range c.ownFeeds() {
-		if !f.isSynced.Load() {
-			return
-		}
-	}
-	c.markSynced()
-}
-
-// markSynced records that the cache is in step with the server: every feed
-// listed, or, for an optional kind, the server serves none.
-func (c *Cache[T]) markSynced() {
-	c.syncOnce.Do(func() { close(c.synced) })
-}
-
-// feedOf returns the feed that watches key's cluster and namespace, or
-// nil.
-func (c *Cache[T]) feedOf(key Key) *feed[T] {
-	var feeds []*feed[T]
-	switch {
-	case c.opts.Fleet:
-		c.fleetMu.Lock()
-		mf := c.members[key.Cluster]
-		c.fleetMu.Unlock()
-		if mf == nil {
-			return nil
-		}
-		feeds = mf.feeds
-	case key.Cluster != "":
-		return nil
-	default:
-		feeds = c.ownFeeds()
-	}
-	for _, f := range feeds {
-		if f.namespace == "" || f.namespace == key.Namespace {
-			return f
-		}
-	}
-	return nil
-}
-
 func stripManagedFields[T Object](obj T) T {
 	obj.SetManagedFields(nil)
 	return obj
-}
-
-func (idx *index[T]) add(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
-		byNS := idx.values[v]
-		if byNS == nil {
-			byNS = map[string]map[Key]struct{}{}
-			idx.values[v] = byNS
-		}
-		set := byNS[k.Namespace]
-		if set == nil {
-			set = map[Key]struct{}{}
-			byNS[k.Namespace] = set
-		}
-		set[k] = struct{}{}
-	}
-}
-
-func (idx *index[T]) remove(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
-		byNS := idx.values[v]
-		set := byNS[k.Namespace]
-		if set == nil {
-			continue
-		}
-		delete(set, k)
-		if len(set) == 0 {
-			delete(byNS, k.Namespace)
-			if len(byNS) == 0 {
-				delete(idx.values, v)
-			}
-		}
-	}
 }
 
 // notFound is the error a cached read returns for a missing object, with
 // the meaning apierrors.IsNotFound recognizes.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
-}
-
-// covers reports whether the cache holds every object that could have key:
-// no selector, key's namespace watched, and key's cluster the cache's.
-func (c *Cache[T]) covers(key Key) bool {
-	ns := c.currentScope().namespaces
-	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
-		(len(ns) == 0 || slices.Contains(ns, key.Namespace)) &&
-		c.scope.shard.holdsAll(key.Namespace)
-}
-
-// coversNamespace reports whether the cache holds every object in ns (""
-// for all namespaces) of cluster.
-func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
-	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
-		return false
-	}
-	if !c.scope.shard.holdsAll(ns) {
-		return false
-	}
-	namespaces := c.currentScope().namespaces
-	if len(namespaces) == 0 {
-		return true
-	}
-	return ns != "" && slices.Contains(namespaces, ns)
-}
-
-// coversCluster reports whether the cache holds objects of cluster: its own
-// for an ordinary cache, an engaged member for a fleet cache.
-func (c *Cache[T]) coversCluster(cluster string) bool {
-	if !c.opts.Fleet {
-		return cluster == ""
-	}
-	c.fleetMu.Lock()
-	defer c.fleetMu.Unlock()
-	return c.members[cluster] != nil
-}
-
-// describeScope lists the caches of a type for an error message.
-func describeScope[T Object](caches []*Cache[T]) string {
-	if len(caches) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, c := range caches {
-		parts = append(parts, c.String())
-	}
-	return strings.Join(parts, "; ")
 }

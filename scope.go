@@ -134,3 +134,60 @@ func (s scope) selects(obj Object) selection {
 	}
 	return unsure
 }
+
+// currentScope returns what the cache selects now.
+func (c *Cache[T]) currentScope() scope {
+	sc := c.scope
+	if ns := c.namespaces.Load(); ns != nil {
+		sc.namespaces = *ns
+	}
+	return sc
+}
+
+// covers reports whether the cache holds every object that could have key:
+// no selector, key's namespace watched, and key's cluster the cache's.
+func (c *Cache[T]) covers(key Key) bool {
+	ns := c.currentScope().namespaces
+	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
+		(len(ns) == 0 || slices.Contains(ns, key.Namespace)) &&
+		c.scope.shard.holdsAll(key.Namespace)
+}
+
+// coversNamespace reports whether the cache holds every object in ns (""
+// for all namespaces) of cluster.
+func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
+	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
+		return false
+	}
+	if !c.scope.shard.holdsAll(ns) {
+		return false
+	}
+	namespaces := c.currentScope().namespaces
+	if len(namespaces) == 0 {
+		return true
+	}
+	return ns != "" && slices.Contains(namespaces, ns)
+}
+
+// coversCluster reports whether the cache holds objects of cluster: its own
+// for an ordinary cache, an engaged member for a fleet cache.
+func (c *Cache[T]) coversCluster(cluster string) bool {
+	if !c.opts.Fleet {
+		return cluster == ""
+	}
+	c.fleetMu.Lock()
+	defer c.fleetMu.Unlock()
+	return c.members[cluster] != nil
+}
+
+// describeScope lists the caches of a type for an error message.
+func describeScope[T Object](caches []*Cache[T]) string {
+	if len(caches) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, c := range caches {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, "; ")
+}

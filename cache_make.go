@@ -1,0 +1,129 @@
+package ctrl
+
+import (
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// use is how a caller asks makeCache for a cache.
+type use[T Object] struct {
+	handler handler[T] // registered before the cache can start; nil: none
+	private string     // a cache shared with no other caller, under this name
+	trim    func(T) T  // what a private cache's objects pass through first
+	pin     bool       // held for the manager's life; else a user, for Manager.unuse
+	either  bool       // an existing cache will do, optional or required (Owns)
+}
+
+// makeCache returns the cache of T for opts, made if need be. A cache with
+// a private name is shared with no other caller, and its objects pass
+// through trim before anything else sees them.
+func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], error) {
+	var b *binding.Binding[T]
+	var err error
+	if opts.Fleet {
+		var res *binding.Info
+		if opts.Resource != (APIResource{}) {
+			i := opts.Resource.info(reflect.TypeFor[T]())
+			res = &i
+		}
+		var info binding.Info
+		if info, err = binding.InfoFor[T](res); err != nil {
+			return nil, fmt.Errorf("ctrl: %w", err)
+		}
+		b = &binding.Binding[T]{Info: info}
+	} else if b, err = bind[T](m, opts.Resource); err != nil {
+		return nil, err
+	}
+	if !b.Watchable {
+		return nil, fmt.Errorf("ctrl: cache of %s: the resource cannot be listed or watched", b.Info)
+	}
+	if opts.Optional {
+		if err := checkOptional(m, b.Info, opts); err != nil {
+			return nil, err
+		}
+	}
+	opts.Resource = APIResource{} // in the binding now
+	sc := newScope(b.Info, m.opts.Namespace, opts)
+	opts.Namespaces = sc.namespaces
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: u.private}
+	m.mu.Lock()
+	if mc, ok := m.caches[id]; ok {
+		c := mc.(*Cache[T])
+		if !u.either && (c.opt != nil) != opts.Optional {
+			m.mu.Unlock()
+			what := map[bool]string{true: "optional", false: "required"}
+			return nil, fmt.Errorf("ctrl: cache of %s: asked for as %s, but it exists as %s", c, what[opts.Optional], what[c.opt != nil])
+		}
+		c.refs.hold(u.pin)
+		m.mu.Unlock()
+		if u.handler != nil {
+			if err := c.addHandler(u.handler); err != nil {
+				m.unuse(c)
+				return nil, fmt.Errorf("ctrl: %s: %w", c.describe(), err)
+			}
+		}
+		return c, nil
+	}
+	c := &Cache[T]{
+		mgr:     m,
+		b:       b,
+		opts:    opts,
+		scope:   sc,
+		kind:    b.Kind,
+		indexes: map[string]*index[T]{},
+		expect:  map[Key]expectation{},
+		synced:  make(chan struct{}),
+		userTF:  u.trim,
+	}
+	c.typeMeta = typeMetaOf(b.Info)
+	c.refs.id = id
+	c.refs.hold(u.pin)
+	if u.handler != nil {
+		c.handlers = append(c.handlers, u.handler)
+	}
+	var members []*member
+	switch {
+	case opts.Fleet:
+		c.members = map[string]*memberFeeds[T]{}
+		m.fleetCaches = append(m.fleetCaches, c)
+		for _, mb := range m.members {
+			members = append(members, mb)
+		}
+	case opts.Optional:
+		c.opt = newOptional(m, b.Info) // feeds come with the CRD
+	default:
+		c.feeds = c.newFeeds(feedNamespaces(sc))
+	}
+	m.caches[id] = c
+	m.cacheList = append(m.cacheList, c)
+	if m.running != nil {
+		m.startCache(c)
+	}
+	m.mu.Unlock()
+	if c.opt != nil {
+		if err := c.watchCRD(); err != nil {
+			m.unuse(c)
+			return nil, err
+		}
+	}
+	for _, mb := range members {
+		if err := c.engage(mb); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// cacheID identifies a cache: equal options give the same cache.
+type cacheID struct {
+	typ         reflect.Type
+	gvr         schema.GroupVersionResource
+	scope       string
+	keepManaged bool
+	fleet       bool
+	private     string
+}
