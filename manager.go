@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -348,70 +346,6 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// bindingID identifies a binding: a Go type, and the resource for types
-// that serve any resource (*unstructured.Unstructured).
-type bindingID struct {
-	typ reflect.Type
-	gvr schema.GroupVersionResource
-}
-
-// bind resolves T against the manager's own clients, once per type (and
-// resource, for *unstructured.Unstructured and metadata).
-func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
-	return bindWith[T](m, m.bindings, m.clients, res)
-}
-
-// bindWith resolves T against clients, once per type and resource in
-// bindings, which m.mu guards.
-func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
-	var info *binding.Info
-	if res != (APIResource{}) {
-		if err := res.check(); err != nil {
-			return nil, fmt.Errorf("ctrl: %w", err)
-		}
-		i := res.info(reflect.TypeFor[T]())
-		info = &i
-	}
-	id := bindingID{typ: reflect.TypeFor[T]()}
-	if info != nil {
-		id.gvr = info.GVR
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if b, ok := bindings[id]; ok {
-		return b.(*binding.Binding[T]), nil
-	}
-	b, err := binding.For[T](clients, info)
-	if errors.Is(err, binding.ErrNotServed) {
-		// Its CRD is not installed yet: an optional kind's, or a required
-		// one's, which Start then finds missing. A scope the registration
-		// declares binds it with the fakes' defaults for the rest; the
-		// binding is not kept, so the next one asks discovery again.
-		clients.Discover = nil
-		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
-			return guess, nil
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ctrl: %w", err)
-	}
-	bindings[id] = b
-	return b, nil
-}
-
-// cachesOf returns the manager's caches of the type and resource of b.
-func cachesOf[T Object](m *Manager, b *binding.Binding[T]) []*Cache[T] {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []*Cache[T]
-	for _, c := range m.cacheList {
-		if cc, ok := c.(*Cache[T]); ok && cc.b.GVR == b.GVR {
-			out = append(out, cc)
-		}
-	}
-	return out
-}
-
 // Registry returns the registry holding the manager's metrics, or nil if
 // Options.Registerer was set.
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
@@ -521,123 +455,4 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.log.Info("stopped")
 	}
 	return err
-}
-
-// lead runs the controllers until run is done, then stops them. ctx is
-// the caller's, with the terms of the Leases the controllers run for: if
-// run ended without ctx (leadership lost, a fatal error), running
-// reconciles are canceled at once instead of finishing. After a lost
-// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
-// start again, instead of shut down.
-func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
-	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelReconciles()
-	// Leading before the controllers start, since their first reconciles
-	// may emit Events, which are sent only while this replica leads; and
-	// said to observers after, so that one that waits for the change, then
-	// for idleness, finds every object queued.
-	m.leadership.begin(ctx)
-	for _, c := range ctrls {
-		c.start(reconcileCtx)
-	}
-	m.setLeading(ctx)
-	m.startedOnce.Do(func() { close(m.startedCh) })
-	m.log.Info("controllers started")
-	<-run.Done()
-	m.setLeading(nil)
-	timeout := m.opts.ShutdownTimeout
-	standby := false
-	if ctx.Err() == nil {
-		cancelReconciles()
-		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
-	}
-	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
-	var errs []error
-	deadline := time.Now().Add(timeout)
-	for _, c := range ctrls {
-		stop := c.shutdown
-		if standby {
-			stop = c.pause
-		}
-		if err := stop(time.Until(deadline)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// fatal stops Start with err, unless it is already stopping.
-func (m *Manager) fatal(err error) {
-	m.mu.Lock()
-	fail := m.fail
-	m.mu.Unlock()
-	if fail != nil {
-		fail(err)
-	}
-}
-
-// startCache runs a cache on the manager's running context. Called with
-// m.mu held.
-func (m *Manager) startCache(c managedCache) {
-	m.wg.Add(1)
-	ctx, stop := context.WithCancel(m.running) // stopped alone when released
-	r := c.refsOf()
-	r.stop, r.done = stop, make(chan struct{})
-	log, done := m.log.WithValues("cache", c.describe()), r.done
-	go func() {
-		defer m.wg.Done()
-		defer close(done)
-		c.run(ctx, log)
-	}()
-}
-
-// waitForSync waits for every cache's first list. A resource the server
-// does not serve fails at once, since waiting will not help. A cache the
-// server forbids to list or watch is not waited for: it said why, and its
-// controllers wait for it while the others start.
-func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
-	timer := time.NewTimer(m.opts.SyncTimeout)
-	defer timer.Stop()
-	poll := time.NewTicker(100 * time.Millisecond)
-	defer poll.Stop()
-	expired := false
-	for _, c := range caches {
-		for synced := false; !synced; {
-			if expired {
-				select {
-				case <-c.syncedChan():
-					synced = true
-					continue
-				default:
-				}
-				if c.forbidden() != nil {
-					break // reported, and waited for by its controllers
-				}
-				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
-				if last := c.lastError(); last != nil {
-					err = fmt.Errorf("%w: %w", err, last)
-				}
-				return err
-			}
-			select {
-			case <-c.syncedChan():
-				synced = true
-			case <-ctx.Done():
-				return nil
-			case <-timer.C:
-				expired = true
-			case <-poll.C:
-				switch last := c.lastError(); {
-				case c.forbidden() != nil:
-					synced = true // reported, and waited for by its controllers
-				case last == nil:
-				case apierrors.IsNotFound(last):
-					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
-				case errors.Is(last, binding.ErrNoListKind):
-					return fmt.Errorf("ctrl: %s cannot be listed: %w", c.describe(), last)
-				}
-			}
-		}
-	}
-	return nil
 }

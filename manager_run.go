@@ -1,0 +1,131 @@
+package ctrl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// lead runs the controllers until run is done, then stops them. ctx is
+// the caller's, with the terms of the Leases the controllers run for: if
+// run ended without ctx (leadership lost, a fatal error), running
+// reconciles are canceled at once instead of finishing. After a lost
+// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
+// start again, instead of shut down.
+func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
+	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReconciles()
+	// Leading before the controllers start, since their first reconciles
+	// may emit Events, which are sent only while this replica leads; and
+	// said to observers after, so that one that waits for the change, then
+	// for idleness, finds every object queued.
+	m.leadership.begin(ctx)
+	for _, c := range ctrls {
+		c.start(reconcileCtx)
+	}
+	m.setLeading(ctx)
+	m.startedOnce.Do(func() { close(m.startedCh) })
+	m.log.Info("controllers started")
+	<-run.Done()
+	m.setLeading(nil)
+	timeout := m.opts.ShutdownTimeout
+	standby := false
+	if ctx.Err() == nil {
+		cancelReconciles()
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
+	}
+	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
+	var errs []error
+	deadline := time.Now().Add(timeout)
+	for _, c := range ctrls {
+		stop := c.shutdown
+		if standby {
+			stop = c.pause
+		}
+		if err := stop(time.Until(deadline)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fatal stops Start with err, unless it is already stopping.
+func (m *Manager) fatal(err error) {
+	m.mu.Lock()
+	fail := m.fail
+	m.mu.Unlock()
+	if fail != nil {
+		fail(err)
+	}
+}
+
+// startCache runs a cache on the manager's running context. Called with
+// m.mu held.
+func (m *Manager) startCache(c managedCache) {
+	m.wg.Add(1)
+	ctx, stop := context.WithCancel(m.running) // stopped alone when released
+	r := c.refsOf()
+	r.stop, r.done = stop, make(chan struct{})
+	log, done := m.log.WithValues("cache", c.describe()), r.done
+	go func() {
+		defer m.wg.Done()
+		defer close(done)
+		c.run(ctx, log)
+	}()
+}
+
+// waitForSync waits for every cache's first list. A resource the server
+// does not serve fails at once, since waiting will not help. A cache the
+// server forbids to list or watch is not waited for: it said why, and its
+// controllers wait for it while the others start.
+func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
+	timer := time.NewTimer(m.opts.SyncTimeout)
+	defer timer.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	expired := false
+	for _, c := range caches {
+		for synced := false; !synced; {
+			if expired {
+				select {
+				case <-c.syncedChan():
+					synced = true
+					continue
+				default:
+				}
+				if c.forbidden() != nil {
+					break // reported, and waited for by its controllers
+				}
+				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
+				if last := c.lastError(); last != nil {
+					err = fmt.Errorf("%w: %w", err, last)
+				}
+				return err
+			}
+			select {
+			case <-c.syncedChan():
+				synced = true
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				expired = true
+			case <-poll.C:
+				switch last := c.lastError(); {
+				case c.forbidden() != nil:
+					synced = true // reported, and waited for by its controllers
+				case last == nil:
+				case apierrors.IsNotFound(last):
+					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
+				case errors.Is(last, binding.ErrNoListKind):
+					return fmt.Errorf("ctrl: %s cannot be listed: %w", c.describe(), last)
+				}
+			}
+		}
+	}
+	return nil
+}
