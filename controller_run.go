@@ -1,0 +1,213 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The rest implements managedController, the manager's view of a
+// controller.
+
+func (c *Controller[T]) name() string { return c.ctrlName }
+
+func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters() }
+
+// forget drops the tombstones and waiting keys of a member that left: its
+// objects were not deleted, and its server is not coming back for them.
+// Keys of other clusters that waited for its server are retried.
+func (c *Controller[T]) forget(cluster string) {
+	c.mu.Lock()
+	for k := range c.tombstones {
+		if k.Cluster == cluster {
+			delete(c.tombstones, k)
+		}
+	}
+	for k := range c.finalized {
+		if k.Cluster == cluster {
+			delete(c.finalized, k)
+		}
+	}
+	for k := range c.awaiting {
+		if k.Cluster == cluster {
+			delete(c.awaiting, k)
+			c.nAwaiting.Add(-1)
+		}
+	}
+	q := c.q // nil before Start; prepare sets it under c.mu
+	c.mu.Unlock()
+	c.failures.forgetCluster(cluster)
+	if q != nil {
+		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
+		c.releaseWaiting(cluster)
+	}
+}
+
+// prepare freezes the wiring and creates the queue, before the caches start.
+func (c *Controller[T]) prepare() {
+	q := newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	c.mu.Lock()
+	c.wired = true
+	c.q = q
+	c.stop = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// start waits for the controller's caches to sync, then activates it,
+// queues every cached object through the backlog, and starts the workers,
+// which reconcile under reconcileCtx. It does not block: a cache the server
+// forbids to list holds up its own controllers only. Called once Start has
+// waited for the caches and, with leader election, each time this replica
+// takes the lead.
+func (c *Controller[T]) start(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed.Load() {
+		return // stopped by Stop
+	}
+	if c.cancel != nil {
+		c.cancel() // the last term's, over already
+	}
+	reconcileCtx, c.cancel = context.WithCancel(reconcileCtx)
+	c.reconcileCtx.Store(&reconcileCtx)
+	caches := c.cachesLocked()
+	if unsynced(caches) == "" {
+		c.activateLocked(reconcileCtx) // the usual case: every cache has synced
+		return
+	}
+	c.wg.Go(func() {
+		for _, cc := range caches {
+			select {
+			case <-cc.syncedChan():
+			case <-c.stop:
+				return
+			case <-reconcileCtx.Done():
+				return // the term ended first
+			}
+		}
+		c.activate(reconcileCtx)
+	})
+}
+
+// cachesLocked returns the controller's caches: its own, and those of its
+// Owns and Watches. Called with c.mu held.
+func (c *Controller[T]) cachesLocked() []managedCache {
+	caches := []managedCache{c.cache}
+	for _, l := range c.links {
+		caches = append(caches, l.src)
+	}
+	return caches
+}
+
+// waitingFor names a cache of the controller that has not synced, and why,
+// or returns "".
+func (c *Controller[T]) waitingFor() string {
+	c.mu.Lock()
+	caches := c.cachesLocked()
+	c.mu.Unlock()
+	return unsynced(caches)
+}
+
+// unsynced names the first of caches that has not synced, and why, or
+// returns "".
+func unsynced(caches []managedCache) string {
+	for _, cc := range caches {
+		select {
+		case <-cc.syncedChan():
+		default:
+			return cc.describe() + ": " + cc.notReady()
+		}
+	}
+	return ""
+}
+
+// activate runs the controller for the term of reconcileCtx, unless it has
+// ended: pause, which ends a term, deactivates under the same lock.
+func (c *Controller[T]) activate(reconcileCtx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.activateLocked(reconcileCtx)
+}
+
+// activateLocked is activate, with c.mu held.
+func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
+	if reconcileCtx.Err() != nil || c.stopping.Load() || c.removed.Load() {
+		return
+	}
+	// Activate first: a change dispatched from now on is queued, and one
+	// dispatched before is in the cache, so in the list below.
+	c.active.Store(true)
+	c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
+	c.mgr.activity.Add(1)
+	c.startOnce.Do(func() {
+		for range c.opts.Workers {
+			c.wg.Go(c.work)
+		}
+		if d := c.opts.ResyncPeriod; d > 0 {
+			c.wg.Go(func() { c.resync(d) })
+		}
+	})
+}
+
+// resync queues every cached object every d while the controller is
+// active, until it stops.
+func (c *Controller[T]) resync(d time.Duration) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		if c.active.Load() {
+			c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
+			c.mgr.activity.Add(1)
+		}
+	}
+}
+
+// pause deactivates the controller until its next start, after this
+// replica lost the lead and stands by: changes queue nothing, the workers
+// drop the keys still queued (their term has ended), and tombstones go, as
+// they would with a restart: a deletion observed while leading and not yet
+// handled is not seen again. It waits up to timeout for running reconciles,
+// whose context is canceled, to return.
+func (c *Controller[T]) pause(timeout time.Duration) error {
+	c.mu.Lock()
+	c.active.Store(false) // under the lock activate checks the term in
+	clear(c.tombstones)
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for c.q.processing.Load() != 0 {
+		select {
+		case <-t.C:
+			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+		case <-poll.C:
+		}
+	}
+	return nil
+}
+
+func (c *Controller[T]) shutdown(timeout time.Duration) error {
+	c.active.Store(false)
+	c.stopping.Store(true)
+	c.stopOnce.Do(func() { close(c.stop) })
+	c.q.ShutDown()
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+	}
+}
