@@ -247,7 +247,7 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		m.forgetExpired(ctx, b, r)
 		s.mu.Lock()
 		s.settled, s.members, s.looked = settled && err == nil, len(live), began
-		s.share = unitsServed(r.Units(), r.Serving())
+		s.share = shard.UnitsServed(r.Units(), r.Serving())
 		s.mu.Unlock()
 		if serving := r.Serving(); !serving.Equal(last) {
 			log.Info("serving", "share", fmt.Sprintf("%.3f", serving.Fraction()), "members", live)
@@ -280,20 +280,6 @@ func (m *Manager) runRing(ctx context.Context, b *binding.Binding[*coordinationv
 		case <-s.kick:
 		}
 	}
-}
-
-// unitsServed returns the part of units, from 0 to 1, that serving holds.
-func unitsServed(units []shard.Span, serving shard.Set) float64 {
-	if len(units) == 0 {
-		return 0
-	}
-	n := 0
-	for _, u := range units {
-		if serving.Covers(u) {
-			n++
-		}
-	}
-	return float64(n) / float64(len(units))
 }
 
 // forgetExpired deletes the Leases of members gone for long: ten lease

@@ -215,6 +215,20 @@ func PointUnits(values []string) []Span {
 	return slices.Compact(units)
 }
 
+// UnitsServed returns the part of units, from 0 to 1, that serving holds.
+func UnitsServed(units []Span, serving Set) float64 {
+	if len(units) == 0 {
+		return 0
+	}
+	n := 0
+	for _, u := range units {
+		if serving.Covers(u) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(units))
+}
+
 // Assign shares units, sorted and disjoint, among members: each unit goes
 // to the member that ranks highest for it by rendezvous hashing among
 // those that have not reached their fair share (the number of units over
