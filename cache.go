@@ -344,8 +344,8 @@ func (c *Cache[T]) addHandler(h handler[T]) error {
 	return nil
 }
 
-// describe and the other unexported methods below implement managedCache,
-// the manager's view of a cache.
+// describe, with busy, notReady and Cache's other unexported methods in
+// this package, implements managedCache, the manager's view of a cache.
 func (c *Cache[T]) describe() string { return c.String() }
 
 func (c *Cache[T]) lastError() error {

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// The rest implements managedController, the manager's view of a
-// controller.
+// The methods in this file implement managedController, the manager's
+// view of a controller.
 
 func (c *Controller[T]) name() string { return c.ctrlName }
 
