@@ -143,8 +143,9 @@ type Options struct {
 	ClusterProvider Provider
 
 	// Sharding splits the objects of every controller among the replicas,
-	// instead of LeaderElection's taking turns; see [Sharding]. Default:
-	// off.
+	// instead of LeaderElection's taking turns; see [Sharding]. A controller
+	// with ControllerOptions.Unsharded is run whole by every replica.
+	// Default: off.
 	Sharding Sharding
 
 	// LeaderElection makes replicas take turns. Default: off.

@@ -52,8 +52,8 @@ import (
 //     fails with [ErrLeadershipLost], and its share is taken only
 //     LeaseDuration after its last renewal began.
 //   - A move is neither a deletion nor a selector exit: the replica that
-//     gives an object up calls neither OnDelete nor OnFinalize, and keeps
-//     no finalizer from the next owner; moves pass every update filter,
+//     gives an object up calls neither OnDelete nor OnFinalize, and leaves
+//     its finalizer for the next owner; moves pass every update filter,
 //     since the next owner lists the objects it takes.
 //   - No orphans: the share of a replica that stops cleanly is taken as
 //     soon as it has stopped (its Lease is deleted); that of one that died,
