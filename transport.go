@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -67,22 +68,57 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 }
 
 // fence refuses a write whose context carries a leadership that has ended,
-// as the request leaves for the server. Client.write checks first, but a
-// request may leave long after that check: after the rate limiter's wait,
-// a retry after a 429, or a pause of the process. What remains is the time
-// from here to the socket, microseconds.
+// as the request leaves for the server, and again each time the transport
+// reads the request's body. Client.write checks first, but a request may
+// leave long after that check: after the rate limiter's wait, a retry
+// after a 429, a new connection's handshake, or a pause of the process.
+// The body is read after the request's headers went out and before its
+// end does, so a request whose leadership ended meanwhile is cut short,
+// and the server, which reads the whole body before it acts, drops it.
+// What remains is the time from the body's last read to the socket,
+// microseconds, and bodiless writes, fenced as they leave only.
 type fence struct{ rt http.RoundTripper }
 
 func (f fence) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		if err := leader.Check(req.Context()); err != nil {
-			if req.Body != nil {
-				_ = req.Body.Close() // as a RoundTripper must, even on error
+	if req.Method == http.MethodGet || req.Method == http.MethodHead || !leader.Holds(req.Context()) {
+		return f.rt.RoundTrip(req)
+	}
+	ctx := req.Context()
+	if err := leader.Check(ctx); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close() // as a RoundTripper must, even on error
+		}
+		return nil, err
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		return f.rt.RoundTrip(req)
+	}
+	fenced := *req // a RoundTripper must not change the caller's request
+	fenced.Body = fencedBody{ctx, req.Body}
+	if get := req.GetBody; get != nil {
+		fenced.GetBody = func() (io.ReadCloser, error) {
+			b, err := get()
+			if err != nil || b == nil || b == http.NoBody {
+				return b, err
 			}
-			return nil, err
+			return fencedBody{ctx, b}, nil
 		}
 	}
-	return f.rt.RoundTrip(req)
+	return f.rt.RoundTrip(&fenced)
+}
+
+// fencedBody is a write's body that cannot be read once the leadership in
+// ctx has ended: the transport then abandons the request.
+type fencedBody struct {
+	ctx context.Context
+	io.ReadCloser
+}
+
+func (b fencedBody) Read(p []byte) (int, error) {
+	if err := leader.Check(b.ctx); err != nil {
+		return 0, err
+	}
+	return b.ReadCloser.Read(p)
 }
 
 func (f fence) WrappedRoundTripper() http.RoundTripper { return f.rt }

@@ -161,6 +161,13 @@ func Check(ctx context.Context) error {
 	return nil
 }
 
+// Holds reports whether ctx carries a term, ended or not: whether work
+// done under it is to be checked.
+func Holds(ctx context.Context) bool {
+	_, ok := ctx.Value(termsKey{}).(*terms)
+	return ok
+}
+
 // Clock tells the time and runs functions later: the real clock, or a
 // fake one in tests. Its times must carry monotonic readings (time.Now's
 // do), so that changes of the wall clock do not move a deadline.
@@ -183,4 +190,11 @@ func Ended(lease string, err error) *Term {
 	t := newTerm(lease, realClock{}, time.Now(), time.Hour)
 	t.end(err)
 	return t
+}
+
+// Manual returns a term that runs until end is called: for tests of the
+// checks made against terms.
+func Manual(lease string) (t *Term, end func(error)) {
+	t = newTerm(lease, realClock{}, time.Now(), time.Hour)
+	return t, t.end
 }
