@@ -90,16 +90,18 @@ func TestWatchErrorOncePerFailure(t *testing.T) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(30 * time.Second); lists() < 3; {
+	for deadline := time.Now().Add(30 * time.Second); calls.Load() < 3; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d lists after 30s, want 3", lists())
+			t.Fatalf("watch error handler called %d times for %d lists after 30s, want 3", calls.Load(), lists())
 		}
-		time.Sleep(time.Millisecond) // polling the fake's record of requests
+		time.Sleep(time.Millisecond) // polling the handler's count
 	}
 	cancel()
 	must(t, <-done)
-	if got, want := int(calls.Load()), lists(); got != want {
-		t.Errorf("watch error handler called %d times for %d failed lists, want once each", got, want)
+	// A list that fails as the manager stops is not reported: its error
+	// may be the stop's own.
+	if got, n := int(calls.Load()), lists(); got > n || got < n-1 {
+		t.Errorf("watch error handler called %d times for %d failed lists, want once each (the last one, during the stop, maybe not)", got, n)
 	}
 }
 
