@@ -228,8 +228,9 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 // RBACRules returns the RBAC rules that what the manager does itself needs,
 // as wired so far, in its own cluster: list and watch for each of its
 // caches (those of controllers, Owns and Watches included); get, create and
-// update of Leases for leader election or sharding, and patch of the
-// sharded objects, which the sharder labels; create, update and patch of
+// update of Leases for leader election or sharding (and delete, for
+// sharding), and patch of the sharded objects, which label mode labels;
+// create, update and patch of
 // Events for recorders; patch of the objects whose finalizers a controller
 // or machine owns; patch of the status of a machine's objects; create of
 // TokenReviews and SubjectAccessReviews for metrics served securely. The
