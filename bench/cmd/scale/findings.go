@@ -27,20 +27,17 @@ func (res *results) findings() string {
 	proj, okP := res.median(res.Upd, "ctrl-project", top, mCPU)
 	if okB && okM && okP {
 		fmt.Fprintf(&b, "- **CPU per update.** ctrl-meta takes %s of raw-strip's CPU per update and ctrl-project %s, against a target of\n", ratio(meta, base), ratio(proj, base))
-		b.WriteString("  0.5x. The profiles show why: most of an event's cost is the same whatever the cache keeps. Reading the connection\n")
-		b.WriteString("  (HTTP/2 frames through TLS, one read per event at this rate), waking goroutines (client-go's watch decoder hands each\n")
-		b.WriteString("  event to the reflector's goroutine over a channel, the store queues a key, a worker wakes for it) and the collector's\n")
-		b.WriteString("  fixed work per cycle do not shrink with the object. A metadata cache saves the decoding of the spec and status and\n")
-		b.WriteString("  most of the garbage; a projection saves only the garbage and the heap, since the server still sends, and client-go\n")
-		b.WriteString("  still decodes, the whole Pod before the projection runs.\n")
+		b.WriteString("  0.6x. Decoding is no longer the cost: ctrl skips by length the protobuf fields a cache does not keep, and\n")
+		b.WriteString("  decodes each event on the goroutine that stores it (BenchmarkDecodePodEvent: a projection's event decodes in about\n")
+		b.WriteString("  a tenth of client-go's whole decoding). What remains is the same whatever the cache keeps: reading the connection\n")
+		b.WriteString("  (HTTP/2 frames, one read per event at this rate), the queue and a worker waking for each key, the reconcile's\n")
+		b.WriteString("  metrics, and the collector's fixed work per cycle.\n")
 		if p := res.profile("raw-strip"); p != nil && p.All > 0 {
 			fmt.Fprintf(&b, "  raw-strip spends %.0f%% of its samples in gzip, which ctrl does not ask for (compare raw-strip-nogzip).\n", 100*p.Cats[1]/p.All)
 		}
-		b.WriteString("  What the library could change: (1) decode a projection's source type with a decoder that skips the protobuf fields\n")
-		b.WriteString("  the projection does not read (protobuf fields can be skipped by length without decoding them), which would bring\n")
-		b.WriteString("  ctrl-project near ctrl-meta; (2) run the watch decoder on the reflector's goroutine (a `watch.Interface` of its own\n")
-		b.WriteString("  instead of client-go's `StreamWatcher`), one wake-up fewer per event; (3) for a small cache, raise GOGC: the heap is\n")
-		b.WriteString("  small, so the collector runs every few hundred events (see the GOGC rows).\n")
+		b.WriteString("  Both levers the earlier profiles named are in: the field filter and one goroutine from socket to store. A small\n")
+		b.WriteString("  cache's collector runs every few hundred events unless GOGC is raised (see the GOGC rows) or a memory budget\n")
+		b.WriteString("  paces it (Options.MemoryLimit, see the container rows).\n")
 	}
 
 	// Knobs.
