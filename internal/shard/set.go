@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -54,15 +55,7 @@ func (s Set) Equal(o Set) bool { return slices.Equal(s, o) }
 // Union returns the points of s or o.
 func (s Set) Union(o Set) Set {
 	all := append(slices.Clone(s), o...)
-	slices.SortFunc(all, func(a, b Span) int {
-		switch {
-		case a.First < b.First:
-			return -1
-		case a.First > b.First:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, byFirst)
 	var out Set
 	for _, sp := range all {
 		if n := len(out); n > 0 && (out[n-1].Last == math.MaxUint64 || sp.First <= out[n-1].Last+1) {
@@ -203,15 +196,7 @@ func PointUnits(values []string) []Span {
 		h := Hash(v)
 		units = append(units, Span{h, h})
 	}
-	slices.SortFunc(units, func(a, b Span) int {
-		switch {
-		case a.First < b.First:
-			return -1
-		case a.First > b.First:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(units, byFirst)
 	return slices.Compact(units)
 }
 
@@ -297,3 +282,6 @@ func mix(x uint64) uint64 {
 	x ^= x >> 33
 	return x
 }
+
+// byFirst orders spans by where they begin.
+func byFirst(a, b Span) int { return cmp.Compare(a.First, b.First) }
