@@ -192,6 +192,16 @@ func TestOptionalWiring(t *testing.T) {
 }
 
 // goroutines counts the goroutines whose stacks hold each of frames.
+// pollGoroutines returns the counts of goroutines with frames once they
+// are want, or after 10 s.
+func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int) {
+	got = goroutines(frames...)
+	for deadline := time.Now().Add(10 * time.Second); !equalCounts(got, want) && time.Now().Before(deadline); got = goroutines(frames...) {
+		time.Sleep(10 * time.Millisecond) // polling the runtime's goroutines
+	}
+	return got, want
+}
+
 func goroutines(frames ...string) map[string]int {
 	buf := make([]byte, 1<<20)
 	for {
@@ -239,22 +249,17 @@ func TestStopLeavesNothing(t *testing.T) {
 	waitIdle(t, mgr)
 
 	frames := []string{").work(", ").resync(", ").waitingLoop(", "internal/watcher.Run("}
-	before := goroutines(frames...)
-	if want := map[string]int{frames[0]: 4, frames[1]: 1, frames[2]: 2, frames[3]: 4}; !equalCounts(before, want) {
-		t.Fatalf("before Stop: got goroutines %v, want %v", before, want)
+	// Goroutines run their first line when the scheduler gets to them, and
+	// client-go's delaying queue ends its loop after the queue's shutdown,
+	// which Stop does not wait for: poll, before and after.
+	if got, want := pollGoroutines(frames, map[string]int{frames[0]: 4, frames[1]: 1, frames[2]: 2, frames[3]: 4}); !equalCounts(got, want) {
+		t.Fatalf("before Stop: got goroutines %v, want %v", got, want)
 	}
 	must(t, secrets.Stop(ctx))
 	// ConfigMaps' cache and workers remain; Nodes' cache too, which
 	// NewCache made; Secrets' and Pods' caches go.
-	// The work queue's delaying loop (client-go's) ends on its own after
-	// the queue's shutdown, which Stop does not wait for: poll.
-	want := map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 2}
-	after := goroutines(frames...)
-	for deadline := time.Now().Add(10 * time.Second); !equalCounts(after, want) && time.Now().Before(deadline); after = goroutines(frames...) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !equalCounts(after, want) {
-		t.Errorf("after Stop: got goroutines %v, want %v", after, want)
+	if got, want := pollGoroutines(frames, map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 2}); !equalCounts(got, want) {
+		t.Errorf("after Stop: got goroutines %v, want %v", got, want)
 	}
 	if err := secrets.Stop(ctx); err != nil {
 		t.Errorf("Stop again: got %v, want nil", err)

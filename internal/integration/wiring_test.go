@@ -495,6 +495,16 @@ func TestRequiredCRDDeleted(t *testing.T) {
 }
 
 // goroutines counts the goroutines whose stacks hold each of frames.
+// pollGoroutines returns the counts of goroutines with frames once they
+// are want, or after 10 s.
+func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int) {
+	got = goroutines(frames...)
+	for deadline := time.Now().Add(10 * time.Second); !sameCounts(got, want) && time.Now().Before(deadline); got = goroutines(frames...) {
+		time.Sleep(10 * time.Millisecond) // polling the runtime's goroutines
+	}
+	return got, want
+}
+
 func goroutines(frames ...string) map[string]int {
 	buf := make([]byte, 1<<20)
 	for {
@@ -550,18 +560,14 @@ func TestControllerStop(t *testing.T) {
 	waitIdle(t, mgr)
 
 	frames := []string{").work(", ").resync(", ").waitingLoop(", "internal/watcher.Run("}
-	if got, want := goroutines(frames...), map[string]int{frames[0]: 5, frames[1]: 1, frames[2]: 2, frames[3]: 3}; !sameCounts(got, want) {
+	// Goroutines run their first line when the scheduler gets to them, and
+	// client-go's delaying queue ends its loop after the queue's shutdown,
+	// which Stop does not wait for: poll, before and after.
+	if got, want := pollGoroutines(frames, map[string]int{frames[0]: 5, frames[1]: 1, frames[2]: 2, frames[3]: 3}); !sameCounts(got, want) {
 		t.Fatalf("before Stop: got goroutines %v, want %v", got, want)
 	}
 	must(t, widgets.Stop(ctx))
-	// The work queue's delaying loop (client-go's) ends on its own after
-	// the queue's shutdown, which Stop does not wait for: poll.
-	want := map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 1}
-	got := goroutines(frames...)
-	for deadline := time.Now().Add(10 * time.Second); !sameCounts(got, want) && time.Now().Before(deadline); got = goroutines(frames...) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !sameCounts(got, want) {
+	if got, want := pollGoroutines(frames, map[string]int{frames[0]: 1, frames[1]: 0, frames[2]: 1, frames[3]: 1}); !sameCounts(got, want) {
 		t.Errorf("after Stop: got goroutines %v, want %v", got, want)
 	}
 	_, err = widgetClient.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w2"}})
