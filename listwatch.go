@@ -86,12 +86,17 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
+	var own time.Duration
+	if hc := c.mgr.httpOf(f.cluster); hc != nil && !f.b.Fake() {
+		own = watcher.QuietBound(hc.Transport)
+	}
 	watcher.Run(ctx, watcher.Config{
-		Name:        name,
-		ListerWatch: f,
-		Store:       f,
-		Logger:      log,
-		LastEvent:   func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
+		Name:          name,
+		ListerWatch:   f,
+		Store:         f,
+		Logger:        log,
+		OwnConnection: own,
+		LastEvent:     func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		OnConnected: func(ok bool, d time.Duration) {
 			f.connected.Store(ok)
 			if ok {

@@ -111,8 +111,13 @@ type Options struct {
 	// silently costs seconds, not the minute of client-go's defaults (30 s,
 	// then 15 s): a dead connection is noticed in twice this time. A busy
 	// connection is never pinged; an idle one is pinged 20 times a minute at
-	// the default (a ping is 17 bytes each way). Negative: client-go's
-	// defaults. Default: 3 seconds.
+	// the default (a ping is 17 bytes each way). A busy watch (128 events
+	// within a second) reads from an HTTP/1.1 connection of its own, which
+	// costs half the CPU per event of the shared HTTP/2 connection but
+	// cannot be pinged: it goes back to the shared connection, resuming
+	// where it was, once no event came for this long, so a dead connection
+	// of its own is noticed within this time. Negative: client-go's
+	// defaults, every watch on the shared connection. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit is the memory the process may use, in bytes: Start sets

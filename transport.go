@@ -64,7 +64,30 @@ func restClients(cfg *rest.Config, check time.Duration, compression bool) (*rest
 		// connection, over its own settings.
 		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check, PingTimeout: check}
 	}
+	if conns != nil && rest.IsConfigTransportTLS(*cfg) && len(cfg.NextProtos) == 0 {
+		// Busy watches read from HTTP/1.1 connections of their own, which
+		// they leave when quiet for check (see internal/watcher, conn.go).
+		own := rest.CopyConfig(cfg)
+		own.NextProtos = []string{"http/1.1"}
+		oc, err := rest.HTTPClientFor(own)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		hc.Transport = watcher.Route(hc.Transport, oc.Transport, check)
+	}
 	return cfg, hc, conns, nil
+}
+
+// httpOf returns the HTTP client of cluster's requests; nil for fakes and
+// for a member that left.
+func (m *Manager) httpOf(cluster string) *http.Client {
+	if cluster == "" {
+		return m.clients.HTTP
+	}
+	if mb := m.memberOf(cluster); mb != nil {
+		return mb.clients.HTTP
+	}
+	return nil
 }
 
 // fence refuses a write whose context carries a leadership that has ended,

@@ -42,9 +42,11 @@ type reflector struct {
 	delay wait.DelayFunc
 
 	useWatchList  bool
-	lastRV        string // of the last list, event or bookmark stored
-	rvUnavailable bool   // the last list or watch at lastRV got 410 Gone or "too large"
-	paginated     bool   // a list at resourceVersion "0" came in pages
+	quiet         time.Duration // > 0: busy watches read from a connection of their own (conn.go)
+	onOwn         bool          // the next watch opens on a connection of its own
+	lastRV        string        // of the last list, event or bookmark stored
+	rvUnavailable bool          // the last list or watch at lastRV got 410 Gone or "too large"
+	paginated     bool          // a list at resourceVersion "0" came in pages
 }
 
 // The bounds of a watch's timeout, random between them so that a fleet of
@@ -82,30 +84,63 @@ func (c chanEvents) Next() (watch.Event, error) {
 
 func (c chanEvents) Stop() { c.w.Stop() }
 
-var errStopped = errors.New("stop requested")
+var (
+	errStopped = errors.New("stop requested")
+	errBusy    = errors.New("busy: moving to a connection of its own")
+)
 
-func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStore, log logr.Logger, backoff wait.Backoff) *reflector {
+func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStore, log logr.Logger, backoff wait.Backoff, quiet time.Duration) *reflector {
 	r := &reflector{
 		name:  name,
 		lw:    cache.ToListerWatcherWithContext(lw),
 		store: store,
 		log:   log,
 		delay: backoff.DelayWithReset(clock.RealClock{}, 2*time.Minute),
+		quiet: quiet,
+		onOwn: quiet > 0, // the first list is busy
 	}
 	r.useWatchList = clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) && !watchlist.DoesClientNotSupportWatchListSemantics(lw)
 	return r
 }
 
-// openWatch opens a watch with opts.
+// openWatch opens a watch with opts, on a connection of its own if the
+// last watch was busy.
 func (r *reflector) openWatch(ctx context.Context, opts metav1.ListOptions) (events, error) {
-	w, err := r.lw.WatchWithContext(ctx, opts)
+	if !r.onOwn {
+		w, err := r.lw.WatchWithContext(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return asEvents(ctx, w), nil
+	}
+	octx, cancel := context.WithCancel(onOwn(ctx))
+	w, err := r.lw.WatchWithContext(octx, opts)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
+	return newOwnWatch(asEvents(octx, w), cancel, r.quiet), nil
+}
+
+func asEvents(ctx context.Context, w watch.Interface) events {
 	if e, ok := w.(events); ok {
-		return e, nil
+		return e
 	}
-	return chanEvents{ctx: ctx, w: w}, nil
+	return chanEvents{ctx: ctx, w: w}
+}
+
+// moved notes where the next watch opens after w ended with err: back on
+// the shared connection if w went quiet on its own, on one of its own if
+// it was busy.
+func (r *reflector) moved(w events, err error) {
+	if o, ok := w.(*ownWatch); ok && o.quiet() {
+		r.onOwn = false
+		r.log.V(4).Info("watch quiet; resuming on the shared connection")
+	}
+	if errors.Is(err, errBusy) {
+		r.onOwn = true
+		r.log.V(4).Info("watch busy; resuming on a connection of its own")
+	}
 }
 
 func timeoutSeconds() *int64 {
@@ -202,7 +237,8 @@ func (r *reflector) watchList(ctx context.Context) (events, error) {
 		if err == nil {
 			initial := &listed{items: map[string]any{}, transform: transform}
 			var ended bool
-			ended, err = r.consume(ctx, start, w, initial, true, func(string, bool) {})
+			ended, err = r.consume(ctx, start, w, initial, true, func(string, bool) bool { return false })
+			r.moved(w, err)
 			if err == nil && ended {
 				r.rvUnavailable = false
 				if err := r.store.Replace(initial.list(), initial.rv); err != nil {
@@ -356,16 +392,19 @@ func (r *reflector) watch(ctx context.Context, w events) error {
 		// The store records the resourceVersion of each object it stores
 		// and of each bookmark; the reflector keeps its own, to resume
 		// from, without a call per event.
-		_, err := r.consume(ctx, start, w, r.store, false, func(rv string, pastAdded bool) {
+		_, err := r.consume(ctx, start, w, r.store, false, func(rv string, pastAdded bool) bool {
 			if fromStart || pastAdded {
 				r.lastRV = rv
+				return true
 			}
+			return false
 		})
 		w.Stop()
+		r.moved(w, err)
 		w = nil
 		switch {
-		case err == nil:
-			continue // ended normally: watch on from where it ended
+		case err == nil, errors.Is(err, errBusy):
+			continue // ended normally, or moves: watch on from where it ended
 		case errors.Is(err, errStopped):
 		case expired(err):
 			r.log.V(4).Info("watch closed", "err", err.Error())
@@ -393,10 +432,16 @@ type eventStore interface {
 // when it ended normally, and errStopped when ctx did. With listing, it
 // returns (true, nil) at the bookmark that ends a streamed list's initial
 // events, leaving w open. setRV gets each event's resourceVersion, and
-// whether an event other than ADDED came since w began.
-func (r *reflector) consume(ctx context.Context, start time.Time, w events, store eventStore, listing bool, setRV func(rv string, pastAdded bool)) (bool, error) {
+// whether an event other than ADDED came since w began; it reports
+// whether the watch could resume from there. A watch on the shared
+// connection that is busy there returns errBusy, to resume on a
+// connection of its own.
+func (r *reflector) consume(ctx context.Context, start time.Time, w events, store eventStore, listing bool, setRV func(rv string, pastAdded bool) bool) (bool, error) {
 	count := 0
 	pastAdded := false
+	_, own := w.(*ownWatch)
+	mayMove := r.quiet > 0 && !own && !listing
+	window, inWindow := start, 0
 	for {
 		ev, err := w.Next()
 		if ctx.Err() != nil {
@@ -439,13 +484,22 @@ func (r *reflector) consume(ctx context.Context, start time.Time, w events, stor
 		if err != nil {
 			r.log.Error(err, "unable to store watch event", "type", ev.Type, "namespace", m.GetNamespace(), "name", m.GetName())
 		}
-		setRV(rv, pastAdded)
+		resumable := setRV(rv, pastAdded)
 		count++
 		if listing && ended {
 			return true, nil
 		}
+		if mayMove {
+			if inWindow++; inWindow == busyEvents {
+				now := time.Now()
+				if resumable && now.Sub(window) < busyWindow {
+					return false, errBusy
+				}
+				window, inWindow = now, 0
+			}
+		}
 	}
-	if count == 0 && time.Since(start) < time.Second {
+	if count == 0 && time.Since(start) < time.Second && !(own && w.(*ownWatch).quiet()) {
 		return false, &cache.VeryShortWatchError{Name: r.name}
 	}
 	return false, nil

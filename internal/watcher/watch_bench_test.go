@@ -92,7 +92,7 @@ func benchmarkHandOff(b *testing.B, impl string) {
 	go func() {
 		defer wg.Done()
 		if impl == "direct" {
-			r := newReflector("bench", noWatchList{lw}, store, logr.Discard(), Backoff)
+			r := newReflector("bench", noWatchList{lw}, store, logr.Discard(), Backoff, 0)
 			_ = r.listAndWatch(ctx)
 			return
 		}

@@ -53,6 +53,11 @@ type Config struct {
 	// explains; a 404 among them is retried at Settling's pace. Nil:
 	// every error is logged.
 	Quiet func(error) bool
+	// OwnConnection, when positive, lets a busy watch read from a
+	// connection of its own, as Route marks it, and is how long the
+	// watch may go without an event there before it resumes on the
+	// shared connection (conn.go). The transport must be a Route's.
+	OwnConnection time.Duration
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -115,7 +120,7 @@ var Forbidden = wait.Backoff{
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	// The reflector's own logging is detail: demote it one level.
-	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff)
+	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff, cfg.OwnConnection)
 	backoff := Backoff // for retrying list-and-watch cycles
 	notServed, settling := NotServed, Settling
 	forbidden := Forbidden
