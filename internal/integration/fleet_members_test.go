@@ -111,6 +111,10 @@ func TestFleetMembers(t *testing.T) {
 	eventually(t, 30*time.Second, copyIs(0, "1"))
 
 	// A member joins: its file appears, it is listed, and it gets its copy.
+	// Watches that were busy (the first lists) read from HTTP/1.1
+	// connections of their own until they are quiet: once they are back on
+	// the shared connections, the goroutines present are the ones that stay.
+	watchesShared(t)
 	before := goleak.IgnoreCurrent()
 	join("west", members[1])
 	took := eventually(t, 30*time.Second, copyIs(1, "1"))
@@ -183,33 +187,54 @@ func TestFleetMemberConnectionsClosed(t *testing.T) {
 	must(t, err)
 	start(t, mgr)
 	waitIdle(t, mgr)
+	watchesShared(t)
 	baseline := readLoops()
 	for i := range 10 {
 		must(t, mgr.Engage("member", ctrl.Cluster{Config: env.Config()}))
 		waitIdle(t, mgr) // listed and watching
 		if got := readLoops(); got <= baseline {
-			t.Fatalf("cycle %d: %d HTTP/2 connection readers while engaged, want more than the %d before", i, got, baseline)
+			t.Fatalf("cycle %d: %d connection readers while engaged, want more than the %d before", i, got, baseline)
 		}
 		mgr.Disengage("member")
 		// Closing a connection ends its reader at once; this waits for the
 		// scheduler, not for a timeout.
 		eventually(t, 10*time.Second, func() error {
 			if got := readLoops(); got != baseline {
-				return fmt.Errorf("cycle %d: %d HTTP/2 connection readers after the member left, want %d", i, got, baseline)
+				return fmt.Errorf("cycle %d: %d connection readers after the member left, want %d", i, got, baseline)
 			}
 			return nil
 		})
 	}
 }
 
-// readLoops counts the goroutines that read HTTP/2 connections.
-func readLoops() int {
+// stacks returns every goroutine's stack.
+func stacks() string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "http2.(*ClientConn).readLoop")
+			return string(buf[:n])
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// readLoops counts the goroutines that read client connections: HTTP/2
+// connections, and the HTTP/1.1 connections busy watches read from.
+func readLoops() int {
+	s := stacks()
+	return strings.Count(s, "http2.(*ClientConn).readLoop") + strings.Count(s, "net/http.(*persistConn).readLoop")
+}
+
+// watchesShared waits until no watch reads from an HTTP/1.1 connection of
+// its own: a watch leaves one once it has been quiet for the manager's
+// ConnectionCheck (3 s).
+func watchesShared(t *testing.T) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		if n := strings.Count(stacks(), "net/http.(*persistConn).readLoop"); n > 0 {
+			return fmt.Errorf("%d HTTP/1.1 connections open", n)
+		}
+		return nil
+	})
 }
