@@ -86,7 +86,7 @@ func main() {
 	flag.StringVar(&profImpls, "profile-impls", "ctrl-meta,ctrl-project,raw-strip", "implementations of the profile phase: one more update run each, with a CPU profile, whose time the section breaks down")
 	flag.StringVar(&updateImpls, "update-impls", "ctrl-meta,ctrl-project,ctrl-full,raw-strip,raw-strip-nogzip", "implementations run through update rounds at the largest count")
 	flag.StringVar(&knobImpls, "knobs", "ctrl-full:GOGC=50,ctrl-full:GOMEMLIMIT,ctrl-full:sync-gogc=25,ctrl-meta:GOGC=400",
-		"runs with other Go runtime settings at the largest count, as implementation:setting; settings: GOGC=<n>, GOMEMLIMIT (1.2x the default run's heap), sync-gogc=<n> (GOGC n until the cache has synced and every object was reconciled once), container=<f> (in a memory cgroup limited to f times the default run's heap, which ctrl derives its memory budget from)")
+		"runs with other Go runtime settings at the largest count, as implementation:setting; settings: GOGC=<n>, GOMEMLIMIT (1.2x the default run's heap), sync-gogc=<n> (GOGC n until the cache has synced and every object was reconciled once), container=<f> (in a memory cgroup limited to f times the default run's heap, which ctrl derives its memory budget from), or any other NAME=value, set in the environment (DISABLE_HTTP2=1: client-go's HTTP/1.1 only)")
 	flag.IntVar(&c.UpdateN, "update-n", 10000, "Pods patched in each update round (the first of them)")
 	flag.IntVar(&c.G, "g", 2, "update rounds per run")
 	flag.IntVar(&c.R, "r", 2, "repetitions of the update runs, interleaved")

@@ -20,10 +20,10 @@ type profileRun struct {
 // through, as regular expressions over the functions of a sample's stack.
 // A sample can fall in several (an allocation made while decoding).
 var categories = []struct{ name, focus string }{
-	{"reading the connection (HTTP/2 frames, TLS, syscalls)", `http2\.\(\*ClientConn\)\.readLoop`},
+	{"reading the connection (HTTP/2 frames and window updates, or HTTP/1.1; TLS, syscalls)", `http2\.\(\*ClientConn\)\.readLoop|binding\.\(\*Stream\[.*\]\)\.fill|framer\.\(\*lengthDelimitedFrameReader\)\.Read`},
 	{"gzip", `^compress/`},
-	{"decoding watch events (protobuf)", `rest/watch\.\(\*Decoder\)\.Decode|binding\.\(\*Stream\[.*\]\)\.Next`},
-	{"the cache's store and event handlers", `ctrl\.\(\*feed|ctrl\.\(\*Cache|cache\.\(\*threadSafeMap|cache\.\(\*sharedIndexInformer|cache\.\(\*processorListener|cache\.\(\*RealFIFO|cache\.\(\*DeltaFIFO`},
+	{"decoding watch events (protobuf)", `protobuf\.\(\*Serializer\)\.Decode|binding\.\(\*Stream\[.*\]\)\.event`},
+	{"the cache's store and event handlers", `ctrl\.\(\*feed\[.*\]\)\.(Add|Update|Delete|Replace|remove)$|cache\.\(\*threadSafeMap|cache\.\(\*sharedIndexInformer\)\.(OnAdd|OnUpdate|OnDelete|HandleDeltas)|cache\.\(\*processorListener|cache\.\(\*RealFIFO\)\.(Add|Update|Delete)|cache\.\(\*DeltaFIFO`},
 	{"the queue, workers and reconcile", `ctrl\.\(\*Controller|ctrl\.\(\*queue|workqueue|main\.main\.func`},
 	{"allocation (mallocgc, with GC assists)", `runtime\.mallocgc`},
 	{"garbage collection (background marking)", `runtime\.gcBgMarkWorker`},
