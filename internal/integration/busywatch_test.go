@@ -1,0 +1,92 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// TestBusyWatchOwnConnection deletes a thousand ConfigMaps at once under a
+// controller whose watch was quiet: the burst moves the watch to an
+// HTTP/1.1 connection of its own, and once the burst is over it moves back
+// to the shared connection. Each move resumes where the watch was: every
+// deletion reaches the cache, and nothing is listed again.
+func TestBusyWatchOwnConnection(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)},
+					Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	mgr := newManager(t, ns)
+	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+	watchesShared(t) // the initial list's connection is left once quiet
+	relists := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns})
+
+	// Sample the connections while the burst lasts.
+	var sawOwn atomic.Bool
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if strings.Contains(stacks(), "net/http.(*persistConn).readLoop") {
+				sawOwn.Store(true)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	must(t, clientset.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+	eventually(t, time.Minute, func() error {
+		if left := len(c.Cache().List("", nil)); left > 0 {
+			return fmt.Errorf("%d ConfigMaps still cached", left)
+		}
+		return nil
+	})
+	close(stop)
+	<-sampled
+	if !sawOwn.Load() {
+		t.Error("the watch stayed on the shared connection through a burst of 1000 deletions")
+	}
+	watchesShared(t)
+	if got := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns}); got != relists {
+		t.Errorf("the cache listed again %v times: a move must resume the watch", got-relists)
+	}
+}
