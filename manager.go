@@ -112,12 +112,14 @@ type Options struct {
 	// then 15 s): a dead connection is noticed in twice this time. A busy
 	// connection is never pinged; an idle one is pinged 20 times a minute at
 	// the default (a ping is 17 bytes each way). A busy watch (128 events
-	// within a second) reads from an HTTP/1.1 connection of its own, which
-	// costs half the CPU per event of the shared HTTP/2 connection but
-	// cannot be pinged: it goes back to the shared connection, resuming
-	// where it was, once no event came for this long, so a dead connection
-	// of its own is noticed within this time. Negative: client-go's
-	// defaults, every watch on the shared connection. Default: 3 seconds.
+	// within a second) reads from an HTTP/1.1 connection of its own: no
+	// HTTP/2 frames, window updates or hand-off between goroutines, which
+	// halves the CPU per event of a cache that keeps little of each object.
+	// Such a connection cannot be pinged: the watch goes back to the shared
+	// connection, resuming where it was, once no event came for this long,
+	// so a dead connection of its own is noticed within this time.
+	// Negative: client-go's defaults, every watch on the shared connection.
+	// Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit is the memory the process may use, in bytes: Start sets
