@@ -50,9 +50,10 @@ func onOwn(ctx context.Context) context.Context {
 }
 
 // Route returns a transport that sends the watches this package marks as
-// busy over own, everything else over shared, and whose watches leave own
-// after quiet without an event. own must not share its connections with
-// shared: an HTTP/1.1 transport beside the HTTP/2 one.
+// busy over own and everything else over shared. quiet is how long a watch
+// on own may go without an event (QuietBound finds it for Config's
+// OwnConnection). own must not share its connections with shared: an
+// HTTP/1.1 transport beside the HTTP/2 one.
 func Route(shared, own http.RoundTripper, quiet time.Duration) http.RoundTripper {
 	return route{shared: shared, own: own, quiet: quiet}
 }
