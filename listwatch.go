@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -90,13 +91,22 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 	if hc := c.mgr.httpOf(f.cluster); hc != nil && !f.b.Fake() {
 		own = watcher.QuietBound(hc.Transport)
 	}
+	toOwn := c.mgr.metrics.WatchMoves.WithLabelValues(append(slices.Clone(f.labels), "own")...)
+	toShared := c.mgr.metrics.WatchMoves.WithLabelValues(append(slices.Clone(f.labels), "shared")...)
 	watcher.Run(ctx, watcher.Config{
 		Name:          name,
 		ListerWatch:   f,
 		Store:         f,
 		Logger:        log,
 		OwnConnection: own,
-		LastEvent:     func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
+		OnMove: func(own bool) {
+			if own {
+				toOwn.Inc()
+			} else {
+				toShared.Inc()
+			}
+		},
+		LastEvent: func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		OnConnected: func(ok bool, d time.Duration) {
 			f.connected.Store(ok)
 			if ok {
@@ -227,4 +237,7 @@ func (f *feed[T]) forgetMetrics() {
 	ms.WatchConnected.DeleteLabelValues(f.labels...)
 	ms.Blind.DeleteLabelValues(f.labels...)
 	ms.Relists.DeleteLabelValues(f.labels...)
+	for _, conn := range []string{"own", "shared"} {
+		ms.WatchMoves.DeleteLabelValues(append(slices.Clone(f.labels), conn)...)
+	}
 }

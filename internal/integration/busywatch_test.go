@@ -86,6 +86,13 @@ func TestBusyWatchOwnConnection(t *testing.T) {
 		t.Error("the watch stayed on the shared connection through a burst of 1000 deletions")
 	}
 	watchesShared(t)
+	moves := func(conn string) float64 {
+		return metricValue(t, mgr, "ctrl_cache_watch_moves_total", map[string]string{"namespace": ns, "connection": conn})
+	}
+	// The first list's move back, then the burst's move there and back.
+	if own, shared := moves("own"), moves("shared"); own < 1 || shared != own+1 {
+		t.Errorf("ctrl_cache_watch_moves_total: own %v, shared %v; want at least one move to its own connection, and one more back", own, shared)
+	}
 	if got := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns}); got != relists {
 		t.Errorf("the cache listed again %v times: a move must resume the watch", got-relists)
 	}

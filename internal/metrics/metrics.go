@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,7 @@ type Set struct {
 	ShardLabels     *prometheus.CounterVec
 	WatchConnected  *prometheus.GaugeVec
 	Relists         *prometheus.CounterVec
+	WatchMoves      *prometheus.CounterVec
 	Blind           *prometheus.HistogramVec
 	WaitingForCRD   *prometheus.GaugeVec
 }
@@ -173,6 +175,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Name: "ctrl_cache_relists_total",
 			Help: "Complete lists after the first, when a watch could not resume (410 Gone).",
 		}, cacheLabels),
+		WatchMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_cache_watch_moves_total",
+			Help: "Watches that resumed on another connection: connection \"own\" when a busy watch moved to an HTTP/1.1 connection of its own, \"shared\" when it went quiet there and moved back to the shared HTTP/2 connection.",
+		}, append(slices.Clone(cacheLabels), "connection")),
 		Blind: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ctrl_cache_blind_seconds",
 			Help:    "How long the cache went without a working list or watch, per outage.",
@@ -192,7 +198,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
-		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.Blind,
+		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.WatchMoves, &m.Blind,
 		&m.timeouts, &m.WaitingForCRD,
 	} {
 		switch c := c.(type) {

@@ -49,9 +49,11 @@ func TestWatchMovesBetweenConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	const quiet = 400 * time.Millisecond
+	var moves []bool // OnMove's calls: true to own
 	go func() {
 		defer close(done)
-		Run(ctx, Config{Name: "configmaps", ListerWatch: lw, Store: store, Logger: logr.Discard(), OwnConnection: quiet})
+		Run(ctx, Config{Name: "configmaps", ListerWatch: lw, Store: store, Logger: logr.Discard(), OwnConnection: quiet,
+			OnMove: func(own bool) { moves = append(moves, own) }})
 	}()
 	defer func() {
 		cancel()
@@ -106,6 +108,11 @@ func TestWatchMovesBetweenConnections(t *testing.T) {
 	next(fmt.Sprintf(`rv="%d" initial=false own=false`, rv))
 	ended(r3)
 
+	cancel()
+	<-done
+	if want := []bool{false, true, false}; !slices.Equal(moves, want) {
+		t.Errorf("OnMove calls (true: to its own connection) %v, want %v", moves, want)
+	}
 	want := []string{"replace [a@10] at 11"}
 	for v := 12; v <= rv; v++ {
 		want = append(want, fmt.Sprintf("update a@%d", v))

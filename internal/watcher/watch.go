@@ -42,11 +42,12 @@ type reflector struct {
 	delay wait.DelayFunc
 
 	useWatchList  bool
-	quiet         time.Duration // > 0: busy watches read from a connection of their own (conn.go)
-	onOwn         bool          // the next watch opens on a connection of its own
-	lastRV        string        // of the last list, event or bookmark stored
-	rvUnavailable bool          // the last list or watch at lastRV got 410 Gone or "too large"
-	paginated     bool          // a list at resourceVersion "0" came in pages
+	quiet         time.Duration  // > 0: busy watches read from a connection of their own (conn.go)
+	onOwn         bool           // the next watch opens on a connection of its own
+	onMove        func(own bool) // optional: told of each move between connections
+	lastRV        string         // of the last list, event or bookmark stored
+	rvUnavailable bool           // the last list or watch at lastRV got 410 Gone or "too large"
+	paginated     bool           // a list at resourceVersion "0" came in pages
 }
 
 // The bounds of a watch's timeout, random between them so that a fleet of
@@ -136,10 +137,16 @@ func (r *reflector) moved(w events, err error) {
 	if o, ok := w.(*ownWatch); ok && o.quiet() {
 		r.onOwn = false
 		r.log.V(4).Info("watch quiet; resuming on the shared connection")
+		if r.onMove != nil {
+			r.onMove(false)
+		}
 	}
 	if errors.Is(err, errBusy) {
 		r.onOwn = true
 		r.log.V(4).Info("watch busy; resuming on a connection of its own")
+		if r.onMove != nil {
+			r.onMove(true)
+		}
 	}
 }
 

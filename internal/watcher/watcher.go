@@ -58,6 +58,10 @@ type Config struct {
 	// watch may go without an event there before it resumes on the
 	// shared connection (conn.go). The transport must be a Route's.
 	OwnConnection time.Duration
+	// OnMove, if set, is called each time a watch resumes on another
+	// connection: own true when it moved to a connection of its own
+	// (busy), false when it moved back to the shared one (quiet).
+	OnMove func(own bool)
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -121,6 +125,7 @@ func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	// The reflector's own logging is detail: demote it one level.
 	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff, cfg.OwnConnection)
+	r.onMove = cfg.OnMove
 	backoff := Backoff // for retrying list-and-watch cycles
 	notServed, settling := NotServed, Settling
 	forbidden := Forbidden
