@@ -83,12 +83,17 @@ func TestFleetRelistSpread(t *testing.T) {
 		waitIdle(t, mgr)
 	}
 
-	// A write none of the fleet's watches carries, just before the kill:
+	// Writes none of the fleet's watches carries, just before the kill:
 	// the restarted server's watch cache begins after every cache's
-	// resourceVersion, so each must list again. Without it a cache whose
-	// last bookmark was the server's latest revision resumes its watch.
-	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bump-"}}, metav1.CreateOptions{})
-	must(t, err)
+	// resourceVersion, so each must list again. A cache can resume from
+	// the revision just before the server's oldest, and a bookmark carries
+	// the server's latest revision to any watch: with one write, a cache
+	// whose last bookmark came after the fleet went idle would resume; with
+	// two, only one whose bookmark fell between them.
+	for range 2 {
+		_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "bump-"}}, metav1.CreateOptions{})
+		must(t, err)
+	}
 	must(t, env4.StopAPIServer())
 	killed := time.Now()
 	// Hold the outage: the fault being injected, not a wait for the fleet.
