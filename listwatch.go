@@ -99,8 +99,8 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 		Store:         f,
 		Logger:        log,
 		OwnConnection: own,
-		OnMove: func(own bool) {
-			if own {
+		OnMove: func(toItsOwn bool) {
+			if toItsOwn {
 				toOwn.Inc()
 			} else {
 				toShared.Inc()
