@@ -191,7 +191,6 @@ func TestOptionalWiring(t *testing.T) {
 	}
 }
 
-// goroutines counts the goroutines whose stacks hold each of frames.
 // pollGoroutines returns the counts of goroutines with frames once they
 // are want, or after 10 s.
 func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int) {
@@ -202,6 +201,7 @@ func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int
 	return got, want
 }
 
+// goroutines counts the goroutines whose stacks hold each of frames.
 func goroutines(frames ...string) map[string]int {
 	buf := make([]byte, 1<<20)
 	for {

@@ -62,24 +62,9 @@ func TestBulk(t *testing.T) {
 	ctx := start(t, mgr)
 
 	began := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, creators)
-	for c := range creators {
-		wg.Go(func() {
-			for i := c; i < objects; i += creators {
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
-				if _, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	createConfigMaps(t, ns, objects, creators, func(i int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+	})
 	created := time.Since(began)
 
 	var missing []string

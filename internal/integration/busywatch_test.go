@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,26 +22,9 @@ import (
 func TestBusyWatchOwnConnection(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
-	const n = 1000
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)},
-					Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	createConfigMaps(t, ns, 1000, 8, func(i int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"v": "1"}}
+	})
 
 	mgr := newManager(t, ns)
 	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {

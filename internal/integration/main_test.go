@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,6 +85,29 @@ func newManager(t *testing.T, ns string) *ctrl.Manager {
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns})
 	must(t, err)
 	return mgr
+}
+
+// createConfigMaps creates n ConfigMaps in ns, the i-th made by object,
+// from writers goroutines at once.
+func createConfigMaps(t *testing.T, ns string, n, writers int, object func(i int) *corev1.ConfigMap) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n; i += writers {
+				if _, err := clientset.CoreV1().ConfigMaps(ns).Create(context.Background(), object(i), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
 
 // newClient returns the manager's client of T.

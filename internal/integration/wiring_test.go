@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -494,7 +493,6 @@ func TestRequiredCRDDeleted(t *testing.T) {
 	}
 }
 
-// goroutines counts the goroutines whose stacks hold each of frames.
 // pollGoroutines returns the counts of goroutines with frames once they
 // are want, or after 10 s.
 func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int) {
@@ -505,18 +503,10 @@ func pollGoroutines(frames []string, want map[string]int) (got, _ map[string]int
 	return got, want
 }
 
+// goroutines counts the goroutines whose stacks hold each of frames.
 func goroutines(frames ...string) map[string]int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	out := map[string]int{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(stacks(), "\n\n") {
 		for _, f := range frames {
 			if strings.Contains(g, f) {
 				out[f]++
