@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -77,5 +78,60 @@ func TestBusyWatchOwnConnection(t *testing.T) {
 	}
 	if got := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns}); got != relists {
 		t.Errorf("the cache listed again %v times: a move must resume the watch", got-relists)
+	}
+}
+
+// TestDeadOwnConnectionNoticed cuts, silently, the connection of its own
+// that a busy watch reads in the middle of a burst of deletions, and only
+// that connection: the watch must leave it within the manager's
+// ConnectionCheck (3 s) and resume on the shared connection, so that the
+// cache sees every deletion, without listing again.
+func TestDeadOwnConnectionNoticed(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	createConfigMaps(t, ns, 3000, 8, func(i int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}}
+	})
+	b, newMgr := throughBlackhole(t)
+	mgr := newMgr()
+	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+	watchesShared(t)
+	shared := b.opened() // every connection so far; the next is the busy watch's own
+	relists := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns})
+
+	deleted := make(chan error, 1)
+	go func() {
+		deleted <- clientset.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}()
+	eventually(t, time.Minute, func() error {
+		if !strings.Contains(stacks(), "net/http.(*persistConn).readLoop") {
+			return errors.New("the watch has no connection of its own yet")
+		}
+		return nil
+	})
+	b.silenceFrom(shared, true)
+	cut := time.Now()
+	left := len(c.Cache().List("", nil))
+	must(t, <-deleted)
+	if left == 0 {
+		t.Fatal("every deletion arrived before the watch's connection was cut: nothing was tested")
+	}
+	took := eventually(t, time.Minute, func() error {
+		if n := len(c.Cache().List("", nil)); n > 0 {
+			return fmt.Errorf("%d ConfigMaps still cached", n)
+		}
+		return nil
+	})
+	t.Logf("%d of 3000 deletions were still to come when the connection was cut; all seen %s after", left, time.Since(cut).Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the cache saw every deletion %s after its watch's own connection went silent, want within 10s (ConnectionCheck 3 s)", took.Round(time.Millisecond))
+	}
+	if got := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns}); got != relists {
+		t.Errorf("the cache listed again %v times: leaving a dead connection of its own must resume the watch", got-relists)
 	}
 }

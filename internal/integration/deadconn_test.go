@@ -93,13 +93,23 @@ func pipe(dst, src net.Conn, drop *atomic.Bool) {
 
 // silence drops what the open connections carry: replies only, or both
 // ways.
-func (b *blackhole) silence(bothWays bool) {
+func (b *blackhole) silence(bothWays bool) { b.silenceFrom(0, bothWays) }
+
+// silenceFrom silences the connections opened after the first n.
+func (b *blackhole) silenceFrom(n int, bothWays bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, p := range b.conns {
+	for _, p := range b.conns[min(n, len(b.conns)):] {
 		p.down.Store(true)
 		p.up.Store(bothWays)
 	}
+}
+
+// opened returns how many connections the proxy has accepted.
+func (b *blackhole) opened() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.conns)
 }
 
 func (b *blackhole) close() {

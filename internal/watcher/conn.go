@@ -97,21 +97,23 @@ func QuietBound(rt http.RoundTripper) time.Duration {
 
 // ownWatch is a watch on a connection of its own: if no event arrives
 // between two of its checks, half the quiet bound apart, it stops, and
-// quiet reports it.
+// quiet reports it. Its clock starts with the request, so a connection
+// that died before the server answered (an idle one reused) is left as
+// quickly as one that died while the events flowed.
 type ownWatch struct {
-	events
 	cancel context.CancelFunc // the request's context
 
 	seen atomic.Int64 // events read
 	mu   sync.Mutex
+	w    events // set once the server answered
 	t    *time.Timer
 	last int64 // seen at the last check
 	done bool  // stopped
 	quit bool  // stopped by a check
 }
 
-func newOwnWatch(w events, cancel context.CancelFunc, quiet time.Duration) *ownWatch {
-	o := &ownWatch{events: w, cancel: cancel}
+func newOwnWatch(cancel context.CancelFunc, quiet time.Duration) *ownWatch {
+	o := &ownWatch{cancel: cancel}
 	every := max(quiet/2, time.Millisecond)
 	o.mu.Lock()
 	o.t = time.AfterFunc(every, func() { o.check(every) })
@@ -119,8 +121,23 @@ func newOwnWatch(w events, cancel context.CancelFunc, quiet time.Duration) *ownW
 	return o
 }
 
+// attach gives o the watch its request opened. It returns false, and
+// stops w, if o was stopped meanwhile.
+func (o *ownWatch) attach(w events) bool {
+	o.mu.Lock()
+	if o.done {
+		o.mu.Unlock()
+		w.Stop()
+		return false
+	}
+	o.w = w
+	o.mu.Unlock()
+	return true
+}
+
+// Next returns the next event of the attached watch.
 func (o *ownWatch) Next() (ev watch.Event, err error) {
-	ev, err = o.events.Next()
+	ev, err = o.w.Next()
 	if err == nil {
 		o.seen.Add(1)
 		return ev, nil
@@ -156,11 +173,14 @@ func (o *ownWatch) Stop() {
 	o.mu.Lock()
 	o.done = true
 	o.t.Stop()
+	w := o.w
 	o.mu.Unlock()
 	// The request's context first: the body's reader then sees a request
 	// this side ended, not a failure to report.
 	o.cancel()
-	o.events.Stop()
+	if w != nil {
+		w.Stop()
+	}
 }
 
 // quiet reports whether the watch was stopped for going quiet.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,5 +201,62 @@ func TestRoute(t *testing.T) {
 	}
 	if q := QuietBound(WrapTransport(rt("shared"))); q != 0 {
 		t.Errorf("QuietBound of a transport without a Route = %s, want 0", q)
+	}
+}
+
+// TestUnansweredOwnWatchMoves checks that a watch whose request on a
+// connection of its own gets no answer (a dead connection reused) is
+// abandoned within the quiet bound and opened on the shared connection,
+// as a move, not as a failure.
+func TestUnansweredOwnWatchMoves(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	var requests []string
+	shared := make(chan *watch.FakeWatcher, 1)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			own := ctx.Value(ownConnKey{}) != nil
+			mu.Lock()
+			requests = append(requests, fmt.Sprintf("rv=%q own=%v", opts.ResourceVersion, own))
+			mu.Unlock()
+			if own {
+				<-ctx.Done() // no answer, ever
+				return nil, ctx.Err()
+			}
+			w := watch.NewFakeWithChanSize(1, false)
+			shared <- w
+			return w, nil
+		},
+	}
+	store := &recorder{}
+	var errs []error
+	var moves []bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{Name: "configmaps", ListerWatch: noWatchList{lw}, Store: store, Logger: logr.Discard(), OwnConnection: 200 * time.Millisecond,
+			OnError: func(err error) { errs = append(errs, err) }, OnMove: func(own bool) { moves = append(moves, own) }})
+	}()
+	var w *watch.FakeWatcher
+	select {
+	case w = <-shared:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch on the shared connection")
+	}
+	w.Modify(cm("a", "6"))
+	waitFor(t, "the shared watch's event", func() bool { return len(store.all()) == 2 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{`rv="5" own=true`, `rv="5" own=false`}; !slices.Equal(requests, want) {
+		t.Errorf("watch requests %v, want %v", requests, want)
+	}
+	if len(errs) > 0 || !slices.Equal(moves, []bool{false}) {
+		t.Errorf("errors %v and moves %v; want none, and one move to the shared connection", errs, moves)
 	}
 }

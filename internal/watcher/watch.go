@@ -105,22 +105,27 @@ func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStor
 }
 
 // openWatch opens a watch with opts, on a connection of its own if the
-// last watch was busy.
+// last watch was busy; on the shared connection if the server did not
+// answer there within the quiet bound.
 func (r *reflector) openWatch(ctx context.Context, opts metav1.ListOptions) (events, error) {
-	if !r.onOwn {
-		w, err := r.lw.WatchWithContext(ctx, opts)
-		if err != nil {
+	if r.onOwn {
+		octx, cancel := context.WithCancel(onOwn(ctx))
+		o := newOwnWatch(cancel, r.quiet)
+		w, err := r.lw.WatchWithContext(octx, opts)
+		if err == nil && o.attach(asEvents(octx, w)) {
+			return o, nil
+		}
+		o.Stop()
+		if !o.quiet() {
 			return nil, err
 		}
-		return asEvents(ctx, w), nil
+		r.moved(o, nil)
 	}
-	octx, cancel := context.WithCancel(onOwn(ctx))
-	w, err := r.lw.WatchWithContext(octx, opts)
+	w, err := r.lw.WatchWithContext(ctx, opts)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return newOwnWatch(asEvents(octx, w), cancel, r.quiet), nil
+	return asEvents(ctx, w), nil
 }
 
 func asEvents(ctx context.Context, w watch.Interface) events {
