@@ -44,9 +44,25 @@ const (
 
 type ownConnKey struct{}
 
-// onOwn marks ctx for a request on a connection of its own.
-func onOwn(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ownConnKey{}, true)
+// onOwn marks ctx for a request on a connection of its own, made for o
+// (nil in tests of Route alone).
+func onOwn(ctx context.Context, o *ownWatch) context.Context {
+	return context.WithValue(ctx, ownConnKey{}, ownMark{o})
+}
+
+type ownMark struct{ o *ownWatch }
+
+// holdClock stops the quiet clock of the watch whose request ctx is, if it
+// is on a connection of its own, until the returned function is called:
+// for a wait of the caller's own before it sends the request (the spread of
+// a fleet's relists), which is no silence of the connection's.
+func holdClock(ctx context.Context) (resume func()) {
+	m, _ := ctx.Value(ownConnKey{}).(ownMark)
+	if m.o == nil {
+		return func() {}
+	}
+	m.o.hold()
+	return m.o.resume
 }
 
 // Route returns a transport that sends the watches this package marks as
@@ -99,9 +115,11 @@ func QuietBound(rt http.RoundTripper) time.Duration {
 // between two of its checks, half the quiet bound apart, it stops, and
 // quiet reports it. Its clock starts with the request, so a connection
 // that died before the server answered (an idle one reused) is left as
-// quickly as one that died while the events flowed.
+// quickly as one that died while the events flowed; it stops while the
+// caller waits on purpose before sending the request (holdClock).
 type ownWatch struct {
 	cancel context.CancelFunc // the request's context
+	every  time.Duration      // between checks
 
 	seen atomic.Int64 // events read
 	mu   sync.Mutex
@@ -112,13 +130,31 @@ type ownWatch struct {
 	quit bool  // stopped by a check
 }
 
-func newOwnWatch(cancel context.CancelFunc, quiet time.Duration) *ownWatch {
-	o := &ownWatch{cancel: cancel}
-	every := max(quiet/2, time.Millisecond)
+// newOwnWatch starts the clock of a watch on a connection of its own, and
+// returns the context for its request, marked for Route.
+func newOwnWatch(ctx context.Context, quiet time.Duration) (*ownWatch, context.Context) {
+	o := &ownWatch{every: max(quiet/2, time.Millisecond)}
+	ctx, o.cancel = context.WithCancel(onOwn(ctx, o))
 	o.mu.Lock()
-	o.t = time.AfterFunc(every, func() { o.check(every) })
+	o.t = time.AfterFunc(o.every, o.check)
 	o.mu.Unlock()
-	return o
+	return o, ctx
+}
+
+// hold stops o's clock; resume starts it again, a full check away.
+func (o *ownWatch) hold() {
+	o.mu.Lock()
+	o.t.Stop()
+	o.mu.Unlock()
+}
+
+func (o *ownWatch) resume() {
+	o.mu.Lock()
+	if !o.done {
+		o.last = o.seen.Load()
+		o.t.Reset(o.every)
+	}
+	o.mu.Unlock()
 }
 
 // attach gives o the watch its request opened. It returns false, and
@@ -151,7 +187,7 @@ func (o *ownWatch) Next() (ev watch.Event, err error) {
 	return ev, err
 }
 
-func (o *ownWatch) check(every time.Duration) {
+func (o *ownWatch) check() {
 	o.mu.Lock()
 	if o.done {
 		o.mu.Unlock()
@@ -159,7 +195,7 @@ func (o *ownWatch) check(every time.Duration) {
 	}
 	if n := o.seen.Load(); n != o.last {
 		o.last = n
-		o.t.Reset(every)
+		o.t.Reset(o.every)
 		o.mu.Unlock()
 		return
 	}

@@ -187,7 +187,7 @@ func TestRoute(t *testing.T) {
 		})
 	}
 	r := Route(rt("shared"), rt("own"), 3*time.Second)
-	for _, ctx := range []context.Context{context.Background(), onOwn(context.Background())} {
+	for _, ctx := range []context.Context{context.Background(), onOwn(context.Background(), nil)} {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1/api", nil)
 		if _, err := WrapTransport(r).RoundTrip(req); err != nil {
 			t.Fatal(err)
@@ -258,5 +258,55 @@ func TestUnansweredOwnWatchMoves(t *testing.T) {
 	}
 	if len(errs) > 0 || !slices.Equal(moves, []bool{false}) {
 		t.Errorf("errors %v and moves %v; want none, and one move to the shared connection", errs, moves)
+	}
+}
+
+// TestRelistSpreadOnOwnConnection checks that the wait that spreads a
+// fleet's relists after an outage is not taken for the silence of a
+// connection: a streamed relist due on a connection of its own waits,
+// then sends its request there, once. (The wait had counted against the
+// own watch's quiet bound, which canceled it: the relist went to the
+// shared connection at once, and a fleet relisted together.)
+func TestRelistSpreadOnOwnConnection(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	var requests []string
+	watches := make(chan *watch.FakeWatcher, 2)
+	fake := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "20"}}, nil // the probe
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			mu.Lock()
+			requests = append(requests, fmt.Sprintf("rv=%q initial=%v own=%v", opts.ResourceVersion, opts.SendInitialEvents != nil, ctx.Value(ownConnKey{}) != nil))
+			mu.Unlock()
+			w := watch.NewFakeWithChanSize(2, false)
+			watches <- w
+			return w, nil
+		},
+	}
+	var moves []bool
+	cfg := &Config{Name: "configmaps", Logger: logr.Discard(), OnMove: func(own bool) { moves = append(moves, own) }}
+	// An outage in which the server refused connections is ending.
+	lw := &tracking{ListerWatcher: fake, cfg: cfg, log: logr.Discard(), started: true, refused: true}
+	// Checks every 10 ms: the spread's wait, up to RelistSpread, outlasts
+	// them unless it is under 10 ms (one run in 200).
+	r := newReflector("configmaps", lw, &recorder{}, logr.Discard(), Backoff, 20*time.Millisecond)
+	r.onMove, r.lastRV = cfg.OnMove, "11"
+	go func() {
+		w := <-watches
+		w.Add(cm("a", "12"))
+		w.Action(watch.Bookmark, bookmark("20", true))
+	}()
+	start := time.Now()
+	w, err := r.watchList(context.Background())
+	if err != nil || w == nil {
+		t.Fatalf("watchList: %v, %v; want a watch", w, err)
+	}
+	w.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{`rv="11" initial=true own=true`}; !slices.Equal(requests, want) || len(moves) > 0 {
+		t.Errorf("after %s: watch requests %v and moves %v; want %v, and no move", time.Since(start).Round(time.Millisecond), requests, moves, want)
 	}
 }

@@ -109,8 +109,7 @@ func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStor
 // answer there within the quiet bound.
 func (r *reflector) openWatch(ctx context.Context, opts metav1.ListOptions) (events, error) {
 	if r.onOwn {
-		octx, cancel := context.WithCancel(onOwn(ctx))
-		o := newOwnWatch(cancel, r.quiet)
+		o, octx := newOwnWatch(ctx, r.quiet)
 		w, err := r.lw.WatchWithContext(octx, opts)
 		if err == nil && o.attach(asEvents(octx, w)) {
 			return o, nil

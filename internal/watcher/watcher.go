@@ -248,6 +248,7 @@ func (t *tracking) beforeList(ctx context.Context) error {
 	if !refused {
 		return nil
 	}
+	defer holdClock(ctx)() // the wait is not the connection's silence
 	timer := time.NewTimer(rand.N(RelistSpread))
 	defer timer.Stop()
 	select {
