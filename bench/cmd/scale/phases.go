@@ -261,6 +261,7 @@ type memRun struct {
 	Events   int        // watch events in the update phase
 	CPU      float64    // user+sys s in the update phase
 	GCs      uint32
+	Alloc    uint64 // heap bytes allocated in the update phase
 	RoundsS  []float64
 	PatchesS float64
 	// In a memory cgroup: its limit, the most it was charged, and the
@@ -330,7 +331,7 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 		if a, err = p.Do("end"); err != nil {
 			return r, err
 		}
-		r.CPU, r.GCs, r.Events = a.UserSeconds+a.SysSeconds, a.GCs, d.c.UpdateN*d.c.G
+		r.CPU, r.GCs, r.Alloc, r.Events = a.UserSeconds+a.SysSeconds, a.GCs, a.Allocated, d.c.UpdateN*d.c.G
 		if a, err = p.Do("measure"); err != nil {
 			return r, err
 		}
@@ -344,7 +345,7 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 		logf("  container limit %s MiB, most charged %s MiB, OOM kills %d", mibI(r.Limit), mibI(r.CgroupPeak), r.OOMKills)
 	}
 	logf("  all once %.1fs, heap %s (%s) MiB, rss %s MiB, peak rss %s MiB%s", r.First, mib(r.Synced.HeapInuse), mib(r.Synced.HeapAlloc),
-		mibI(r.Synced.RSS), mibI(r.peakRSS()), map[bool]string{true: fmt.Sprintf(", %.3f CPU s per 1k updates, %d GCs", r.cpuPer1k(), r.GCs)}[updates])
+		mibI(r.Synced.RSS), mibI(r.peakRSS()), map[bool]string{true: fmt.Sprintf(", %.3f CPU s per 1k updates, %d GCs, %.1f KiB allocated per update", r.cpuPer1k(), r.GCs, r.allocPer())}[updates])
 	return r, nil
 }
 
@@ -361,4 +362,13 @@ func (r memRun) cpuPer1k() float64 {
 		return 0
 	}
 	return r.CPU / (float64(r.Events) / 1000)
+}
+
+// allocPer is the heap allocated per update event, in KiB: the garbage
+// each event leaves for the collector, but for what stays cached.
+func (r memRun) allocPer() float64 {
+	if r.Events == 0 {
+		return 0
+	}
+	return float64(r.Alloc) / float64(r.Events) / 1024
 }

@@ -112,8 +112,8 @@ func (res *results) perObject(impl string, n int) float64 {
 // updateTable is every update run.
 func (res *results) updateTable(runs []memRun, withVariant bool) string {
 	var b strings.Builder
-	b.WriteString("| rep | implementation | all once s | CPU s until then | heap once synced MiB | heap after updates MiB | peak RSS MiB | peak RSS / heap once synced | CPU s per 1k updates | update CPU s | GCs in updates | round wall s |\n")
-	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	b.WriteString("| rep | implementation | all once s | CPU s until then | heap once synced MiB | heap after updates MiB | peak RSS MiB | peak RSS / heap once synced | CPU s per 1k updates | update CPU s | GCs in updates | KiB allocated per update | round wall s |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range runs {
 		name := r.Impl
 		if withVariant && r.Variant != "" {
@@ -131,8 +131,8 @@ func (res *results) updateTable(runs []memRun, withVariant bool) string {
 		if r.Rep > 0 {
 			rep = fmt.Sprint(r.Rep)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %.3f | %.2f | %d | %s |\n", rep, name, r.First, r.Synced.CPU, mib(r.Synced.HeapInuse), heapAfter,
-			mibI(r.peakRSS()), ratio(float64(r.peakRSS()), float64(r.Synced.HeapInuse)), r.cpuPer1k(), r.CPU, r.GCs, strings.Join(rounds, ", "))
+		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %.3f | %.2f | %d | %.1f | %s |\n", rep, name, r.First, r.Synced.CPU, mib(r.Synced.HeapInuse), heapAfter,
+			mibI(r.peakRSS()), ratio(float64(r.peakRSS()), float64(r.Synced.HeapInuse)), r.cpuPer1k(), r.CPU, r.GCs, r.allocPer(), strings.Join(rounds, ", "))
 	}
 	return b.String()
 }

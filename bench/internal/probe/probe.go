@@ -157,6 +157,7 @@ type Answer struct {
 	UserSeconds float64 `json:"user_seconds,omitempty"`
 	SysSeconds  float64 `json:"sys_seconds,omitempty"`
 	GCs         uint32  `json:"gcs,omitempty"`
+	Allocated   uint64  `json:"allocated,omitempty"` // heap bytes allocated
 	MainUnix    int64   `json:"main_unix_nano,omitempty"`
 }
 
@@ -232,9 +233,10 @@ const waitTimeout = 15 * time.Minute
 // controller has stopped after Ctx is canceled. It does not return.
 func (p *Probe) Run(stopped <-chan error) {
 	var (
-		ru0   syscall.Rusage
-		gcs0  uint32
-		cpuPr *os.File
+		ru0    syscall.Rusage
+		gcs0   uint32
+		alloc0 uint64
+		cpuPr  *os.File
 	)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -275,7 +277,8 @@ func (p *Probe) Run(stopped <-chan error) {
 					p.Fatal(err)
 				}
 			}
-			gcs0 = numGC()
+			gcs0, alloc0 = numGC(), totalAlloc()
+			p.writeProfile("allocs-begin", func(w *os.File) error { return pprof.Lookup("allocs").WriteTo(w, 0) })
 			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru0); err != nil {
 				p.Fatal(err)
 			}
@@ -292,7 +295,8 @@ func (p *Probe) Run(stopped <-chan error) {
 			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru1); err != nil {
 				p.Fatal(err)
 			}
-			a.GCs = numGC() - gcs0
+			a.GCs, a.Allocated = numGC()-gcs0, totalAlloc()-alloc0
+			p.writeProfile("allocs-update", func(w *os.File) error { return pprof.Lookup("allocs").WriteTo(w, 0) })
 			if cpuPr != nil {
 				pprof.StopCPUProfile()
 				cpuPr.Close()
@@ -367,6 +371,13 @@ func Measure() *Mem {
 		m.CPU = tv(ru.Utime) + tv(ru.Stime)
 	}
 	return m
+}
+
+// totalAlloc is how many heap bytes the process allocated so far.
+func totalAlloc() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
 }
 
 func numGC() uint32 {
