@@ -127,6 +127,7 @@ type ownWatch struct {
 	t    *time.Timer
 	last int64 // seen at the last check
 	done bool  // stopped
+	held bool  // the clock is held
 	quit bool  // stopped by a check
 }
 
@@ -141,15 +142,18 @@ func newOwnWatch(ctx context.Context, quiet time.Duration) (*ownWatch, context.C
 	return o, ctx
 }
 
-// hold stops o's clock; resume starts it again, a full check away.
+// hold stops o's clock (a check already under way does nothing); resume
+// starts it again, a full check away.
 func (o *ownWatch) hold() {
 	o.mu.Lock()
+	o.held = true
 	o.t.Stop()
 	o.mu.Unlock()
 }
 
 func (o *ownWatch) resume() {
 	o.mu.Lock()
+	o.held = false
 	if !o.done {
 		o.last = o.seen.Load()
 		o.t.Reset(o.every)
@@ -189,7 +193,7 @@ func (o *ownWatch) Next() (ev watch.Event, err error) {
 
 func (o *ownWatch) check() {
 	o.mu.Lock()
-	if o.done {
+	if o.done || o.held {
 		o.mu.Unlock()
 		return
 	}
