@@ -98,7 +98,7 @@ func main() {
 	flag.StringVar(&c.ShardNS, "shard-namespace", "shard", "namespace of the sharded ConfigMaps")
 	flag.StringVar(&c.Repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
 	flag.StringVar(&c.Work, "workdir", filepath.Join(os.TempDir(), "ctrlbench-scale"), "directory for binaries and logs")
-	flag.StringVar(&c.ProfileDir, "profile-dir", "", "make every process write heap profiles (at measure) and CPU profiles (update phase) here")
+	flag.StringVar(&c.ProfileDir, "profile-dir", "", "make every process write heap profiles (at measure), CPU profiles (update phase) and allocation profiles (at the update phase's begin and end: go tool pprof -sample_index=alloc_space -base <begin> <end>) here")
 	flag.StringVar(&c.Charts, "charts", "bench/charts", "directory of the SVG charts, relative to -repo; written with -write")
 	flag.StringVar(&apiFlags, "apiserver-flags", "--etcd-compaction-interval=30s --feature-gates=ShardedListAndWatch=true", "extra kube-apiserver flags, space-separated; the default compacts etcd often, so that the update rounds' old revisions of 100k Pods free their space before etcd's 2 GiB quota is reached, and lets the API server select sharded lists and watches by hash")
 	flag.BoolVar(&c.Write, "write", false, "write the scale section of BENCHMARKS.md and the charts")
