@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -1056,8 +1057,13 @@ func TestShardingByNamespace(t *testing.T) {
 	// Secrets listed by a reconcile there, and no other replica's client
 	// able to read the namespace from a cache.
 	check := func(live ...string) time.Duration {
+		var why string // the last reason the namespaces were not yet shared
+		defer func() {
+			if t.Failed() {
+				t.Logf("last state: %s", why)
+			}
+		}()
 		return eventually(t, time.Minute, fmt.Sprintf("%v share the namespaces", live), func() bool {
-			count := map[string]int{}
 			for _, ns := range nss {
 				owners := 0
 				for _, id := range live {
@@ -1071,25 +1077,50 @@ func TestShardingByNamespace(t *testing.T) {
 					switch {
 					case n == perNS && secrets == perNS && err == nil && seen == perNS:
 						owners++
-						count[id]++
 					case n != 0 || secrets != 0 || err == nil:
+						why = fmt.Sprintf("%s: %s holds %d ConfigMaps and %d Secrets, a reconcile listed %d, its client's list: %v", ns, id, n, secrets, seen, err)
 						return false
 					}
 				}
 				if owners != 1 {
+					why = fmt.Sprintf("%s: served by %d replicas", ns, owners)
 					return false
 				}
 			}
+			// Fair shares are of every namespace in the cluster, those
+			// of other tests too: how these twelve fall is chance (one
+			// replica may get none), so fairness is checked on the
+			// shares (fair below).
+			return true
+		})
+	}
+	// fair waits until the shares of live differ by one namespace at
+	// most: each serves n/len(live) of the cluster's n namespaces,
+	// rounded down or up.
+	fair := func(live ...string) {
+		var why string
+		eventually(t, time.Minute, fmt.Sprintf("%v hold fair shares", live), func() bool {
+			list, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+			must(t, err)
+			n := float64(len(list.Items))
+			lo, hi := math.Floor(n/float64(len(live))), math.Ceil(n/float64(len(live)))
+			var units []float64
 			for _, id := range live {
-				if count[id] < 2 || count[id] > 12/len(live)+3 {
+				units = append(units, math.Round(n*gauge(t, members[id].mgr.Registry(), `ctrl_shard_share{ring="byns"}`)))
+			}
+			why = fmt.Sprintf("%v of %v namespaces", units, n)
+			for _, u := range units {
+				if u < lo || u > hi {
 					return false
 				}
 			}
 			return true
 		})
+		t.Logf("%v serve %s", live, why)
 	}
 	took := check("a", "b", "c")
 	t.Logf("three replicas share twelve namespaces, %s after they started", took.Round(time.Millisecond))
+	fair("a", "b", "c")
 	for _, id := range []string{"a", "b", "c"} {
 		share := gauge(t, members[id].mgr.Registry(), `ctrl_shard_share{ring="byns"}`)
 		mode := gauge(t, members[id].mgr.Registry(), `ctrl_shard_mode{mode="server",ring="byns"}`)
@@ -1105,6 +1136,7 @@ func TestShardingByNamespace(t *testing.T) {
 	members["c"].stop()
 	took = check("a", "b")
 	t.Logf("after c stopped cleanly, a and b serve its namespaces %s later", took.Round(time.Millisecond))
+	fair("a", "b")
 	if took > shardBound-shardLease {
 		t.Errorf("c's namespaces moved %s after it stopped, want within %s: a clean stop deletes its Lease",
 			time.Since(stopped).Round(time.Millisecond), shardBound-shardLease)
