@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +50,19 @@ func TestFaultsChart(t *testing.T) {
 	}
 	if _, ok := faultsChart(filepath.Join(t.TempDir(), "none.md")); ok {
 		t.Error("a missing file gave a chart")
+	}
+}
+
+// TestKilledRun checks that a container run the kernel killed is reported
+// as such, in a row of the update table's width, not as measurements.
+func TestKilledRun(t *testing.T) {
+	res := &results{}
+	table := res.updateTable([]memRun{{Impl: "raw-strip", Variant: "container limit 1.5x heap", Killed: true, Limit: 541 << 20, CgroupPeak: 541 << 20, OOMKills: 1}}, true)
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[2], "killed by the kernel") {
+		t.Fatalf("table:\n%s\nwant a header, a rule and a row saying the run was killed", table)
+	}
+	if got, want := strings.Count(lines[2], "|"), strings.Count(lines[0], "|"); got != want {
+		t.Errorf("the killed run's row has %d cells' bars, the header %d:\n%s", got, want, table)
 	}
 }

@@ -47,6 +47,11 @@ func (res *results) findings() string {
 		if !ok {
 			continue
 		}
+		if r.Killed {
+			knobLines = append(knobLines, fmt.Sprintf("%s with %s: killed by the kernel for the limit (%s MiB; charged at most %s MiB), %d OOM kills",
+				r.Impl, r.Variant, mibI(r.Limit), mibI(r.CgroupPeak), r.OOMKills))
+			continue
+		}
 		line := fmt.Sprintf("%s with %s: peak RSS %s MiB against %s (%s of its heap against %s), CPU until synced %.1f s against %.1f, CPU per 1k updates %.3f against %.3f",
 			r.Impl, r.Variant, mibI(r.peakRSS()), mibI(def.peakRSS()), ratio(float64(r.peakRSS()), float64(r.Synced.HeapInuse)),
 			ratio(float64(def.peakRSS()), float64(def.Synced.HeapInuse)), r.Synced.CPU, def.Synced.CPU, r.cpuPer1k(), def.cpuPer1k())

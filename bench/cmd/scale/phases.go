@@ -268,6 +268,9 @@ type memRun struct {
 	// processes the kernel killed for it.
 	Limit, CgroupPeak int64
 	OOMKills          int
+	// Killed: the kernel killed the process for its cgroup's limit
+	// before the run ended; nothing after that was measured.
+	Killed bool
 }
 
 // runOnce runs impl over n Pods until each was reconciled once, measures
@@ -300,19 +303,29 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 		return r, err
 	}
 	defer p.Kill()
+	// killed turns a container run's failure into its result when the
+	// kernel killed the process for the limit: what the run shows.
+	killed := func(err error) (memRun, error) {
+		if cg == nil || cg.oomKills() == 0 {
+			return r, err
+		}
+		r.Killed, r.Limit, r.CgroupPeak, r.OOMKills = true, v.limit, cg.peak(), cg.oomKills()
+		logf("  killed for the container's limit (%s MiB; %d OOM kills): %v", mibI(r.Limit), r.OOMKills, err)
+		return r, nil
+	}
 	a, err := p.Do("first " + strconv.Itoa(n))
 	if err != nil {
-		return r, err
+		return killed(err)
 	}
 	r.First = a.Seconds
 	r.Startup = time.Unix(0, a.MainUnix).Sub(p.Spawned).Seconds()
 	if a, err = p.Do("measure"); err != nil {
-		return r, err
+		return killed(err)
 	}
 	r.Synced = *a.Mem
 	if updates {
 		if _, err := p.Do("begin"); err != nil {
-			return r, err
+			return killed(err)
 		}
 		var patchS float64
 		for range d.c.G {
@@ -323,22 +336,22 @@ func (d *driver) runOnce(ctx context.Context, im impl, n int, v variant, updates
 			}
 			patchS += time.Since(t0).Seconds()
 			if _, err := p.Do(fmt.Sprintf("round %d %d", d.round, d.c.UpdateN)); err != nil {
-				return r, err
+				return killed(err)
 			}
 			r.RoundsS = append(r.RoundsS, time.Since(t0).Seconds())
 		}
 		r.PatchesS = patchS
 		if a, err = p.Do("end"); err != nil {
-			return r, err
+			return killed(err)
 		}
 		r.CPU, r.GCs, r.Alloc, r.Events = a.UserSeconds+a.SysSeconds, a.GCs, a.Allocated, d.c.UpdateN*d.c.G
 		if a, err = p.Do("measure"); err != nil {
-			return r, err
+			return killed(err)
 		}
 		r.Updated = a.Mem
 	}
 	if err := p.Exit(); err != nil {
-		return r, fmt.Errorf("exit: %w", err)
+		return killed(fmt.Errorf("exit: %w", err))
 	}
 	if cg != nil {
 		r.Limit, r.CgroupPeak, r.OOMKills = v.limit, cg.peak(), cg.oomKills()

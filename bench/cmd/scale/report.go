@@ -131,6 +131,11 @@ func (res *results) updateTable(runs []memRun, withVariant bool) string {
 		if r.Rep > 0 {
 			rep = fmt.Sprint(r.Rep)
 		}
+		if r.Killed {
+			fmt.Fprintf(&b, "| %s | %s | killed by the kernel for its container's limit of %s MiB (charged at most %s MiB, %d OOM kills) | | | | | | | | | | |\n",
+				rep, name, mibI(r.Limit), mibI(r.CgroupPeak), r.OOMKills)
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %s | %s | %s | %.3f | %.2f | %d | %.1f | %s |\n", rep, name, r.First, r.Synced.CPU, mib(r.Synced.HeapInuse), heapAfter,
 			mibI(r.peakRSS()), ratio(float64(r.peakRSS()), float64(r.Synced.HeapInuse)), r.cpuPer1k(), r.CPU, r.GCs, r.allocPer(), strings.Join(rounds, ", "))
 	}
