@@ -197,7 +197,11 @@ func (d *driver) phases() error {
 					return fmt.Errorf("%s: a container run needs the default update runs of the same implementation", name)
 				}
 				v.limit = int64(base * f)
-				v.name = fmt.Sprintf("container limit %.1fx heap (%d MiB), ctrl's default budget", f, v.limit>>20)
+				budget := "ctrl's default budget"
+				if im.bin != "scale-ctrl" {
+					budget = "no memory budget of its own"
+				}
+				v.name = fmt.Sprintf("container limit %.1fx heap (%d MiB), %s", f, v.limit>>20, budget)
 			case strings.HasPrefix(setting, "sync-gogc="):
 				n := strings.TrimPrefix(setting, "sync-gogc=")
 				v.name = "GOGC=" + n + " until all reconciled once"
