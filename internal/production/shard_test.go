@@ -1099,6 +1099,11 @@ func TestShardingByNamespace(t *testing.T) {
 	// rounded down or up.
 	fair := func(live ...string) {
 		var why string
+		defer func() {
+			if t.Failed() {
+				t.Logf("last state: %s", why)
+			}
+		}()
 		eventually(t, time.Minute, fmt.Sprintf("%v hold fair shares", live), func() bool {
 			list, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
 			must(t, err)
