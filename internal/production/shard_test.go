@@ -981,8 +981,9 @@ func TestShardingPausedReplica(t *testing.T) {
 // namespace is served by one replica: its ConfigMaps are in that
 // replica's cache only, and so are the Secrets they own, in the cache
 // Owns made, and in a cache made Sharded (as for Watches); the other
-// replicas' caches do not hold the namespace. A replica that stops cleanly
-// hands its namespaces over at once.
+// replicas' caches do not hold the namespace. The replicas' shares of all
+// the cluster's namespaces differ by one namespace at most. A replica that
+// stops cleanly hands its namespaces over at once.
 func TestShardingByNamespace(t *testing.T) {
 	e := gatedEnv(t)
 	cs := kubernetes.NewForConfigOrDie(e.Config())
