@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 func configMap(ns, name string) *corev1.ConfigMap {
@@ -635,6 +636,37 @@ func TestListBacklog(t *testing.T) {
 	}
 	if got := metricValue(t, reg, depth); got != 0 {
 		t.Errorf("%s = %v once idle, want 0", depth, got)
+	}
+}
+
+// TestWaitIdleAfterFinalizeOnFakes deletes objects that carry the
+// controller's finalizer, one at a time, through a ctrl client on the fake
+// dynamic client: once WaitIdle returns, each is gone from the cache too.
+// The fake sends two events for the write that removes the last finalizer
+// (the update, then the removal); WaitIdle had returned after the first,
+// while the cache still held the object (one deletion in 20 on a busy
+// machine).
+func TestWaitIdleAfterFinalizeOnFakes(t *testing.T) {
+	const n = 30
+	var objs []kruntime.Object
+	for i := range n {
+		objs = append(objs, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprint(i)}})
+	}
+	mgr := newManager(t, ctrl.Options{FakeDynamic: ctrltest.NewFakeDynamic(objs...)})
+	c, err := ctrl.NewController(mgr, "finalizing", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil }, ctrl.ControllerOptions{})
+	must(t, err)
+	must(t, c.OnFinalize("example.com/cleanup", func(context.Context, *Widget) error { return nil }))
+	client, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	for i := range n {
+		key := ctrl.Key{Namespace: "ns", Name: fmt.Sprint(i)}
+		must(t, client.Delete(ctx, key, metav1.DeleteOptions{}))
+		waitIdle(t, mgr)
+		if w, err := client.Get(ctx, key); !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: WaitIdle returned with the finalized object still cached (finalizers %v): got %v, want NotFound", key, w.GetFinalizers(), err)
+		}
 	}
 }
 

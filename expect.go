@@ -36,6 +36,12 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	} else if present && !seen(e, obj) {
 		return
 	}
+	if e.gone && present {
+		// A fake's write that removed the last finalizer sends an update
+		// and then the removal: only the removal settles it.
+		c.expect[key] = e
+		return
+	}
 	delete(c.expect, key)
 }
 
@@ -115,15 +121,27 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 
 // expectFakeWrite counts a write to a fake, which sends the event before
 // the write returns: count first, take it back if the write failed. A fake
-// does not generate names, so the request's key is the object's.
+// does not generate names, so the request's key is the object's. A write
+// that left an object being deleted without finalizers is settled only by
+// the object's removal, which the fake sends after the write's own event.
 func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	c.mu.Lock()
 	e := c.expect[key]
 	e.writes++
 	c.expect[key] = e
 	c.mu.Unlock()
-	return func(_ T, _ bool, err error) {
+	return func(obj T, deleted bool, err error) {
 		if err == nil {
+			if !deleted && obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 {
+				c.mu.Lock()
+				if _, cached := c.items.get(key); cached {
+					e := c.expect[key]
+					e.gone = true
+					c.expect[key] = e
+				}
+				c.mu.Unlock()
+				c.mgr.activity.Add(1)
+			}
 			return
 		}
 		c.mu.Lock()

@@ -12,8 +12,9 @@ import (
 // finalizeStep adds the controller's finalizer to a live object, or runs the
 // finalize hook and removes the finalizer from one being deleted. done
 // reports that reconcile is not to be called; after adding the finalizer,
-// reconcile goes on with the patched object, which *obj is set to.
-func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, err error) {
+// reconcile goes on with the patched object, which *obj is set to. *obj is
+// the reconcile's copy of cached, the cache's object when it began.
+func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (done bool, err error) {
 	o := *obj
 	has := slices.Contains(o.GetFinalizers(), c.finalizer)
 	switch {
@@ -28,12 +29,14 @@ func (c *Controller[T]) finalizeStep(ctx context.Context, obj *T) (done bool, er
 		return false, nil
 	case !has:
 		return true, nil // being deleted, and not waiting for us
-	case c.cache.pending(keyFrom(ctx, o)):
+	case !c.cache.holds(keyFrom(ctx, o), cached):
 		// A write of ours, such as the removal of the finalizer by the
-		// reconcile before this one, is not in the cache yet: finalizing
-		// this older state would run finalize again. The write's event
-		// queues the key (updates of objects being deleted pass every
-		// filter, and deletions are always queued).
+		// reconcile before this one, is not in the cache yet, or the
+		// cache has moved past the state this reconcile read (that
+		// removal, observed since): finalizing this older state would run
+		// finalize again. The event queues the key (updates of objects
+		// being deleted pass every filter, and deletions are always
+		// queued).
 		return true, nil
 	}
 	return true, c.runFinalizer(ctx, o)

@@ -11,3 +11,18 @@ func (c *Cache[T]) pending(key Key) bool {
 	_, ok := c.expect[key]
 	return ok
 }
+
+// holds reports whether obj, read from the cache, is still what it holds
+// for key, with no write of the manager's to key waiting to be observed:
+// both at one instant, so that obj is the newest state this program knows.
+// A reconcile that read obj before an event arrived (or a write was made)
+// sees false, and the event queues the key again.
+func (c *Cache[T]) holds(key Key, obj T) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.expect[key]; ok {
+		return false
+	}
+	cur, ok := c.items.get(key)
+	return ok && any(cur) == any(obj)
+}

@@ -228,7 +228,7 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 		obj = cached.DeepCopyObject().(T)
 	}
 	if c.finalizer != "" {
-		done, err := c.finalizeStep(ctx, &obj)
+		done, err := c.finalizeStep(ctx, cached, &obj)
 		if done || err != nil {
 			return Result{}, err
 		}
