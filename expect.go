@@ -29,17 +29,13 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 		return
 	}
 	if fake {
-		if e.writes--; e.writes > 0 {
+		// A fake's write that removed the last finalizer sends an update
+		// and then the removal: only the removal settles it.
+		if e.writes--; e.writes > 0 || e.gone && present {
 			c.expect[key] = e
 			return
 		}
 	} else if present && !seen(e, obj) {
-		return
-	}
-	if e.gone && present {
-		// A fake's write that removed the last finalizer sends an update
-		// and then the removal: only the removal settles it.
-		c.expect[key] = e
 		return
 	}
 	delete(c.expect, key)
@@ -81,8 +77,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		}
 		e := expectation{deleting: deleted}
 		switch {
-		case !deleted && obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 &&
-			(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0):
+		case !deleted && removedBy(obj):
 			// The write left an object being deleted without finalizers
 			// or grace period: the server deleted it (as its registry's
 			// ShouldDeleteDuringUpdate says), and replied with the object
@@ -119,6 +114,14 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	}
 }
 
+// removedBy reports whether a write that returned obj left an object being
+// deleted without finalizers or grace period, which the server (and a fake
+// taught by binding.DeleteLikeServer) then removes.
+func removedBy[T Object](obj T) bool {
+	return obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 &&
+		(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0)
+}
+
 // expectFakeWrite counts a write to a fake, which sends the event before
 // the write returns: count first, take it back if the write failed. A fake
 // does not generate names, so the request's key is the object's. A write
@@ -132,7 +135,7 @@ func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	c.mu.Unlock()
 	return func(obj T, deleted bool, err error) {
 		if err == nil {
-			if !deleted && obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 {
+			if !deleted && removedBy(obj) {
 				c.mu.Lock()
 				if _, cached := c.items.get(key); cached {
 					e := c.expect[key]

@@ -28,10 +28,7 @@ func TestBusyWatchOwnConnection(t *testing.T) {
 	})
 
 	mgr := newManager(t, ns)
-	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
-		return ctrl.Result{}, nil
-	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
-	must(t, err)
+	c := burstController(t, mgr, ns)
 	start(t, mgr)
 	waitIdle(t, mgr)
 	watchesShared(t) // the initial list's connection is left once quiet
@@ -94,10 +91,7 @@ func TestDeadOwnConnectionNoticed(t *testing.T) {
 	})
 	b, newMgr := throughBlackhole(t)
 	mgr := newMgr()
-	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
-		return ctrl.Result{}, nil
-	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
-	must(t, err)
+	c := burstController(t, mgr, ns)
 	start(t, mgr)
 	waitIdle(t, mgr)
 	watchesShared(t)
@@ -134,4 +128,15 @@ func TestDeadOwnConnectionNoticed(t *testing.T) {
 	if got := metricValue(t, mgr, "ctrl_cache_relists_total", map[string]string{"namespace": ns}); got != relists {
 		t.Errorf("the cache listed again %v times: leaving a dead connection of its own must resume the watch", got-relists)
 	}
+}
+
+// burstController is the ConfigMap controller of ns that the burst tests
+// watch: it reconciles by doing nothing.
+func burstController(t *testing.T, mgr *ctrl.Manager, ns string) *ctrl.Controller[*corev1.ConfigMap] {
+	t.Helper()
+	c, err := ctrl.NewController(mgr, "burst", func(context.Context, *corev1.ConfigMap) (ctrl.Result, error) {
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{ns}}})
+	must(t, err)
+	return c
 }

@@ -277,8 +277,8 @@ func (p *Probe) Run(stopped <-chan error) {
 					p.Fatal(err)
 				}
 			}
-			gcs0, alloc0 = numGC(), totalAlloc()
 			p.writeProfile("allocs-begin", func(w *os.File) error { return pprof.Lookup("allocs").WriteTo(w, 0) })
+			gcs0, alloc0 = numGC(), totalAlloc() // after the profile, whose writing is not the phase's
 			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru0); err != nil {
 				p.Fatal(err)
 			}
