@@ -244,6 +244,8 @@ func (res *results) ratioTables() string {
 		fmt.Fprintf(&b, "Compare ctrl with raw-strip-copy (heap after updates %s) and ctrl-nocopy with raw-strip (%s);\n",
 			res.ratioString("ctrl", "raw-strip-copy", mHeapUpd), res.ratioString("ctrl-nocopy", "raw-strip", mHeapUpd))
 		b.WriteString("a controller that never mutates its argument can opt out with `ControllerOptions.UnsafeDisableDeepCopy`.\n")
+		b.WriteString("A model without a server, `BenchmarkCopyFragmentation` in internal/binding, shows why no safe copy avoids it\n")
+		b.WriteString("(see [Scale: follow-up measurements](#scale-follow-up-measurements)).\n")
 	}
 	return b.String()
 }
