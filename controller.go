@@ -135,6 +135,9 @@ type Controller[T Object] struct {
 	wg           sync.WaitGroup
 	outage       outageLog
 	failures     failures // keys whose last reconcile failed, with its error
+	// afterRead, set by tests before Start, is called by a reconcile
+	// between its read of the cache and what it does with what it read.
+	afterRead func(Key, T)
 
 	// Wiring that changes while the manager runs: links are the
 	// controller's Owns and Watches (under mu), wiring serializes their

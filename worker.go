@@ -205,6 +205,9 @@ func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (r
 // cached object, if any.
 func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, error) {
 	cached, ok := c.cache.Get(key)
+	if c.afterRead != nil && ok {
+		c.afterRead(key, cached)
+	}
 	if c.tombstones != nil {
 		if err := c.bury(ctx, key, cached, ok); err != nil {
 			return Result{}, err
