@@ -258,8 +258,11 @@ func BenchmarkCopyFragmentation(b *testing.B) {
 					tmpl.Name = "cm-" + strconv.Itoa(i)
 					tmpl.ResourceVersion = strconv.Itoa(round*n + i)
 					tmpl.Annotations["bench/round"] = strconv.Itoa(round)
-					buf = buf[:0]
-					buf = append(buf, make([]byte, tmpl.Size())...)
+					if size := tmpl.Size(); cap(buf) < size {
+						buf = make([]byte, size)
+					} else {
+						buf = buf[:size]
+					}
 					if _, err := tmpl.MarshalToSizedBuffer(buf); err != nil {
 						b.Fatal(err)
 					}
