@@ -6,8 +6,8 @@ package ctrl
 // event that brings the write follows. A [Machine] waits for it rather
 // than step from the older state.
 func (c *Cache[T]) pending(key Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	_, ok := c.expect[key]
 	return ok
 }
@@ -18,8 +18,8 @@ func (c *Cache[T]) pending(key Key) bool {
 // A reconcile that read obj before an event arrived (or a write was made)
 // sees false, and the event queues the key again.
 func (c *Cache[T]) holds(key Key, obj T) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if _, ok := c.expect[key]; ok {
 		return false
 	}
