@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,10 +18,14 @@ import (
 	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
 	"github.com/typedctrl/ctrl/internal/shard"
@@ -230,4 +236,269 @@ func TestShardingConfig(t *testing.T) {
 	_, err = ctrl.NewController(mgr, "nodes-everywhere", func(context.Context, *corev1.Node) (ctrl.Result, error) { return ctrl.Result{}, nil },
 		ctrl.ControllerOptions{Unsharded: true})
 	must(t, err)
+}
+
+// ringObjects returns n ConfigMaps in namespace default whose UIDs spread
+// over the hash space, with data v=1.
+func ringObjects(n int) []runtime.Object {
+	var out []runtime.Object
+	for i := range n {
+		out = append(out, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default",
+			Name: fmt.Sprintf("cm-%02d", i), UID: types.UID(fmt.Sprintf("%x", sha256.Sum256([]byte{byte(i)}))[:36])},
+			Data: map[string]string{"v": "1"}})
+	}
+	return out
+}
+
+// joinRing creates the Lease of member id of ring "ring", freshly renewed
+// and claiming nothing: the replicas give up its share.
+func joinRing(t *testing.T, ctx context.Context, cs *fake.Clientset, id string) {
+	t.Helper()
+	now := metav1.NewMicroTime(time.Now())
+	_, err := cs.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: shard.LeaseName("ring", id), Labels: map[string]string{shard.RingLabel: "ring"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new(id), LeaseDurationSeconds: new(int32(15)),
+			RenewTime: &now, AcquireTime: &now}}, metav1.CreateOptions{})
+	must(t, err)
+}
+
+// TestShareChangeNeverGoesBack: when a sharded cache's share changes, its
+// feed lists again for the new share while the cache still holds newer
+// copies of the objects it keeps. A list at resourceVersion "0" may be
+// answered from a lagging cache of the server, as it is here: the feed
+// must not hand a reconcile an object older than one it handed out.
+func TestShareChangeNeverGoesBack(t *testing.T) {
+	cs := fake.NewClientset(ringObjects(40)...)
+	var stale atomic.Pointer[map[string]string] // name -> data v, served to lists at "0"
+	cs.PrependReactor("list", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		old := stale.Load()
+		if old == nil || a.(clienttesting.ListActionImpl).ListOptions.ResourceVersion != "0" {
+			return false, nil, nil
+		}
+		objs, err := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		l := objs.(*corev1.ConfigMapList)
+		for i := range l.Items {
+			l.Items[i].Data = map[string]string{"v": (*old)[l.Items[i].Name]}
+		}
+		return true, l, nil
+	})
+	mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t),
+		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}})
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	c, err := ctrl.NewController(mgr, "versions", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s := seen[cm.Name]; len(s) == 0 || s[len(s)-1] != cm.Data["v"] {
+			seen[cm.Name] = append(s, cm.Data["v"])
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+
+	// The server's cache falls behind at v=1; the objects move on to v=2.
+	old := map[string]string{}
+	for i := range 40 {
+		old[fmt.Sprintf("cm-%02d", i)] = "1"
+	}
+	stale.Store(&old)
+	for i := range 40 {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%02d", i), metav1.GetOptions{})
+		must(t, err)
+		cm.Data = map[string]string{"v": "2"}
+		_, err = cs.CoreV1().ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	waitIdle(t, mgr)
+
+	// Member b joins: the share shrinks, and the feed lists the new share.
+	joinRing(t, ctx, cs, "b")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.Cache().List("default", nil)) == 40 {
+		if time.Now().After(deadline) {
+			t.Fatal("the share did not change within 30s")
+		}
+		waitIdle(t, mgr)
+	}
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	for name, vs := range seen {
+		if i := slices.Index(vs, "2"); i >= 0 && slices.Contains(vs[i:], "1") {
+			t.Errorf("%s was reconciled at v=%v: back to an older version after a newer one", name, vs)
+		}
+	}
+}
+
+// shardedManager returns a manager of one replica, "a", of ring "ring" on
+// the fakes (label mode: they cannot select by hash), with a health
+// endpoint.
+func shardedManager(t *testing.T, cs *fake.Clientset, dyn *dynamicfake.FakeDynamicClient) *ctrl.Manager {
+	t.Helper()
+	opts := ctrl.Options{FakeClientset: cs, Logger: testLog(t), HealthAddress: "127.0.0.1:0",
+		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}}
+	if dyn != nil {
+		opts.FakeDynamic = dyn
+	}
+	return newManager(t, opts)
+}
+
+// TestShardingWithAbsentOptionalKind: a sharded controller of an optional
+// kind whose CRD is not installed holds up neither the ring nor the other
+// controllers, and its labeler waits for the CRD as its cache does: the
+// manager is ready, and once the CRD comes, its objects are labeled and
+// reconciled.
+func TestShardingWithAbsentOptionalKind(t *testing.T) {
+	cs := fake.NewClientset(ringObjects(4)...)
+	dyn := newOptionalFake()
+	// As the API server does, the fake serves Widgets only while their
+	// CRD is installed.
+	dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if _, err := dyn.Tracker().Get(crds, "", "widgets.example.com"); err != nil {
+			return true, nil, apierrors.NewNotFound(widgets.GroupResource(), "")
+		}
+		return false, nil, nil
+	})
+	dyn.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
+		if _, err := dyn.Tracker().Get(crds, "", "widgets.example.com"); err != nil {
+			return true, nil, apierrors.NewNotFound(widgets.GroupResource(), "")
+		}
+		return false, nil, nil
+	})
+	mgr := shardedManager(t, cs, dyn)
+	var mu sync.Mutex
+	reconciled := map[string]int{}
+	_, err := ctrl.NewController(mgr, "widgets", func(ctx context.Context, w *Widget) (ctrl.Result, error) {
+		mu.Lock()
+		reconciled["widget "+w.Name]++
+		mu.Unlock()
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Optional: true}})
+	must(t, err)
+	_, err = ctrl.NewController(mgr, "configmaps", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		reconciled["configmap "+cm.Name]++
+		mu.Unlock()
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	mu.Lock()
+	if n := len(reconciled); n != 4 {
+		t.Errorf("with the CRD absent: reconciled %v, want the 4 ConfigMaps", reconciled)
+	}
+	mu.Unlock()
+	if code, body := readyz(t, mgr); code != http.StatusOK || !strings.Contains(body, "waiting for CustomResourceDefinition widgets.example.com") {
+		t.Errorf("with the CRD absent: /readyz answers %d %q, want 200 and the optional kind waiting", code, body)
+	}
+
+	must(t, installCRD(ctx, mgr, widgets))
+	waitIdle(t, mgr)
+	client, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
+	must(t, err)
+	_, err = client.Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "w-uid"}})
+	must(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		waitIdle(t, mgr)
+		mu.Lock()
+		n := reconciled["widget w"]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the widget created once the CRD came was never reconciled")
+		}
+	}
+}
+
+// TestShardLabelerFollowsNamespaces: in label mode, the objects of a
+// namespace added to a sharded controller's cache are labeled, so
+// reconciled, as those of its first namespaces are.
+func TestShardLabelerFollowsNamespaces(t *testing.T) {
+	cs := fake.NewClientset(configMap("a", "one"))
+	mgr := shardedManager(t, cs, nil)
+	var mu sync.Mutex
+	reconciled := map[ctrl.Key]int{}
+	c, err := ctrl.NewController(mgr, "configmaps", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		reconciled[ctrl.KeyOf(cm)]++
+		mu.Unlock()
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{"a"}}})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	must(t, c.Cache().SetNamespaces("a", "b"))
+	_, err = cs.CoreV1().ConfigMaps("b").Create(ctx, configMap("b", "two"), metav1.CreateOptions{})
+	must(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		waitIdle(t, mgr)
+		mu.Lock()
+		n := reconciled[ctrl.Key{Namespace: "b", Name: "two"}]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cm, _ := cs.CoreV1().ConfigMaps("b").Get(ctx, "two", metav1.GetOptions{})
+			t.Fatalf("b/two, in a namespace added with SetNamespaces, was never reconciled; its labels: %v", cm.GetLabels())
+		}
+	}
+}
+
+// TestStopShardedController: a sharded controller that stops leaves
+// nothing of itself in the ring: in label mode, nothing watches its type
+// for unlabeled objects any more.
+func TestStopShardedController(t *testing.T) {
+	cs := fake.NewClientset(configMap("default", "one"))
+	var mu sync.Mutex
+	open := 0 // watches of ConfigMaps not yet stopped
+	cs.PrependWatchReactor("configmaps", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace(), a.(clienttesting.WatchActionImpl).ListOptions)
+		if err != nil {
+			return true, nil, err
+		}
+		mu.Lock()
+		open++
+		mu.Unlock()
+		return true, &countedWatch{Interface: w, stop: func() { mu.Lock(); open--; mu.Unlock() }}, nil
+	})
+	mgr := shardedManager(t, cs, nil)
+	c, err := ctrl.NewController(mgr, "configmaps", noop, ctrl.ControllerOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	one, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "one", metav1.GetOptions{})
+	must(t, err)
+	if one.Labels[shard.Label("ring")] == "" {
+		t.Fatalf("default/one has no shard label while its controller runs: %v", one.Labels)
+	}
+	must(t, c.Stop(ctx))
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	if open != 0 {
+		t.Errorf("after the only sharded controller of ConfigMaps stopped, %d watches of ConfigMaps are open, want none", open)
+	}
+}
+
+// countedWatch calls stop once when stopped.
+type countedWatch struct {
+	watch.Interface
+	once sync.Once
+	stop func()
+}
+
+func (w *countedWatch) Stop() {
+	w.once.Do(w.stop)
+	w.Interface.Stop()
 }
