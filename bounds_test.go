@@ -32,7 +32,8 @@ func TestBookmarkSettlesExpectations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := c.feeds[0]
+	f := &feed[*corev1.ConfigMap]{c: c, b: c.b} // as the running cache has it
+	c.feeds.Store(&map[feedKey]*feed[*corev1.ConfigMap]{{}: f})
 	f.lastRV = "10"
 	key := Key{Namespace: "ns", Name: "left"}
 	c.expect[key] = expectation{rv: "12"}

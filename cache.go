@@ -12,6 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
@@ -56,7 +59,6 @@ type CacheOptions struct {
 	// Default: every namespace.
 	Sharded bool
 
-	shard *shardScope // the share of a ring this cache holds; set by sharded controllers
 	// Optional lets the cache's kind be absent: a custom resource whose
 	// CustomResourceDefinition may not be installed, such as another
 	// project's that the program works with when it is there. Start does
@@ -104,7 +106,8 @@ type Cache[T Object] struct {
 	// SetNamespaces, so they are read from namespaces (see currentScope).
 	scope      scope
 	namespaces atomic.Pointer[[]string]
-	kind       string // for causes: "ConfigMap"
+	share      act.Share // the part of the objects this replica holds; nil: all
+	kind       string    // for causes: "ConfigMap"
 	synced     chan struct{}
 	syncOnce   sync.Once
 	opt        *optional // nil for a required kind
@@ -112,18 +115,16 @@ type Cache[T Object] struct {
 	// typeMeta is stamped on every object stored: typed decoding drops it.
 	typeMeta metav1.TypeMeta
 
-	// Feeds start and stop while the cache runs: a fleet cache's per
-	// member as members join and leave, an ordinary cache's as its
-	// namespaces change or its CRD comes and goes. rewire serializes the
-	// changes of the own cluster's feeds; fleetMu guards the fields below
-	// it, and feeds once the cache runs.
-	rewire   sync.Mutex
-	fleetMu  sync.Mutex
-	feeds    []*feed[T]      // of the own cluster
-	running  context.Context // set by run; nil before and after
-	runLog   logr.Logger
-	members  map[string]*memberFeeds[T]
-	fleetRun sync.WaitGroup
+	// The inputs that decide the feeds (feeds.go), and the feeds, changed
+	// under rewire; feeds is read without it.
+	rewire    sync.Mutex
+	running   context.Context // set while the cache runs
+	runLog    logr.Logger
+	members   map[string]*binding.Binding[T] // a fleet cache's engaged members
+	served    types.UID                      // an optional cache's CRD, while it serves the version
+	feeds     atomic.Pointer[map[feedKey]*feed[T]]
+	refeeding atomic.Bool
+	feedRun   sync.WaitGroup
 
 	mu        sync.RWMutex
 	items     objects[T]
@@ -150,10 +151,6 @@ type handler[T Object] interface {
 	// listed receives the additions and updates of a complete list at once
 	// (deletions come one at a time through changed).
 	listed(evs []event[T])
-	// joined is called when a member cluster's first list is in, after
-	// listed: a controller that watches a fleet reconciles its own objects
-	// then, since a new member may need what each of them produces.
-	joined(cluster string)
 }
 
 // event is one change of a cached object.
@@ -174,10 +171,14 @@ const (
 	vanished // missing from a relist of a selective cache: deleted or left
 	// forgotten: still on the server, but out of the cache's reach: its
 	// namespace is no longer watched, its member cluster left, its CRD no
-	// longer serves the cache's version, or a sharded ring moved it to
-	// another replica. Neither a deletion nor an exit from a selector: no
-	// hook runs for it, and its finalizer stays for whoever holds it next.
+	// longer serves the cache's version, or its share moved to another
+	// replica. Neither a deletion nor an exit from a selector: no hook
+	// runs for it, and its finalizer stays for whoever holds it next.
 	forgotten
+	// joined: a member cluster's first list is in (key names the cluster
+	// only): a controller that watches a fleet reconciles its own objects
+	// then, since a new member may need what each of them produces.
+	joined
 )
 
 // NewCache returns the manager's cache of T for opts, creating it on first
@@ -189,13 +190,11 @@ const (
 // if the cache exists and is required where opts say optional, or the
 // reverse.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
-	if opts.Sharded && opts.shard == nil && m.sharding != nil && m.sharding.byNamespace {
-		var err error
-		if opts, err = shardCache[T](m, opts, false); err != nil {
-			return nil, err
-		}
+	u := use[T]{pin: true}
+	if opts.Sharded {
+		u.share = relatedShare
 	}
-	return makeCache(m, opts, use[T]{pin: true})
+	return makeCache(m, opts, u)
 }
 
 // newCache is NewCache with a first handler, registered before the cache
@@ -361,46 +360,6 @@ func (c *Cache[T]) lastError() error {
 }
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
-
-// run lists and watches until ctx is done, with one goroutine per feed.
-func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
-	c.mu.Lock()
-	c.started = true
-	strip, user := !c.opts.KeepManagedFields, c.userTF
-	switch {
-	case strip && user != nil:
-		c.transform = func(obj T) T { return user(stripManagedFields(obj)) }
-	case strip:
-		c.transform = stripManagedFields[T]
-	default:
-		c.transform = user
-	}
-	c.log = log
-	c.mu.Unlock()
-	if c.opts.Fleet {
-		c.runFleet(ctx, log)
-		return
-	}
-	c.fleetMu.Lock()
-	c.running, c.runLog = ctx, log
-	for _, f := range c.feeds { // none for an optional cache: they come with its CRD
-		c.startFeed(f)
-	}
-	c.fleetMu.Unlock()
-	if c.opt != nil {
-		c.follow(ctx, log)
-	}
-	<-ctx.Done()
-	c.fleetMu.Lock()
-	c.running = nil
-	c.fleetMu.Unlock()
-	c.fleetRun.Wait()
-}
-
-func stripManagedFields[T Object](obj T) T {
-	obj.SetManagedFields(nil)
-	return obj
-}
 
 // notFound is the error a cached read returns for a missing object, with
 // the meaning apierrors.IsNotFound recognizes.

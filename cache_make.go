@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
@@ -16,7 +17,18 @@ type use[T Object] struct {
 	trim    func(T) T  // what a private cache's objects pass through first
 	pin     bool       // held for the manager's life; else a user, for Manager.unuse
 	either  bool       // an existing cache will do, optional or required (Owns)
+	share   shareKind  // whether the manager's policy may split the objects
 }
+
+// shareKind says whether a cache's objects may be split among replicas:
+// a controller's own, or those it owns (Owns, CacheOptions.Sharded).
+type shareKind uint8
+
+const (
+	noShare shareKind = iota
+	ownShare
+	relatedShare
+)
 
 // makeCache returns the cache of T for opts, made if need be. A cache with
 // a private name is shared with no other caller, and its objects pass
@@ -49,9 +61,23 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	opts.Resource = APIResource{} // in the binding now
 	sc := newScope(b.Info, m.opts.Namespace, opts)
 	opts.Namespaces = sc.namespaces
-	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet, private: u.private}
+	var c *Cache[T] // made below, unless one exists
+	var sh act.Share
+	if u.share != noShare && !opts.Fleet {
+		if sh, err = shareOf(m, b, u.share == relatedShare, sc, &c); err != nil {
+			return nil, err
+		}
+		if sh == nil {
+			u.share = noShare
+		}
+	}
+	id := cacheID{typ: b.Type, gvr: b.GVR, scope: sc.String(), keepManaged: opts.KeepManagedFields, fleet: opts.Fleet,
+		private: u.private, share: u.share}
 	m.mu.Lock()
 	if mc, ok := m.caches[id]; ok {
+		if sh != nil {
+			sh.Release() // the cache has its own
+		}
 		c := mc.(*Cache[T])
 		if !u.either && (c.opt != nil) != opts.Optional {
 			m.mu.Unlock()
@@ -68,11 +94,12 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		}
 		return c, nil
 	}
-	c := &Cache[T]{
+	c = &Cache[T]{
 		mgr:     m,
 		b:       b,
 		opts:    opts,
 		scope:   sc,
+		share:   sh,
 		kind:    b.Kind,
 		indexes: map[string]*index[T]{},
 		expect:  map[Key]expectation{},
@@ -85,18 +112,19 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	if u.handler != nil {
 		c.handlers = append(c.handlers, u.handler)
 	}
+	if sh != nil {
+		sh.Objects(c.count)
+	}
 	var members []*member
 	switch {
 	case opts.Fleet:
-		c.members = map[string]*memberFeeds[T]{}
+		c.members = map[string]*binding.Binding[T]{}
 		m.fleetCaches = append(m.fleetCaches, c)
 		for _, mb := range m.members {
 			members = append(members, mb)
 		}
 	case opts.Optional:
 		c.opt = newOptional(m, b.Info) // feeds come with the CRD
-	default:
-		c.feeds = c.newFeeds(feedNamespaces(sc))
 	}
 	m.caches[id] = c
 	m.cacheList = append(m.cacheList, c)
@@ -126,4 +154,5 @@ type cacheID struct {
 	keepManaged bool
 	fleet       bool
 	private     string
+	share       shareKind
 }

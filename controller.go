@@ -179,13 +179,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	if j := opts.RequeueJitter; !(j >= 0 && j <= 1) { // NaN too
 		return nil, fmt.Errorf("ctrl: NewController %q: RequeueJitter %v: want a fraction between 0 and 1", name, j)
 	}
-	if m.sharding != nil && !opts.Unsharded {
-		var err error
-		if opts.Cache, err = shardCache[T](m, opts.Cache, true); err != nil {
-			return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
-		}
+	u := use[T]{share: ownShare}
+	if opts.Unsharded {
+		u.share = noShare
 	}
-	cache, err := makeCache(m, opts.Cache, use[T]{})
+	cache, err := makeCache(m, opts.Cache, u)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewController %q: %w", name, err)
 	}
@@ -222,11 +220,6 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
-	if sc := cache.scope.shard; sc != nil {
-		sc.s.mu.Lock()
-		sc.s.primary[cache] = cache.count
-		sc.s.mu.Unlock()
-	}
 	return c, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -77,65 +78,29 @@ type LeaderElection struct {
 	StandbyOnLoss bool
 }
 
-// electionConfig fills in the defaults and checks the durations. The Lease
-// client is added by elect, once the manager runs.
-func electionConfig(opts Options) (*leader.Config, error) {
+// newElection resolves opts.LeaderElection into the manager's policy.
+func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	le := opts.LeaderElection
-	if le.Namespace == "" {
-		le.Namespace = opts.Namespace
-	}
-	if le.Namespace == "" {
-		le.Namespace = "default"
-	}
+	le.Namespace = cmpOr(le.Namespace, opts.Namespace, "default")
 	if le.Identity == "" {
 		host, _ := os.Hostname()
 		le.Identity = host + "_" + rand.String(8)
 	}
-	cfg := &leader.Config{
-		Name:          le.Name,
-		Namespace:     le.Namespace,
-		Identity:      le.Identity,
-		LeaseDuration: le.LeaseDuration,
-		RenewDeadline: le.RenewDeadline,
-		RetryPeriod:   le.RetryPeriod,
-		Log:           opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity),
+	b, err := bind[*coordinationv1.Lease](m, APIResource{})
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
 	}
+	cfg := leader.Config{Name: le.Name, Namespace: le.Namespace, Identity: le.Identity,
+		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
+		Leases: leases{b, le.Namespace},
+		Log:    opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity)}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
 	}
-	return cfg, nil
-}
-
-// elect campaigns for the Lease and runs the controllers while it holds
-// it; after a loss, again if StandbyOnLoss is set.
-func (m *Manager) elect(run, ctx context.Context, ctrls []managedController) error {
-	b, err := bind[*coordinationv1.Lease](m, APIResource{})
-	if err != nil {
-		return err
-	}
-	cfg := *m.election
-	cfg.Leases = leases{b, cfg.Namespace}
-	m.metrics.LeaderStatus.WithLabelValues(cfg.Name).Set(0)
-	var leadErr error
-	for {
-		m.log.Info("waiting to become leader", "lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity)
-		leadErr = nil
-		err = leader.Run(run, cfg, func(leadCtx context.Context, t *leader.Term) {
-			leadErr = m.lead(leadCtx, leader.WithTerm(ctx, t), ctrls)
-		})
-		if err == nil || !m.opts.LeaderElection.StandbyOnLoss {
-			break
-		}
-		if leadErr != nil {
-			m.log.Error(leadErr, "standing by while reconciles of the lost term still run")
-		}
-		m.log.Info("lost the lease: standing by", "lease", cfg.Namespace+"/"+cfg.Name)
-	}
-	if err != nil {
-		return errors.Join(fmt.Errorf("ctrl: %w", err), leadErr)
-	}
-	return leadErr
+	m.leadership.status = m.metrics.LeaderStatus.WithLabelValues(le.Name)
+	m.leadership.status.Set(0)
+	return &leader.Election{Config: cfg, Standby: le.StandbyOnLoss}, nil
 }
 
 // leadership is what [Manager.Leading] reports: the context the
@@ -144,8 +109,9 @@ func (m *Manager) elect(run, ctx context.Context, ctrls []managedController) err
 type leadership struct {
 	mu      sync.Mutex
 	ctx     context.Context
-	last    context.Context // the last non-nil ctx
-	changed chan struct{}   // closed at the next change
+	last    context.Context  // the last non-nil ctx
+	changed chan struct{}    // closed at the next change
+	status  prometheus.Gauge // leader_election_master_status, with leader election
 }
 
 // Leading reports whether this replica leads now, and returns a channel
@@ -188,8 +154,8 @@ func (m *Manager) setLeading(ctx context.Context) {
 		close(m.leadership.changed)
 	}
 	m.leadership.changed = make(chan struct{})
-	if m.election != nil {
-		m.metrics.LeaderStatus.WithLabelValues(m.election.Name).Set(map[bool]float64{true: 1, false: 0}[ctx != nil])
+	if g := m.leadership.status; g != nil {
+		g.Set(map[bool]float64{true: 1, false: 0}[ctx != nil])
 	}
 }
 
@@ -210,7 +176,7 @@ func CheckLeadership(ctx context.Context) error {
 // acting reports whether this replica may write for its controllers now:
 // without leader election and sharding always, else while it leads.
 func (m *Manager) acting() bool {
-	if m.election == nil && m.sharding == nil {
+	if m.identity == "" {
 		return true
 	}
 	leading, _ := m.Leading()
@@ -233,15 +199,7 @@ func (m *Manager) lost() bool {
 // Identity returns the identity this replica holds its Lease under:
 // LeaderElection.Identity or Sharding.Identity, or the one chosen for it
 // when that is empty. It is empty without leader election and sharding.
-func (m *Manager) Identity() string {
-	switch {
-	case m.election != nil:
-		return m.election.Identity
-	case m.sharding != nil:
-		return m.sharding.identity
-	}
-	return ""
-}
+func (m *Manager) Identity() string { return m.identity }
 
 // leases serves the elector's Lease reads and writes through the binding.
 type leases struct {

@@ -122,7 +122,7 @@ func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache boo
 			return keep(err)
 		case live.GetUID() != ts.obj.GetUID():
 			kind = deleted // and a new object took its name
-		case !c.cache.scope.shard.serves(live):
+		case !c.cache.serves(live):
 			kind = forgotten
 		default:
 			kind, obj = left, live

@@ -247,3 +247,37 @@ func ClusterFrom(ctx context.Context) string {
 }
 
 var _ Fleet = (*Manager)(nil)
+
+// memberStates describes the members whose watches are not well, sorted.
+func (c *Cache[T]) memberStates() []string {
+	var out []string
+	for k, f := range c.feedMap() {
+		var state string
+		switch {
+		case k.cluster == "":
+			continue
+		case !f.isSynced.Load():
+			state = "not synced"
+		case !f.connected.Load():
+			state = "lost its watch"
+		default:
+			continue
+		}
+		if err := f.lastErr.Load(); err != nil {
+			state += ": " + (*err).Error()
+		}
+		out = append(out, fmt.Sprintf("cluster %q: %s %s", k.cluster, c, state))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// IdentityFrom returns, inside a reconcile, the identity of the replica
+// running it ([Manager.Identity]): "" without leader election and
+// sharding, and outside a reconcile.
+func IdentityFrom(ctx context.Context) string {
+	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+		return ri.identity
+	}
+	return ""
+}

@@ -15,6 +15,9 @@ import "slices"
 // that a hook must hear of (see remember). An object forgotten (moved to
 // another replica) queues nothing: it is not this replica's to reconcile.
 func (c *Controller[T]) changed(ev event[T]) {
+	if ev.kind == joined {
+		return // the member's objects come through listed
+	}
 	if ev.kind != added && ev.kind != updated {
 		c.forgetKey(ev.key, ev.kind)
 	}
@@ -190,10 +193,6 @@ func (c *Controller[T]) queueListed(keys []Key, cause Cause) {
 	c.q.addBacklog(batch{keys: keys, cause: cause})
 	c.mgr.activity.Add(1)
 }
-
-// joined does nothing for the controller's own cache: the member's objects
-// came through listed.
-func (c *Controller[T]) joined(string) {}
 
 // queueAll queues every object of the controller through the backlog.
 func (c *Controller[T]) queueAll(cause Cause) {

@@ -114,10 +114,8 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 			return b
 		}
 	}
-	if s := m.sharding; s != nil {
-		if b := s.busy(); b != "" {
-			return b
-		}
+	if b := m.policy.Busy(); b != "" {
+		return b
 	}
 	if m.activity.Load() != before {
 		return "activity while checking"
@@ -134,33 +132,33 @@ func (c *Cache[T]) busy() string {
 	if c.opt != nil && c.opt.busy() {
 		return c.String() + ": following a change of its CustomResourceDefinition"
 	}
-	for _, f := range c.ownFeeds() {
+	if c.refeeding.Load() {
+		return c.String() + ": changing its watches"
+	}
+	for k, f := range c.feedMap() {
+		where := c.String()
+		if k.cluster != "" {
+			where = fmt.Sprintf("%s in cluster %q", c, k.cluster)
+		}
 		if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
-			return fmt.Sprintf("%s: %d watch events not yet received", c, len(*ch))
+			return fmt.Sprintf("%s: %d watch events not yet received", where, len(*ch))
 		}
-		if sc := c.scope.shard; sc != nil && sc.filters() && (f.relisting.Load() || f.shardView.Load() != sc.s.current()) {
-			return fmt.Sprintf("%s: listing its new share", c)
+		if c.share != nil && f.view != c.share.View() {
+			return where + ": listing its new share"
 		}
-		// A feed started while the cache runs (a namespace added, a CRD
-		// back) lists before the cache is in step again.
-		if !f.isSynced.Load() && c.HasSynced() {
-			busy := fmt.Sprintf("%s: listing namespace %q", c, f.namespace)
+		switch {
+		case f.isSynced.Load():
+		case k.cluster == "" && c.HasSynced():
+			// A feed started while the cache runs (a namespace added, a
+			// CRD back, a new share) lists before the cache is in step.
+			busy := fmt.Sprintf("%s: listing namespace %q", where, k.namespace)
 			if err := f.lastErr.Load(); err != nil {
 				busy += ": " + (*err).Error()
 			}
 			return busy
-		}
-	}
-	// A member that has not listed yet is busy, unless it cannot be
-	// reached: one member down keeps no one waiting.
-	for cluster, feeds := range c.memberFeedsOf() {
-		for _, f := range feeds {
-			if ch := f.fakeEvents.Load(); ch != nil && len(*ch) > 0 {
-				return fmt.Sprintf("%s in cluster %q: %d watch events not yet received", c, cluster, len(*ch))
-			}
-			if !f.isSynced.Load() && f.lastErr.Load() == nil {
-				return fmt.Sprintf("%s in cluster %q: not synced", c, cluster)
-			}
+		case k.cluster != "" && f.lastErr.Load() == nil:
+			// A member that cannot be reached keeps no one waiting.
+			return where + ": not synced"
 		}
 	}
 	c.mu.Lock()

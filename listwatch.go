@@ -4,91 +4,93 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
-// run lists and watches the feed's namespace until ctx is done. A sharded
-// cache's feed lists and watches its replica's share, again each time the
-// share changes, and nothing while it is empty.
-func (f *feed[T]) run(ctx context.Context, log logr.Logger) {
-	sc := f.c.scope.shard
-	if sc == nil {
-		f.watch(ctx, log)
+// feed is one list-and-watch of a cache (one namespace of one cluster),
+// and the store its reflector writes to (store.go). refeed starts and
+// stops feeds; a feed never changes what it selects: a new selection is a
+// new feed.
+type feed[T Object] struct {
+	c      *Cache[T]
+	b      *binding.Binding[T] // of the feed's cluster
+	key    feedKey
+	view   *act.View // what the cache's share selected when the feed started; nil: no share
+	resume bool      // the cache holds the feed's objects already: list from lastRV
+
+	lastRV     string       // resourceVersion of the latest event, list or bookmark; under c.mu
+	lastEvent  atomic.Int64 // when, in Unix nanoseconds
+	isSynced   atomic.Bool
+	connected  atomic.Bool // the last list or watch worked
+	lastErr    atomic.Pointer[error]
+	fakeEvents atomic.Pointer[<-chan watch.Event]
+	notServed  atomic.Bool // the last list or watch found the resource not served (404)
+	relists    prometheus.Counter
+	labels     []string // of the feed's series: resource, namespace, cluster
+	denied     denials  // what the server refuses the feed (rbac.go)
+
+	stop context.CancelFunc
+	done chan struct{} // closed when run returns
+}
+
+// run lists and watches until ctx is done. A feed whose share is not
+// known yet waits; one whose share holds nothing removes what the cache
+// held of it, and waits.
+func (f *feed[T]) run(ctx context.Context) {
+	switch v := f.view; {
+	case v != nil && !v.Ready:
+	case v != nil && v.None:
+		f.c.mu.RLock()
+		rv := f.lastRV
+		f.c.mu.RUnlock()
+		_ = f.Replace(nil, rv)
+		f.markSynced()
+	default:
+		f.watch(ctx)
 		return
 	}
-	if !sc.s.waitMode(ctx) {
-		return
-	}
-	if !sc.filters() {
-		f.watch(ctx, log) // a related cache in label mode holds everything
-		return
-	}
-	for ctx.Err() == nil {
-		v := sc.s.current()
-		f.relisting.Store(true)
-		f.shardView.Store(v)
-		if _, _, any := sc.selection(v); !any {
-			// Nothing to watch: what the cache held is another's now.
-			f.c.mu.RLock()
-			rv := f.lastRV
-			f.c.mu.RUnlock()
-			_ = f.Replace(nil, rv)
-			f.markSynced()
-			f.relisting.Store(false)
-			select {
-			case <-ctx.Done():
-			case <-v.changed:
-			}
-			continue
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-v.changed:
-			case <-wctx.Done():
-			}
-			cancel()
-		}()
-		f.watch(wctx, log)
-		cancel()
-	}
+	<-ctx.Done()
 }
 
 // watch lists and watches the feed's namespace until ctx is done.
-func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
+func (f *feed[T]) watch(ctx context.Context) {
 	c := f.c
+	log := c.runLog
+	if f.key.cluster != "" {
+		log = log.WithValues("cluster", f.key.cluster)
+	}
 	res := c.b.GVR.Resource
 	if c.b.GVR.Group != "" {
 		res += "." + c.b.GVR.Group
 	}
 	name := c.String()
-	if f.namespace != "" && c.currentScope().String() != fmt.Sprintf("in namespace %q", f.namespace) {
-		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.namespace)
-		log = log.WithValues("namespace", f.namespace)
+	if f.key.namespace != "" && c.currentScope().String() != fmt.Sprintf("in namespace %q", f.key.namespace) {
+		name = fmt.Sprintf("%s (namespace %q)", c.b.Info, f.key.namespace)
+		log = log.WithValues("namespace", f.key.namespace)
 	}
-	if f.cluster != "" {
-		name = fmt.Sprintf("%s (cluster %q)", name, f.cluster)
+	if f.key.cluster != "" {
+		name = fmt.Sprintf("%s (cluster %q)", name, f.key.cluster)
 	}
-	f.labels = []string{res, f.namespace, f.cluster}
-	f.accessMu.Lock()
-	f.log, f.ctx = log, ctx
-	f.accessMu.Unlock()
-	defer f.rechecks.Wait()
+	f.labels = []string{res, f.key.namespace, f.key.cluster}
+	f.denied.start(ctx, log)
+	defer f.denied.rechecks.Wait()
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
 	var own time.Duration
-	if hc := c.mgr.httpOf(f.cluster); hc != nil && !f.b.Fake() {
+	if hc := c.mgr.httpOf(f.key.cluster); hc != nil && !f.b.Fake() {
 		own = watcher.QuietBound(hc.Transport)
 	}
 	toOwn := c.mgr.metrics.WatchMoves.WithLabelValues(append(slices.Clone(f.labels), "own")...)
@@ -106,7 +108,9 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 				toShared.Inc()
 			}
 		},
-		LastEvent: func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
+		LastEvent:  func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
+		Resume:     f.resume,
+		ResumeFrom: f.lastRV,
 		OnConnected: func(ok bool, d time.Duration) {
 			f.connected.Store(ok)
 			if ok {
@@ -115,7 +119,7 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 				if d > 0 {
 					blind.Observe(d.Seconds())
 				}
-				c.mgr.serverAnswered(f.cluster)
+				c.mgr.serverAnswered(f.key.cluster)
 			} else {
 				connected.Set(0)
 			}
@@ -143,18 +147,15 @@ func (f *feed[T]) watch(ctx context.Context, log logr.Logger) {
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
 	sel := f.c.scope.labels
-	if sc := f.c.scope.shard; sc != nil {
-		if v := f.shardView.Load(); v != nil {
-			var req *labels.Requirement
-			opts.ShardSelector, req, _ = sc.selection(v)
-			if req != nil {
-				all := labels.NewSelector()
-				if sel != nil {
-					reqs, _ := sel.Requirements()
-					all = all.Add(reqs...)
-				}
-				sel = all.Add(*req)
+	if v := f.view; v != nil {
+		opts.ShardSelector = v.ShardSelector
+		if v.Label != nil {
+			all := labels.NewSelector()
+			if sel != nil {
+				reqs, _ := sel.Requirements()
+				all = all.Add(reqs...)
 			}
+			sel = all.Add(*v.Label)
 		}
 	}
 	if sel != nil {
@@ -175,7 +176,7 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	l, err := f.b.List(ctx, f.namespace, f.options(opts))
+	l, err := f.b.List(ctx, f.key.namespace, f.options(opts))
 	err = f.c.notServedError(err)
 	f.access("list", err)
 	if err != nil {
@@ -189,7 +190,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		f.probeList(ctx)
 	}
 	if f.b.Stream != nil {
-		w, err := f.b.Stream(ctx, f.namespace, f.options(opts), binding.StreamOptions{KeepManagedFields: f.c.opts.KeepManagedFields, Report: f.report})
+		w, err := f.b.Stream(ctx, f.key.namespace, f.options(opts), binding.StreamOptions{KeepManagedFields: f.c.opts.KeepManagedFields, Report: f.report})
 		err = f.c.notServedError(err)
 		f.access("watch", err)
 		if err != nil {
@@ -197,7 +198,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		}
 		return w, nil
 	}
-	w, err := f.b.Watch(ctx, f.namespace, f.options(opts))
+	w, err := f.b.Watch(ctx, f.key.namespace, f.options(opts))
 	err = f.c.notServedError(err)
 	f.access("watch", err)
 	if err == nil && f.b.Fake() {
@@ -207,7 +208,6 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		// not deletions: a cache that reported sync after its list would
 		// miss deletions made right after WaitForSync returned.
 		f.markSynced()
-		f.relisting.Store(false)
 	}
 	return w, err
 }
@@ -215,7 +215,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 // report logs what a watch finds wrong in the cache's wiring but decodes
 // nonetheless.
 func (f *feed[T]) report(err error) {
-	f.c.log.Error(err, "cache decodes objects wrongly", "cluster", f.cluster, "namespace", f.namespace)
+	f.c.log.Error(err, "cache decodes objects wrongly", "cluster", f.key.cluster, "namespace", f.key.namespace)
 }
 
 // IsWatchListSemanticsUnSupported tells the reflector that fakes cannot
@@ -223,7 +223,7 @@ func (f *feed[T]) report(err error) {
 func (f *feed[T]) IsWatchListSemanticsUnSupported() bool { return f.b.Fake() }
 
 func (f *feed[T]) markSynced() {
-	if f.isSynced.CompareAndSwap(false, true) && f.cluster == "" {
+	if f.isSynced.CompareAndSwap(false, true) && f.key.cluster == "" {
 		f.c.feedSynced()
 	}
 }

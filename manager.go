@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
-	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
 )
@@ -219,9 +219,9 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
-	election    *leader.Config // nil without leader election
-	sharding    *sharding      // nil without sharding
-	leadership  leadership     // what Leading reports
+	policy      act.Policy // who acts: everyone, the leader, or each object's shard owner
+	identity    string     // of this replica, with leader election or sharding
+	leadership  leadership // what Leading reports
 	probe       probe.Prober
 	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
@@ -312,21 +312,7 @@ func NewManager(opts Options) (*Manager, error) {
 		startedCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
-	leases := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
-	if opts.LeaderElection.Name != "" {
-		var err error
-		if m.election, err = electionConfig(opts); err != nil {
-			return nil, err
-		}
-		m.need(leases, "get", "create", "update")
-	}
-	if opts.Sharding.Ring != "" {
-		var err error
-		if m.sharding, err = shardingConfig(opts); err != nil {
-			return nil, err
-		}
-		m.need(leases, "get", "create", "update", "delete")
-	}
+	m.policy = act.Everyone{}
 	reg := opts.Registerer
 	if reg == nil {
 		m.registry = prometheus.NewRegistry()
@@ -346,10 +332,22 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
 	}
-	if m.sharding != nil {
-		if err := m.wireSharding(); err != nil {
+	leases := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	switch {
+	case opts.Sharding.Ring != "":
+		member, err := newSharding(m, opts)
+		if err != nil {
 			return nil, err
 		}
+		m.policy, m.identity = member, member.Identity()
+		m.need(leases, "get", "create", "update", "delete")
+	case opts.LeaderElection.Name != "":
+		e, err := newElection(m, opts)
+		if err != nil {
+			return nil, err
+		}
+		m.policy, m.identity = e, e.Config.Identity
+		m.need(leases, "get", "create", "update")
 	}
 	return m, nil
 }
@@ -433,27 +431,17 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		}
 	}()
 	m.runProvider(cacheCtx)
-	if s := m.sharding; s != nil {
-		m.wg.Go(func() {
-			s.detect(cacheCtx, func(msg string, kv ...any) { m.log.Info(msg, append(kv, "ring", s.ring)...) })
-		})
-	}
 	servers.serve(m)
 	stopEvents := m.startEvents()
 	defer stopEvents()
 
 	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
-	if err := m.waitForSync(run, caches); err != nil {
-		return err
-	}
-	switch {
-	case m.sharding != nil:
-		err = m.shard(run, ctx, ctrls)
-	case m.election != nil:
-		err = m.elect(run, ctx, ctrls)
-	default:
-		err = m.lead(run, ctx, ctrls)
-	}
+	err = m.policy.Run(run, func(stop context.Context) error {
+		if err := m.waitForSync(stop, caches); err != nil {
+			return err
+		}
+		return m.lead(stop, ctx, ctrls)
+	})
 	if err == nil {
 		if cause := context.Cause(run); ctx.Err() == nil && cause != nil {
 			err = cause // a fatal error, not a shutdown

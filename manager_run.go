@@ -11,33 +11,33 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// lead runs the controllers until run is done, then stops them. ctx is
-// the caller's, with the terms of the Leases the controllers run for: if
-// run ended without ctx (leadership lost, a fatal error), running
-// reconciles are canceled at once instead of finishing. After a lost
-// Lease with LeaderElection.StandbyOnLoss, the controllers are paused, to
-// start again, instead of shut down.
-func (m *Manager) lead(run, ctx context.Context, ctrls []managedController) error {
-	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(ctx))
+// lead runs the controllers until stop is done, then stops them. stop
+// carries the terms the controllers run for; ctx is Start's: if stop
+// ended without ctx (a term ended, a fatal error), running reconciles are
+// canceled at once instead of finishing. After a lost Lease with
+// LeaderElection.StandbyOnLoss, the controllers are paused, to start
+// again, instead of shut down.
+func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) error {
+	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(stop))
 	defer cancelReconciles()
 	// Leading before the controllers start, since their first reconciles
 	// may emit Events, which are sent only while this replica leads; and
 	// said to observers after, so that one that waits for the change, then
 	// for idleness, finds every object queued.
-	m.leadership.begin(ctx)
+	m.leadership.begin(reconcileCtx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
 	}
-	m.setLeading(ctx)
+	m.setLeading(reconcileCtx)
 	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.log.Info("controllers started")
-	<-run.Done()
+	<-stop.Done()
 	m.setLeading(nil)
 	timeout := m.opts.ShutdownTimeout
 	standby := false
 	if ctx.Err() == nil {
 		cancelReconciles()
-		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(run), ErrLeadershipLost)
+		standby = m.opts.LeaderElection.StandbyOnLoss && errors.Is(context.Cause(stop), ErrLeadershipLost)
 	}
 	m.log.Info("stopping controllers: waiting for running reconciles", "timeout", timeout)
 	var errs []error

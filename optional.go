@@ -113,7 +113,6 @@ func (k kicker) kick() {
 
 func (k kicker) changed(event[*unstructured.Unstructured])  { k.kick() }
 func (k kicker) listed([]event[*unstructured.Unstructured]) { k.kick() }
-func (k kicker) joined(string)                              {}
 
 // trimCRD keeps what crdState reads of a CRD: its identity, its served
 // versions and its conditions, not its schemas.
@@ -198,16 +197,17 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 				gone, why = deleted, "deleted"
 			}
 			c.rewire.Lock()
-			c.stopFeeds(func(*feed[T]) bool { return false })
-			c.drop(gone, func(Key) bool { return true })
+			c.served = ""
+			c.refeed(gone)
 			c.rewire.Unlock()
 			serving = ""
 		}
 		if served && serving == "" {
-			c.rewire.Lock()
-			c.startFeeds(feedNamespaces(c.currentScope()))
-			c.rewire.Unlock()
 			serving = crd.GetUID()
+			c.rewire.Lock()
+			c.served = serving
+			c.refeed(forgotten)
+			c.rewire.Unlock()
 			if o.waiting.Swap(nil) != nil {
 				log.Info("CustomResourceDefinition is established: listing")
 			}
@@ -228,9 +228,6 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		c.mgr.activity.Add(1)
 		select {
 		case <-ctx.Done():
-			c.rewire.Lock()
-			c.stopFeeds(func(*feed[T]) bool { return false })
-			c.rewire.Unlock()
 			return
 		case <-o.kick:
 		}

@@ -42,7 +42,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
-	owned, err := makeCache(m, opts, use[O]{either: true})
+	owned, err := makeCache(m, opts, use[O]{either: true, share: c.ownedShare()})
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
@@ -57,7 +57,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 		opts, err := ownedOptions[O](c, namespaces)
 		var moved *Cache[O]
 		if err == nil {
-			moved, err = makeCache(m, opts, use[O]{either: true})
+			moved, err = makeCache(m, opts, use[O]{either: true, share: c.ownedShare()})
 		}
 		if err != nil {
 			c.log.Error(err, "Owns: the owned objects cannot follow the controller's namespaces")
@@ -81,8 +81,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 }
 
 // ownedOptions are the options of the cache of an Owns: the controller's
-// namespaces (nil: all), for a namespaced controller, and of those only the
-// replica's share in a ring sharded by namespace.
+// namespaces (nil: all), for a namespaced controller.
 func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOptions, error) {
 	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
@@ -91,12 +90,16 @@ func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOpti
 			opts.Namespaces = []string{""} // all, not the manager's default
 		}
 	}
-	if sc := c.cache.scope.shard; sc != nil && sc.s.byNamespace {
-		// The owned objects of this replica's namespaces only, where the
-		// server selects by namespace.
-		return shardCache[O](c.mgr, opts, false)
-	}
 	return opts, nil
+}
+
+// ownedShare says whether the objects the controller owns may be split
+// among replicas as its own are.
+func (c *Controller[T]) ownedShare() shareKind {
+	if c.cache.share != nil {
+		return relatedShare
+	}
+	return noShare
 }
 
 // ownerHandler queues the controlling owner of each changed object.
@@ -126,6 +129,10 @@ func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 }
 
 func (h *ownerHandler[O]) changed(ev event[O]) {
+	if ev.kind == joined {
+		h.to.queueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		return
+	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
 		return // out of reach, or filtered
 	}
@@ -200,8 +207,4 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 		return info.GVK(), owner.GetNamespace() != "", err
 	}
 	return info.GVK(), info.Namespaced, err
-}
-
-func (h *ownerHandler[O]) joined(cluster string) {
-	h.to.queueAll(Cause{Reason: ReasonJoined, Object: Key{Cluster: cluster}})
 }

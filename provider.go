@@ -86,7 +86,7 @@ func (p *kubeconfigSecrets) changed(ev event[*corev1.Secret]) {
 		if err := provider.Engage(configFleet{p.fleet}, ev.obj.Name, ev.obj.Data["kubeconfig"]); err != nil {
 			p.log.Error(err, "skipping a kubeconfig Secret", "secret", ev.key)
 		}
-	default:
+	case deleted, left, vanished, forgotten:
 		p.fleet.Disengage(ev.obj.Name)
 	}
 }
@@ -96,5 +96,3 @@ func (p *kubeconfigSecrets) listed(evs []event[*corev1.Secret]) {
 		p.changed(ev)
 	}
 }
-
-func (p *kubeconfigSecrets) joined(string) {}

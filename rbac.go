@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,22 @@ import (
 // forbiddenReminder spaces out the log lines of a refusal that lasts.
 const forbiddenReminder = time.Minute
 
+// denials are the verbs the server refuses a feed now.
+type denials struct {
+	mu       sync.Mutex
+	m        map[string]*denial
+	probed   bool // the list permission was checked
+	rechecks sync.WaitGroup
+	log      logr.Logger
+	ctx      context.Context
+}
+
+func (d *denials) start(ctx context.Context, log logr.Logger) {
+	d.mu.Lock()
+	d.ctx, d.log = ctx, log
+	d.mu.Unlock()
+}
+
 // denial is a verb the server refuses a feed.
 type denial struct {
 	err    error // the server's answer, last seen
@@ -44,31 +61,31 @@ func (f *feed[T]) access(verb string, err error) {
 	if err != nil && !forbidden {
 		return
 	}
-	f.accessMu.Lock()
-	defer f.accessMu.Unlock()
-	d, was := f.denials[verb]
+	f.denied.mu.Lock()
+	defer f.denied.mu.Unlock()
+	d, was := f.denied.m[verb]
 	now := time.Now()
 	switch {
 	case !forbidden && was:
-		delete(f.denials, verb)
-		f.log.Info("allowed now", "verb", verb, "forbiddenFor", now.Sub(d.since).Round(time.Second).String())
+		delete(f.denied.m, verb)
+		f.denied.log.Info("allowed now", "verb", verb, "forbiddenFor", now.Sub(d.since).Round(time.Second).String())
 	case !forbidden:
 	case !was:
-		if f.denials == nil {
-			f.denials = map[string]*denial{}
+		if f.denied.m == nil {
+			f.denied.m = map[string]*denial{}
 		}
 		d = &denial{err: err, since: now, logged: now, count: 1}
-		f.denials[verb] = d
-		f.log.Error(f.forbiddenErr(verb, d), "forbidden: grant the RBAC rule; retrying meanwhile")
-		if verb == "list" && f.ctx != nil {
-			f.rechecks.Go(f.recheckList)
+		f.denied.m[verb] = d
+		f.denied.log.Error(f.forbiddenErr(verb, d), "forbidden: grant the RBAC rule; retrying meanwhile")
+		if verb == "list" && f.denied.ctx != nil {
+			f.denied.rechecks.Go(f.recheckList)
 		}
 	default:
 		d.err = err
 		d.count++
 		if now.Sub(d.logged) >= forbiddenReminder {
 			d.logged = now
-			f.log.Error(f.forbiddenErr(verb, d), "still forbidden: grant the RBAC rule; retrying meanwhile",
+			f.denied.log.Error(f.forbiddenErr(verb, d), "still forbidden: grant the RBAC rule; retrying meanwhile",
 				"attempts", d.count, "for", now.Sub(d.since).Round(time.Second).String())
 		}
 	}
@@ -79,12 +96,12 @@ func (f *feed[T]) access(verb string, err error) {
 // otherwise, and a missing list permission would go unnoticed until the
 // day it falls back to listing.
 func (f *feed[T]) probeList(ctx context.Context) {
-	f.accessMu.Lock()
-	probed := f.probed
-	f.probed = true
-	f.accessMu.Unlock()
+	f.denied.mu.Lock()
+	probed := f.denied.probed
+	f.denied.probed = true
+	f.denied.mu.Unlock()
 	if !probed {
-		_, err := f.b.List(ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		_, err := f.b.List(ctx, f.key.namespace, f.options(metav1.ListOptions{Limit: 1}))
 		f.access("list", err)
 	}
 }
@@ -98,18 +115,18 @@ func (f *feed[T]) recheckList() {
 	defer t.Stop()
 	for {
 		select {
-		case <-f.ctx.Done():
+		case <-f.denied.ctx.Done():
 			return
 		case <-t.C:
 		}
-		f.accessMu.Lock()
-		_, denied := f.denials["list"]
-		f.accessMu.Unlock()
+		f.denied.mu.Lock()
+		_, denied := f.denied.m["list"]
+		f.denied.mu.Unlock()
 		if !denied {
 			return
 		}
-		_, err := f.b.List(f.ctx, f.namespace, f.options(metav1.ListOptions{Limit: 1}))
-		if f.ctx.Err() != nil {
+		_, err := f.b.List(f.denied.ctx, f.key.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		if f.denied.ctx.Err() != nil {
 			return
 		}
 		f.access("list", err)
@@ -129,9 +146,9 @@ func (f *feed[T]) forbidden() error {
 
 // forbiddenTo returns the error of the feed's refusal of verb, or nil.
 func (f *feed[T]) forbiddenTo(verb string) error {
-	f.accessMu.Lock()
-	defer f.accessMu.Unlock()
-	if d := f.denials[verb]; d != nil {
+	f.denied.mu.Lock()
+	defer f.denied.mu.Unlock()
+	if d := f.denied.m[verb]; d != nil {
 		return f.forbiddenErr(verb, d)
 	}
 	return nil
@@ -146,13 +163,13 @@ func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 	switch {
 	case !f.b.Namespaced:
 		to = "a ClusterRole"
-	case f.namespace == "":
+	case f.key.namespace == "":
 		where, to = " in all namespaces", "a ClusterRole"
 	default:
-		where, to = fmt.Sprintf(" in namespace %q", f.namespace), fmt.Sprintf("a Role in namespace %q, or a ClusterRole,", f.namespace)
+		where, to = fmt.Sprintf(" in namespace %q", f.key.namespace), fmt.Sprintf("a Role in namespace %q, or a ClusterRole,", f.key.namespace)
 	}
-	if f.cluster != "" {
-		where += fmt.Sprintf(" of cluster %q", f.cluster)
+	if f.key.cluster != "" {
+		where += fmt.Sprintf(" of cluster %q", f.key.cluster)
 	}
 	return fmt.Errorf("forbidden to %s %s%s: add the rule %s to %s bound to the manager's identity: %w", verb, gr, where, rule, to, d.err)
 }

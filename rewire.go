@@ -96,12 +96,10 @@ func (m *Manager) rekey(c managedCache, scope string) {
 // cache go.
 func (c *Cache[T]) release() {
 	c.rewire.Lock()
-	c.stopFeeds(func(*feed[T]) bool { return false })
+	c.stopFeeds()
 	c.rewire.Unlock()
-	for _, feeds := range c.memberFeedsOf() {
-		for _, f := range feeds {
-			f.forgetMetrics()
-		}
+	if c.share != nil {
+		c.share.Release()
 	}
 	c.mu.Lock()
 	c.items = objects[T]{}
@@ -334,68 +332,4 @@ func (c *Controller[T]) rescoped(namespaces []string) {
 	for _, old := range left {
 		c.mgr.unuse(old)
 	}
-}
-
-// rescoper is a handler that follows its cache's namespaces: a controller,
-// for the caches of its Owns.
-type rescoper interface{ rescoped(namespaces []string) }
-
-// SetNamespaces changes the namespaces the cache holds, before the manager
-// starts or while it runs. The objects of an added namespace are listed,
-// and reach the cache's controllers and handlers as any list does: its
-// controllers reconcile them. The objects of a removed namespace are
-// forgotten: they are not deleted, so neither [Controller.OnDelete] nor
-// [Controller.OnFinalize] runs for them, and a controller's finalizer
-// stays on them for whoever watches them next. With no namespaces, or "",
-// the cache holds every namespace.
-//
-// The caches that [Owns] uses for the controllers of this cache follow it;
-// other caches, such as a [Watches] source, keep theirs. From then on
-// [NewCache] with the new namespaces returns this cache, unless another
-// one has them. SetNamespaces blocks until the watches of removed
-// namespaces have stopped, not until added ones have listed
-// ([Manager.WaitIdle] waits for that). It returns an error for a
-// cluster-scoped kind or a fleet cache.
-func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
-	switch {
-	case !c.b.Namespaced:
-		return fmt.Errorf("ctrl: %s: SetNamespaces: the kind is cluster-scoped", c)
-	case c.opts.Fleet:
-		return fmt.Errorf("ctrl: %s: SetNamespaces: not supported for fleet caches", c)
-	}
-	ns := newScope(c.b.Info, "", CacheOptions{Namespaces: namespaces}).namespaces
-	c.rewire.Lock()
-	defer c.rewire.Unlock()
-	sc := c.currentScope()
-	if slices.Equal(sc.namespaces, ns) {
-		return nil
-	}
-	sc.namespaces = ns
-	c.namespaces.Store(&ns)
-	c.mgr.rekey(c, sc.String())
-
-	// An optional cache runs feeds only while its CRD serves it; the
-	// namespaces apply when it comes.
-	live := c.opt == nil || len(c.ownFeeds()) > 0
-	want := feedNamespaces(sc)
-	if live {
-		c.stopFeeds(func(f *feed[T]) bool { return slices.Contains(want, f.namespace) })
-	}
-	if len(ns) > 0 {
-		c.drop(forgotten, func(k Key) bool { return !slices.Contains(ns, k.Namespace) })
-	}
-	if live {
-		c.startFeeds(want)
-	}
-	c.mgr.log.Info("cache namespaces changed", "cache", c.String())
-	c.mu.RLock()
-	handlers := c.handlers
-	c.mu.RUnlock()
-	for _, h := range handlers {
-		if r, ok := h.(rescoper); ok {
-			r.rescoped(ns)
-		}
-	}
-	c.mgr.activity.Add(1)
-	return nil
 }

@@ -19,7 +19,6 @@ type scope struct {
 	namespaces []string
 	labels     labels.Selector
 	fields     fields.Selector
-	shard      *shardScope // nil: not sharded
 }
 
 // newScope normalizes a cache's options: the manager's namespace by default,
@@ -43,7 +42,6 @@ func newScope(info binding.Info, managerNS string, opts CacheOptions) scope {
 	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
 		sc.fields = opts.FieldSelector
 	}
-	sc.shard = opts.shard
 	return sc
 }
 
@@ -67,16 +65,16 @@ func (s scope) String() string {
 	if s.fields != nil {
 		parts = append(parts, fmt.Sprintf("with fields %q", s.fields.String()))
 	}
-	if s.shard != nil {
-		parts = append(parts, fmt.Sprintf("sharded by ring %q", s.shard.s.ring))
-	}
 	return strings.Join(parts, " ")
 }
 
-// selective reports whether the scope has a selector, so that an object can
-// leave it while it exists: the user's, or a sharded cache's shard label.
-func (s scope) selective() bool {
-	return s.labels != nil || s.fields != nil || s.shard != nil && s.shard.byLabel()
+// selective reports whether the cache has a selector, so that an object
+// can leave it while it exists: the user's, or its share's label.
+func (c *Cache[T]) selective() bool {
+	if c.scope.labels != nil || c.scope.fields != nil {
+		return true
+	}
+	return c.share != nil && c.share.View().Label != nil
 }
 
 // selection is what a scope says of an object.
@@ -150,7 +148,7 @@ func (c *Cache[T]) covers(key Key) bool {
 	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
 		(len(ns) == 0 || slices.Contains(ns, key.Namespace)) &&
-		c.scope.shard.holdsAll(key.Namespace)
+		(c.share == nil || c.share.HoldsAll(key.Namespace))
 }
 
 // coversNamespace reports whether the cache holds every object in ns (""
@@ -159,7 +157,7 @@ func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
 		return false
 	}
-	if !c.scope.shard.holdsAll(ns) {
+	if c.share != nil && !c.share.HoldsAll(ns) {
 		return false
 	}
 	namespaces := c.currentScope().namespaces
@@ -175,8 +173,8 @@ func (c *Cache[T]) coversCluster(cluster string) bool {
 	if !c.opts.Fleet {
 		return cluster == ""
 	}
-	c.fleetMu.Lock()
-	defer c.fleetMu.Unlock()
+	c.rewire.Lock()
+	defer c.rewire.Unlock()
 	return c.members[cluster] != nil
 }
 

@@ -180,8 +180,8 @@ func (m *Manager) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
-	if s := m.sharding; s != nil {
-		fmt.Fprintln(w, s.state())
+	if s := m.policy.State(); s != "" {
+		fmt.Fprintln(w, s)
 	}
 	slices.Sort(optional)
 	for _, line := range optional {

@@ -1,56 +1,17 @@
 package ctrl
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// feed is one list-and-watch of a cache (one namespace of it, or all), and
-// the store its reflector writes to: it applies each change to the cache's
-// items and indexes under the lock, then dispatches it to the handlers
-// outside the lock, on the reflector's goroutine. There is no intermediate
-// queue: the handlers only compute keys and add them to work queues.
-type feed[T Object] struct {
-	c         *Cache[T]
-	b         *binding.Binding[T] // of the feed's cluster
-	cluster   string              // "" for the manager's own
-	namespace string              // "" for all
-
-	lastRV     string       // resourceVersion of the latest event, list or bookmark; under c.mu
-	lastEvent  atomic.Int64 // when, in Unix nanoseconds
-	isSynced   atomic.Bool
-	connected  atomic.Bool // the last list or watch worked
-	lastErr    atomic.Pointer[error]
-	fakeEvents atomic.Pointer[<-chan watch.Event]
-	relists    prometheus.Counter        // set by run
-	labels     []string                  // of the feed's series: resource, namespace, cluster
-	shardView  atomic.Pointer[shardView] // of a sharded cache: what its watch selects
-	log        logr.Logger               // set by run
-	ctx        context.Context           // set by run
-	notServed  atomic.Bool               // the last list or watch found the resource not served (404)
-
-	accessMu sync.Mutex
-	denials  map[string]*denial // verbs the server refuses now
-	probed   bool               // the list permission was checked
-	rechecks sync.WaitGroup
-
-	stop context.CancelFunc // set when started, for the feeds that stop before their cache
-	done chan struct{}      // closed when run returns
-	// relisting is set while a sharded cache's feed lists and watches
-	// again for a new share, until its watch is open (fakes) or its list
-	// is in.
-	relisting atomic.Bool
-}
+// A feed is the store its reflector writes to: it applies each change to
+// the cache's items and indexes under the lock, then dispatches it to the
+// handlers outside the lock, on the reflector's goroutine. There is no
+// intermediate queue: the handlers only compute keys and add them to work
+// queues.
 
 // Transformer lets the reflector prepare the objects of a streamed initial
 // list as they arrive, before Replace, so that a projection's full objects
@@ -107,7 +68,7 @@ func (f *feed[T]) Update(obj any) error {
 		f.remove(t, left)
 		return nil
 	}
-	if !c.scope.shard.serves(t) { // another replica's: moved away, or a server that ignored the shard selector
+	if !c.serves(t) { // another replica's: moved away, or a server that ignored the shard selector
 		f.remove(t, forgotten)
 		return nil
 	}
@@ -115,7 +76,7 @@ func (f *feed[T]) Update(obj any) error {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).InCluster(f.cluster)
+	key := KeyOf(t).InCluster(f.key.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -153,11 +114,11 @@ func (f *feed[T]) Delete(obj any) error {
 	}
 	kind := deleted
 	switch {
-	case !f.c.scope.shard.serves(t):
+	case !f.c.serves(t):
 		kind = forgotten
 	case f.c.scope.selects(t) == notSelected:
 		kind = left
-	case f.c.scope.selective():
+	case f.c.selective():
 		kind = vanished
 	}
 	f.remove(t, kind)
@@ -171,7 +132,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	defer c.dispatch.Unlock()
 	c.dispatching.Add(1)
 	defer c.doneDispatching()
-	key := KeyOf(t).InCluster(f.cluster)
+	key := KeyOf(t).InCluster(f.key.cluster)
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
@@ -244,15 +205,15 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		if err != nil {
 			return err
 		}
-		if c.scope.selects(t) != notSelected && c.scope.shard.serves(t) {
-			listed[KeyOf(t).InCluster(f.cluster)] = t
+		if c.scope.selects(t) != notSelected && c.serves(t) {
+			listed[KeyOf(t).InCluster(f.key.cluster)] = t
 		}
 	}
 	var changes, removed []event[T]
 	// An object missing from a relist of a selective cache was deleted, or
 	// its labels or fields changed while the watch was down.
 	gone := deleted
-	if c.scope.selective() {
+	if c.selective() {
 		gone = vanished
 	}
 	c.mu.Lock()
@@ -278,7 +239,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		c.observe(k, obj, true, f.b.Fake())
 	}
 	var missing []Key
-	for k := range c.items.in(f.cluster, f.namespace) { // the feed's own objects
+	for k := range c.items.in(f.key.cluster, f.key.namespace) { // the feed's own objects
 		if _, ok := listed[k]; !ok {
 			missing = append(missing, k)
 		}
@@ -289,7 +250,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			idx.remove(k, old)
 		}
 		kind := gone
-		if !c.scope.shard.serves(old) {
+		if !c.serves(old) {
 			kind = forgotten // its part of the space is another replica's now
 		}
 		removed = append(removed, event[T]{kind: kind, key: k, obj: old})
@@ -305,17 +266,14 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 			h.changed(ev)
 		}
 	}
-	if !f.isSynced.Load() && f.cluster != "" {
+	if !f.isSynced.Load() && f.key.cluster != "" {
 		for _, h := range c.handlers {
-			h.joined(f.cluster)
+			h.changed(event[T]{kind: joined, key: Key{Cluster: f.key.cluster}})
 		}
-	}
-	if !f.b.Fake() {
-		f.relisting.Store(false)
 	}
 	if f.isSynced.Load() && f.relists != nil {
 		f.relists.Inc()
-		c.log.V(1).Info("relisted", "cluster", f.cluster, "namespace", f.namespace, "changed", len(changes), "removed", len(removed))
+		c.log.V(1).Info("relisted", "cluster", f.key.cluster, "namespace", f.key.namespace, "changed", len(changes), "removed", len(removed))
 	} else if !f.b.Fake() {
 		f.markSynced()
 	}
@@ -340,6 +298,10 @@ func (f *feed[T]) Bookmark(rv string) error {
 	f.c.mu.Unlock()
 	return nil
 }
+
+// serves reports whether this replica holds obj: always, unless the cache
+// holds a share of its objects.
+func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }
 
 func (f *feed[T]) UpdateResourceVersion(rv string) {
 	f.c.mu.Lock()

@@ -64,6 +64,10 @@ func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
 }
 
 func (h *mapHandler[O]) changed(ev event[O]) {
+	if ev.kind == joined {
+		h.to.queueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		return
+	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
 		return // out of reach, or filtered
 	}
@@ -98,8 +102,4 @@ func (h *mapHandler[O]) listed(evs []event[O]) {
 		keys = append(keys, h.mapped(ev.key, ev.obj)...)
 	}
 	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
-}
-
-func (h *mapHandler[O]) joined(cluster string) {
-	h.to.queueAll(Cause{Reason: ReasonJoined, Object: Key{Cluster: cluster}})
 }

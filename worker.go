@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/leader"
 )
 
@@ -107,7 +108,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		c.q.forget(key)
 		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
-	case err != nil && errors.Is(context.Cause(ctx), errMoved):
+	case err != nil && errors.Is(context.Cause(ctx), act.ErrMoved):
 		// Not the object's failure either: it is another replica's now.
 		c.q.forget(key)
 		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
@@ -265,4 +266,36 @@ func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo
 		return false
 	}
 	return ri.uid != "" && obj.GetUID() != "" && obj.GetUID() != ri.uid
+}
+
+// admit asks the share of the controller's objects, if it has one,
+// whether this replica reconciles key now: the object as cached, or its
+// tombstone. It returns the reconcile's context, canceled if the object
+// moves away, and the function to call when the reconcile ends. A key of
+// an object this replica does not hold at all passes: its reconcile does
+// nothing.
+func (c *Controller[T]) admit(ctx context.Context, key Key) (context.Context, func(), bool) {
+	share := c.cache.share
+	if share == nil {
+		return ctx, func() {}, true
+	}
+	obj, ok := c.cache.Get(key)
+	if !ok && c.tombstones != nil {
+		c.mu.Lock()
+		ts, had := c.tombstones[key]
+		c.mu.Unlock()
+		obj, ok = ts.obj, had
+	}
+	if !ok {
+		return ctx, func() {}, true
+	}
+	if ctx, leave, ok := share.Admit(ctx, obj); ok {
+		return ctx, leave, true
+	}
+	if c.tombstones != nil {
+		c.mu.Lock()
+		delete(c.tombstones, key)
+		c.mu.Unlock()
+	}
+	return nil, nil, false
 }

@@ -62,6 +62,12 @@ type Config struct {
 	// connection: own true when it moved to a connection of its own
 	// (busy), false when it moved back to the shared one (quiet).
 	OnMove func(own bool)
+	// Resume is set for a store that already holds objects: its first
+	// list is not older than ResumeFrom, or, with ResumeFrom empty, a
+	// consistent read. A fresh reflector lists at "0", which a lagging
+	// watch cache may answer: right for an empty store only.
+	Resume     bool
+	ResumeFrom string
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -126,6 +132,9 @@ func Run(ctx context.Context, cfg Config) {
 	// The reflector's own logging is detail: demote it one level.
 	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff, cfg.OwnConnection)
 	r.onMove = cfg.OnMove
+	if cfg.Resume {
+		r.lastRV, r.rvUnavailable = cfg.ResumeFrom, cfg.ResumeFrom == ""
+	}
 	backoff := Backoff // for retrying list-and-watch cycles
 	notServed, settling := NotServed, Settling
 	forbidden := Forbidden

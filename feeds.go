@@ -1,0 +1,308 @@
+package ctrl
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/go-logr/logr"
+
+	"github.com/typedctrl/ctrl/internal/act"
+	"github.com/typedctrl/ctrl/internal/binding"
+)
+
+// Which feeds a cache runs is a function of its inputs: its namespaces,
+// the member clusters engaged (a fleet cache), whether its CRD serves its
+// version (an optional cache), and what its share selects (a split among
+// replicas). Whatever changes an input calls refeed, which computes the
+// feeds the inputs want and moves the running ones there: a feed that
+// stays is not touched, keeps its resourceVersion and lists nothing; one
+// whose selection changed lists again, not older than where it was; one
+// no longer wanted stops, and the objects no feed reaches any more are
+// removed as gone says.
+
+// feedKey names a feed: one namespace ("" for all) of one cluster ("" for
+// the manager's own).
+type feedKey struct{ cluster, namespace string }
+
+func (k feedKey) covers(key Key) bool {
+	return key.Cluster == k.cluster && (k.namespace == "" || k.namespace == key.Namespace)
+}
+
+// wanted returns the feeds the cache's inputs call for, with the binding
+// of each one's cluster. Called with c.rewire held.
+func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
+	out := map[feedKey]*binding.Binding[T]{}
+	namespaces := c.currentScope().namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	switch {
+	case c.opts.Fleet:
+		for cluster, b := range c.members {
+			for _, ns := range namespaces {
+				out[feedKey{cluster, ns}] = b
+			}
+		}
+	case c.opt != nil && c.served == "":
+	default:
+		for _, ns := range namespaces {
+			out[feedKey{"", ns}] = c.b
+		}
+	}
+	return out
+}
+
+// refeed moves the running feeds to those the inputs want; the objects
+// that no wanted feed reaches any more are removed as removals of kind
+// gone. It returns once the feeds it stopped have returned. Called with
+// c.rewire held, by whoever changed an input.
+func (c *Cache[T]) refeed(gone eventKind) {
+	if c.running == nil {
+		return // the cache starts its feeds when it runs
+	}
+	c.refeeding.Store(true)
+	defer c.refeeding.Store(false)
+	want := c.wanted()
+	var view *act.View
+	if c.share != nil {
+		view = c.share.View()
+	}
+	cur := c.feedMap()
+	next := make(map[feedKey]*feed[T], len(want))
+	var stopped []*feed[T]
+	for k, f := range cur {
+		if b, ok := want[k]; ok && f.b == b && f.view.Same(view) {
+			next[k] = f
+			continue
+		}
+		stopped = append(stopped, f)
+	}
+	kept := maps.Clone(next)
+	c.feeds.Store(&kept) // from now on, writes are not tracked by the stopped feeds
+	for _, f := range stopped {
+		f.stop()
+		<-f.done
+	}
+	// What no wanted feed covers is out of the cache's reach now.
+	covered := func(key Key) bool {
+		for k := range want {
+			if k.covers(key) {
+				return true
+			}
+		}
+		return false
+	}
+	var lost []feedKey
+	for _, f := range stopped {
+		if _, ok := want[f.key]; !ok {
+			lost = append(lost, f.key)
+			f.forgetMetrics()
+		}
+	}
+	if len(lost) > 0 {
+		c.drop(gone, func(key Key) bool {
+			return !covered(key) && slices.ContainsFunc(lost, func(k feedKey) bool { return k.covers(key) })
+		})
+	}
+	for k, b := range want {
+		if next[k] != nil {
+			continue
+		}
+		f := &feed[T]{c: c, b: b, key: k, view: view}
+		// A feed that takes over objects the cache holds lists from
+		// where the feed that held them was, never from "0".
+		for _, old := range stopped {
+			if old.key.cluster == k.cluster && (old.key.namespace == "" || old.key.namespace == k.namespace) {
+				c.mu.RLock()
+				f.resume, f.lastRV = true, old.lastRV
+				c.mu.RUnlock()
+			}
+		}
+		next[k] = f
+		ctx, stop := context.WithCancel(c.running)
+		f.stop, f.done = stop, make(chan struct{})
+		c.feedRun.Go(func() {
+			defer close(f.done)
+			f.run(ctx)
+		})
+	}
+	c.feeds.Store(&next)
+}
+
+// stopFeeds stops every feed, keeping what the cache holds: the cache
+// stops. Called with c.rewire held.
+func (c *Cache[T]) stopFeeds() {
+	for _, f := range c.feedMap() {
+		f.stop()
+		<-f.done
+		f.forgetMetrics()
+	}
+	c.feeds.Store(nil)
+}
+
+// feedMap returns the running feeds. It takes no lock: the store reads it
+// under the cache's lock.
+func (c *Cache[T]) feedMap() map[feedKey]*feed[T] {
+	if p := c.feeds.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ownFeeds returns the running feeds of the manager's own cluster.
+func (c *Cache[T]) ownFeeds() []*feed[T] {
+	var out []*feed[T]
+	for k, f := range c.feedMap() {
+		if k.cluster == "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// feedOf returns the running feed that watches key, or nil.
+func (c *Cache[T]) feedOf(key Key) *feed[T] {
+	feeds := c.feedMap()
+	if f := feeds[feedKey{key.Cluster, key.Namespace}]; f != nil {
+		return f
+	}
+	return feeds[feedKey{key.Cluster, ""}]
+}
+
+// run runs the cache's feeds until ctx is done, following its share.
+func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
+	c.mu.Lock()
+	c.started = true
+	c.transform = c.userTF
+	if !c.opts.KeepManagedFields {
+		user := c.userTF
+		c.transform = func(obj T) T {
+			obj.SetManagedFields(nil)
+			if user != nil {
+				obj = user(obj)
+			}
+			return obj
+		}
+	}
+	c.log = log
+	c.mu.Unlock()
+	if c.opts.Fleet {
+		c.markSynced() // members list on their own: Start waits for none
+	}
+	c.rewire.Lock()
+	c.running, c.runLog = ctx, log
+	c.refeed(forgotten)
+	c.rewire.Unlock()
+	if c.opt != nil {
+		c.feedRun.Go(func() { c.follow(ctx, log) })
+	}
+	for {
+		var changed <-chan struct{}
+		if c.share != nil {
+			changed = c.share.View().Changed
+		}
+		select {
+		case <-ctx.Done():
+			c.rewire.Lock()
+			c.running = nil
+			c.stopFeeds()
+			c.rewire.Unlock()
+			c.feedRun.Wait()
+			return
+		case <-changed:
+			c.rewire.Lock()
+			if c.running != nil {
+				c.refeed(forgotten)
+			}
+			c.rewire.Unlock()
+		}
+	}
+}
+
+// feedSynced records that a feed of the own cluster completed its first
+// list: the cache has synced once every feed has.
+func (c *Cache[T]) feedSynced() {
+	for _, f := range c.ownFeeds() {
+		if !f.isSynced.Load() {
+			return
+		}
+	}
+	c.markSynced()
+}
+
+// markSynced records that the cache is in step with the server: every feed
+// listed, or, for an optional kind, the server serves none.
+func (c *Cache[T]) markSynced() {
+	c.syncOnce.Do(func() { close(c.synced) })
+}
+
+// engage adds member mb's cluster to a fleet cache.
+func (c *Cache[T]) engage(mb *member) error {
+	b, err := bindWith[T](c.mgr, mb.bindings, mb.clients, resourceOption(c.b.Info))
+	if err != nil {
+		return fmt.Errorf("ctrl: %s in cluster %q: %w", c, mb.name, err)
+	}
+	c.rewire.Lock()
+	defer c.rewire.Unlock()
+	c.members[mb.name] = b
+	c.refeed(forgotten)
+	return nil
+}
+
+// disengage takes the member cluster name out of a fleet cache: its
+// objects are forgotten, not deleted, so no hook hears of them.
+func (c *Cache[T]) disengage(name string) {
+	c.rewire.Lock()
+	defer c.rewire.Unlock()
+	if _, ok := c.members[name]; ok {
+		delete(c.members, name)
+		c.refeed(forgotten)
+	}
+}
+
+// SetNamespaces changes the namespaces the cache holds, before the manager
+// starts or while it runs. The objects of an added namespace are listed,
+// and reach the cache's controllers and handlers as any list does; those
+// of a removed namespace are forgotten: no [Controller.OnDelete] or
+// [Controller.OnFinalize] runs for them. No namespaces, or "", is every
+// namespace. The caches of the [Owns] of the cache's controllers follow;
+// a [Watches] source keeps its own. It blocks until the watches of removed
+// namespaces have stopped ([Manager.WaitIdle] waits for the lists of added
+// ones). It returns an error for a cluster-scoped kind or a fleet cache.
+func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
+	switch {
+	case !c.b.Namespaced:
+		return fmt.Errorf("ctrl: %s: SetNamespaces: the kind is cluster-scoped", c)
+	case c.opts.Fleet:
+		return fmt.Errorf("ctrl: %s: SetNamespaces: not supported for fleet caches", c)
+	}
+	ns := newScope(c.b.Info, "", CacheOptions{Namespaces: namespaces}).namespaces
+	c.rewire.Lock()
+	sc := c.currentScope()
+	if slices.Equal(sc.namespaces, ns) {
+		c.rewire.Unlock()
+		return nil
+	}
+	sc.namespaces = ns
+	c.namespaces.Store(&ns)
+	c.mgr.rekey(c, sc.String())
+	c.refeed(forgotten)
+	c.rewire.Unlock()
+	c.mgr.log.Info("cache namespaces changed", "cache", c.String())
+	c.mu.RLock()
+	handlers := c.handlers
+	c.mu.RUnlock()
+	for _, h := range handlers {
+		if r, ok := h.(rescoper); ok {
+			r.rescoped(ns)
+		}
+	}
+	c.mgr.activity.Add(1)
+	return nil
+}
+
+// rescoper is a handler that follows its cache's namespaces: a controller,
+// for the caches of its Owns.
+type rescoper interface{ rescoped(namespaces []string) }
