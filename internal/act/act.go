@@ -109,6 +109,6 @@ type Everyone struct{}
 
 // Run calls lead with ctx.
 func (Everyone) Run(ctx context.Context, lead func(context.Context) error) error { return lead(ctx) }
-func (Everyone) Share(Type) (Share, error)                                      { return nil, nil }
-func (Everyone) Busy() string                                                   { return "" }
-func (Everyone) State() string                                                  { return "" }
+func (Everyone) Share(Type) (Share, error)                                       { return nil, nil }
+func (Everyone) Busy() string                                                    { return "" }
+func (Everyone) State() string                                                   { return "" }
