@@ -24,6 +24,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/transport"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -223,7 +224,7 @@ type Manager struct {
 	sharding    *sharding      // nil without sharding
 	leadership  leadership     // what Leading reports
 	probe       probe.Prober
-	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
+	conns       *transport.Conns // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostCreates
 
 	mu          sync.Mutex
@@ -291,7 +292,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
-		opts.FieldManager = programName()
+		opts.FieldManager = transport.ProgramName()
 	}
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 2 * time.Minute
@@ -341,7 +342,7 @@ func NewManager(opts Options) (*Manager, error) {
 	binding.DeleteLikeServer(opts.FakeClientset)
 	binding.DeleteLikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
-		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
+		if m.clients.Config, m.clients.HTTP, m.conns, err = transport.New(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
@@ -427,9 +428,9 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
-		m.conns.closeAll()
+		m.conns.CloseAll()
 		for _, mb := range members {
-			mb.conns.closeAll()
+			mb.conns.CloseAll()
 		}
 	}()
 	m.runProvider(cacheCtx)
