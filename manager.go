@@ -407,7 +407,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer servers.shutdown()
+	defer servers.Shutdown()
 
 	// run is canceled by ctx or by the first fatal error (m.fail).
 	run, fail := context.WithCancelCause(ctx)
@@ -439,7 +439,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 			s.detect(cacheCtx, func(msg string, kv ...any) { m.log.Info(msg, append(kv, "ring", s.ring)...) })
 		})
 	}
-	servers.serve(m)
+	servers.Serve(func(err error) { m.fatal(fmt.Errorf("ctrl: %w", err)) })
 	stopEvents := m.startEvents()
 	defer stopEvents()
 

@@ -2,17 +2,13 @@ package ctrl
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/serve"
 	"github.com/typedctrl/ctrl/internal/webhook"
 )
 
@@ -222,31 +219,22 @@ func (m *Manager) WebhookHandler() http.Handler {
 	return s
 }
 
-// webhookEndpoint returns the address and handler Start serves the
-// webhooks with, and the wrapper that makes its listener TLS; an empty
-// address when they are off. The serving certificate is read now, so that
-// a missing one fails Start, and so do webhooks that nothing would serve:
-// the API server would fail every request they are configured for.
-func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) net.Listener, error) {
+// webhookEndpoint returns how Start serves the webhooks; no address when
+// they are off. Webhooks that nothing would serve fail Start: the API
+// server would fail every request they are configured for.
+func (m *Manager) webhookEndpoint() (serve.Webhook, error) {
 	if m.opts.WebhookAddress == "" {
 		if s := m.webhooks.server; s != nil && !s.Empty() && !m.webhooks.handed.Load() {
-			return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks are registered (%s) but nothing serves them: "+
+			return serve.Webhook{}, fmt.Errorf("ctrl: Start: webhooks are registered (%s) but nothing serves them: "+
 				"set Options.WebhookAddress, such as \":9443\", or serve Manager.WebhookHandler yourself", strings.Join(s.Paths(), ", "))
 		}
-		return "", nil, nil, nil
+		return serve.Webhook{}, nil
 	}
 	s, err := m.webhookServer()
 	if err != nil {
-		return "", nil, nil, err
+		return serve.Webhook{}, err
 	}
-	certs, err := webhook.LoadCerts(webhookCertDir(m.opts))
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks: %w", err)
-	}
-	config := m.tlsConfig(certs.GetCertificate)
-	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
-		return tls.NewListener(ln, config)
-	}, nil
+	return serve.Webhook{Address: m.opts.WebhookAddress, Handler: s, CertDir: webhookCertDir(m.opts)}, nil
 }
 
 func webhookCertDir(opts Options) string {
@@ -254,28 +242,6 @@ func webhookCertDir(opts Options) string {
 		return opts.WebhookCertDir
 	}
 	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
-}
-
-// webhookReady reports whether the webhook server completes a TLS
-// handshake on its address, as controller-runtime's readiness check does:
-// listening is not enough if the certificate cannot be served.
-func (m *Manager) webhookReady(ctx context.Context) error {
-	if m.opts.WebhookAddress == "" {
-		return nil
-	}
-	addr := m.Addresses().Webhook
-	if addr == "" {
-		return errors.New("not listening yet")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	// Only the handshake matters here, not who the server is.
-	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
 }
 
 // WebhookTarget says where the API server reaches the manager's webhook
