@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/go-logr/logr"
 	"github.com/typedctrl/ctrl/internal/binding"
@@ -319,74 +318,13 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	if err != nil {
 		return out, err
 	}
-	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
-		cc := admissionregistrationv1.WebhookClientConfig{CABundle: target.CABundle}
-		if target.URL != "" {
-			u := strings.TrimSuffix(target.URL, "/") + path
-			cc.URL = &u
-		} else {
-			svc := *target.Service
-			svc.Path = &path
-			cc.Service = &svc
-		}
-		return cc
-	}
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
-	equivalent := admissionregistrationv1.Equivalent
-	never := admissionregistrationv1.NeverReinvocationPolicy
-	timeout := int32(10)
-	for _, h := range s.Hooks() {
-		scope := admissionregistrationv1.ClusterScope
-		if h.Namespaced {
-			scope = admissionregistrationv1.NamespacedScope
-		}
-		var ops []admissionregistrationv1.OperationType
-		for _, op := range h.Operations {
-			ops = append(ops, admissionregistrationv1.OperationType(op))
-		}
-		rules := []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{h.Group}, APIVersions: []string{h.Version}, Resources: []string{h.Resource}, Scope: &scope,
-		}}}
-		var namespaces *metav1.LabelSelector
-		if ns := m.opts.Namespace; ns != "" && h.Namespaced {
-			namespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns},
-			}}}
-		}
-		hookName := h.Name
-		if h.Mutating {
-			if out.Mutating == nil {
-				out.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{
-					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-					ObjectMeta: metav1.ObjectMeta{Name: name},
-				}
-			}
-			out.Mutating.Webhooks = append(out.Mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
-				Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
-				MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
-				AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: &never,
-			})
-			continue
-		}
-		if out.Validating == nil {
-			out.Validating = &admissionregistrationv1.ValidatingWebhookConfiguration{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-			}
-		}
-		out.Validating.Webhooks = append(out.Validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
-			Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
-			MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		})
-	}
-	for _, c := range s.Conversions() {
+	c := s.Configurations(name, m.opts.Namespace, webhook.Target(target))
+	out.Validating, out.Mutating = c.Validating, c.Mutating
+	for crd, cc := range c.Conversions {
 		if out.Conversions == nil {
 			out.Conversions = map[string]CRDConversion{}
 		}
-		cc := clientConfig(webhook.ConvertPath)
-		out.Conversions[c.Resource+"."+c.Group] = CRDConversion{Strategy: "Webhook", Webhook: &CRDConversionWebhook{
+		out.Conversions[crd] = CRDConversion{Strategy: "Webhook", Webhook: &CRDConversionWebhook{
 			ClientConfig: &cc, ConversionReviewVersions: []string{"v1"},
 		}}
 	}
