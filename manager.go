@@ -22,6 +22,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
+	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
 	"github.com/typedctrl/ctrl/internal/transport"
@@ -402,7 +403,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		close(m.stopped)
 	}()
 
-	m.applyMemoryLimit()
+	memlimit.Apply(m.opts.MemoryLimit, m.opts.FakeClientset != nil || m.opts.FakeDynamic != nil, m.log)
 	servers, err := m.listen()
 	if err != nil {
 		return err
