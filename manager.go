@@ -22,6 +22,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
+	"github.com/typedctrl/ctrl/internal/lostcreate"
 	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
@@ -226,7 +227,7 @@ type Manager struct {
 	leadership  leadership     // what Leading reports
 	probe       probe.Prober
 	conns       *transport.Conns // of the HTTP client's transport, if it is the manager's alone
-	lostCreates lostCreates
+	lostCreates lostcreate.Creates[Key]
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
