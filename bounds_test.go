@@ -2,13 +2,9 @@ package ctrl
 
 import (
 	"context"
-	"errors"
-	"net"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -66,28 +62,5 @@ func TestAwaitingForgottenOnRemoval(t *testing.T) {
 	c.changed(event[*corev1.ConfigMap]{kind: deleted, key: east, obj: cm})
 	if _, ok := c.awaiting[east]; ok || len(c.awaiting) != 1 || c.nAwaiting.Load() != 1 {
 		t.Errorf("after east's object left: awaiting %v (count %d), want only west's", c.awaiting, c.nAwaiting.Load())
-	}
-}
-
-// TestLostCreatesExpire checks that a create whose reply was lost is not
-// remembered for the life of a program that never creates its key again.
-func TestLostCreatesExpire(t *testing.T) {
-	m := boundsManager(t)
-	cl, err := NewClient[*corev1.ConfigMap](m, ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := &unreachableError{err: &net.OpError{Op: "read", Err: errors.New("connection reset")}}
-	old := Key{Namespace: "ns", Name: "old"}
-	m.lostCreates.settle(context.Background(), cl, old, "1", lost)
-	m.lostCreates.m[lostKey{cl.b, old}] = lostCreate{ids: []string{"1"}, at: time.Now().Add(-lostCreateTTL - time.Second)}
-	m.lostCreates.settle(context.Background(), cl, Key{Namespace: "ns", Name: "new"}, "2", lost)
-	if _, ok := m.lostCreates.m[lostKey{cl.b, old}]; ok || len(m.lostCreates.m) != 1 {
-		t.Errorf("lost creates: %v, want only the new one", m.lostCreates.m)
-	}
-	m.lostCreates.settle(context.Background(), cl, Key{Namespace: "ns", Name: "new"}, "3",
-		apierrors.NewBadRequest("invalid"))
-	if len(m.lostCreates.m) != 1 {
-		t.Errorf("a create the server refused forgot the lost one: %v", m.lostCreates.m)
 	}
 }

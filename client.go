@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/probe"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -196,7 +197,7 @@ func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 		if err != nil {
-			return obj, c.wrap("get", key, tagUnreachable(ctx, key.Cluster, err))
+			return obj, c.wrap("get", key, probe.Tag(ctx, key.Cluster, err))
 		}
 		stamp(obj, typeMetaOf(c.b.Info))
 		return obj, nil
@@ -344,7 +345,7 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error)
 	for {
 		l, err := b.List(ctx, opts.Namespace, lo)
 		if err != nil {
-			return nil, tagUnreachable(ctx, opts.Cluster, err)
+			return nil, probe.Tag(ctx, opts.Cluster, err)
 		}
 		for _, obj := range l.Items {
 			stamp(obj, tm)

@@ -5,6 +5,7 @@ import (
 
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/go-logr/logr"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/transport"
 )
 
 // A manager can reconcile a fleet: besides its own cluster (Options.Config,
@@ -55,7 +57,7 @@ type member struct {
 	name     string
 	cluster  Cluster
 	clients  binding.Clients
-	conns    *connSet // of clients.HTTP's transport, if it is the member's alone
+	conns    *transport.Conns // of clients.HTTP's transport, if it is the member's alone
 	ctx      context.Context
 	cancel   context.CancelFunc
 	bindings map[bindingID]any
@@ -96,7 +98,7 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	binding.DeleteLikeServer(c.FakeDynamic)
 	if cfg := c.Config; cfg != nil {
 		var err error
-		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = restClients(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
+		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = transport.New(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {
 			return fmt.Errorf("ctrl: Engage %q: %w", name, err)
 		}
 	}
@@ -156,7 +158,7 @@ func (m *Manager) Disengage(name string) {
 		c.forget(name)
 	}
 	m.stopEventsIn(name)
-	mb.conns.closeAll()
+	mb.conns.CloseAll()
 	m.log.Info("member cluster disengaged", "cluster", name)
 	m.activity.Add(1)
 }
@@ -186,6 +188,18 @@ func (m *Manager) memberOf(name string) *member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.members[name]
+}
+
+// httpOf returns the HTTP client of cluster's requests; nil for fakes and
+// for a member that left.
+func (m *Manager) httpOf(cluster string) *http.Client {
+	if cluster == "" {
+		return m.clients.HTTP
+	}
+	if mb := m.memberOf(cluster); mb != nil {
+		return mb.clients.HTTP
+	}
+	return nil
 }
 
 // bindIn resolves T in cluster: the manager's own ("") or a member's.

@@ -22,8 +22,11 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/lostcreate"
+	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/transport"
 )
 
 // Options configure a [Manager]. Set Config to reach an API server, or
@@ -223,8 +226,8 @@ type Manager struct {
 	identity    string     // of this replica, with leader election or sharding
 	leadership  leadership // what Leading reports
 	probe       probe.Prober
-	conns       *connSet // of the HTTP client's transport, if it is the manager's alone
-	lostCreates lostCreates
+	conns       *transport.Conns // of the HTTP client's transport, if it is the manager's alone
+	lostCreates lostcreate.Creates[Key]
 
 	mu          sync.Mutex
 	bindings    map[bindingID]any // *binding.Binding[T], of the manager's own cluster
@@ -291,7 +294,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, errors.New("ctrl: NewManager: leader election and sharding keep their Leases in the manager's own cluster: set Options.Config")
 	}
 	if opts.FieldManager == "" {
-		opts.FieldManager = programName()
+		opts.FieldManager = transport.ProgramName()
 	}
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 2 * time.Minute
@@ -327,7 +330,7 @@ func NewManager(opts Options) (*Manager, error) {
 	binding.DeleteLikeServer(opts.FakeClientset)
 	binding.DeleteLikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
-		if m.clients.Config, m.clients.HTTP, m.conns, err = restClients(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
+		if m.clients.Config, m.clients.HTTP, m.conns, err = transport.New(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
@@ -399,12 +402,12 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		close(m.stopped)
 	}()
 
-	m.applyMemoryLimit()
+	memlimit.Apply(m.opts.MemoryLimit, m.opts.FakeClientset != nil || m.opts.FakeDynamic != nil, m.log)
 	servers, err := m.listen()
 	if err != nil {
 		return err
 	}
-	defer servers.shutdown()
+	defer servers.Shutdown()
 
 	// run is canceled by ctx or by the first fatal error (m.fail).
 	run, fail := context.WithCancelCause(ctx)
@@ -425,13 +428,13 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 		m.mu.Unlock()
 		stopCaches()
 		m.wg.Wait()
-		m.conns.closeAll()
+		m.conns.CloseAll()
 		for _, mb := range members {
-			mb.conns.closeAll()
+			mb.conns.CloseAll()
 		}
 	}()
 	m.runProvider(cacheCtx)
-	servers.serve(m)
+	servers.Serve(func(err error) { m.fatal(fmt.Errorf("ctrl: %w", err)) })
 	stopEvents := m.startEvents()
 	defer stopEvents()
 

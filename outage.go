@@ -2,16 +2,12 @@ package ctrl
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/typedctrl/ctrl/internal/probe"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // An outage of an API server is not an object's failure: a reconcile that
@@ -22,60 +18,6 @@ import (
 // cluster they went to. Any other error, such as a call to an outside
 // service that failed to connect, is an ordinary failure, retried with
 // backoff, whatever its type.
-
-// unreachableError is the error of a request to the API server of cluster
-// that got no answer: the connection failed or died, or the server said
-// it cannot serve now (503, 504).
-type unreachableError struct {
-	cluster string
-	err     error
-}
-
-func (e *unreachableError) Error() string { return e.err.Error() }
-func (e *unreachableError) Unwrap() error { return e.err }
-
-// tagUnreachable returns err, the outcome of a request of ctx to the API
-// server of cluster, tagged if it means the server could not be reached.
-// A context that ended (a deadline of the caller's own, or a shutdown) is
-// the caller's doing, not the server's; a deadline that passed while ctx
-// is alive is the HTTP client's own timeout: the server did not answer.
-func tagUnreachable(ctx context.Context, cluster string, err error) error {
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	var tagged *unreachableError
-	if errors.As(err, &tagged) {
-		return err
-	}
-	var status apierrors.APIStatus
-	var ne net.Error
-	switch {
-	case errors.Is(err, ErrLeadershipLost):
-		return err // refused before it left (see fence): no server was asked
-	case errors.As(err, &status):
-		if !apierrors.IsServiceUnavailable(err) && !apierrors.IsTimeout(err) {
-			return err
-		}
-	case errors.Is(err, context.DeadlineExceeded):
-	case errors.Is(err, context.Canceled):
-		return err
-	case errors.As(err, &ne), utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err),
-		utilnet.IsProbableEOF(err), utilnet.IsHTTP2ConnectionLost(err):
-	default:
-		return err
-	}
-	return &unreachableError{cluster, err}
-}
-
-// serverUnreachable reports whether err, or an error it wraps, is a
-// request of this manager that could not reach an API server, and whose.
-func serverUnreachable(err error) (cluster string, ok bool) {
-	var u *unreachableError
-	if errors.As(err, &u) {
-		return u.cluster, true
-	}
-	return "", false
-}
 
 // outageLog summarizes the reconciles of a controller that fail because
 // the API server is unreachable: an outage fails every reconcile, and a line

@@ -4,18 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/typedctrl/ctrl/internal/access"
-	"github.com/typedctrl/ctrl/internal/webhook"
+	"github.com/typedctrl/ctrl/internal/serve"
 )
 
 // Secure serving: the manager's HTTPS servers (metrics and webhooks) and
@@ -80,91 +76,29 @@ func (o TLSOptions) check() error {
 	return nil
 }
 
-// tlsConfig returns the TLS configuration of a server that serves the
-// certificate getCert returns, as Options.TLS says.
-func (m *Manager) tlsConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
-	o := m.opts.TLS
-	c := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		CipherSuites:   slices.Clone(o.CipherSuites),
-		GetCertificate: getCert,
-		// Without "h2" here, no client can negotiate HTTP/2: Go's server
-		// speaks it over TLS only when ALPN picked it.
-		NextProtos: []string{"http/1.1"},
-	}
-	if o.MinVersion != 0 {
-		c.MinVersion = o.MinVersion
-	}
-	if o.HTTP2 {
-		c.NextProtos = []string{"h2", "http/1.1"}
-	}
-	return c
-}
-
-// metricsEndpoint returns the handler Start serves metrics with, and the
-// wrapper that makes the listener TLS (nil for plain HTTP). The
-// certificate is read now, so that a missing one fails Start, and so is a
-// manager whose clients cannot ask for reviews.
-func (m *Manager) metricsEndpoint(gatherer prometheus.Gatherer) (http.Handler, func(net.Listener) net.Listener, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+// metricsEndpoint returns how Start serves metrics. Its reviews go
+// through the manager's own clients: its rate limits, its connections,
+// and, in tests, its fake clientset's reactors.
+func (m *Manager) metricsEndpoint(gatherer prometheus.Gatherer) (serve.Metrics, error) {
 	s := m.opts.MetricsServing
-	if s.Insecure {
-		return mux, nil, nil
+	out := serve.Metrics{Address: m.opts.MetricsAddress, Gatherer: gatherer, Insecure: s.Insecure, CertDir: s.CertDir}
+	if out.Address == "" || s.Insecure {
+		return out, nil
 	}
-	filter, err := m.accessFilter()
-	if err != nil {
-		return nil, nil, fmt.Errorf("ctrl: Start: metrics: %w", err)
-	}
-	getCert, err := servingCertificate(s.CertDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ctrl: Start: metrics: %w", err)
-	}
-	config := m.tlsConfig(getCert)
-	return filter.Wrap(mux), func(ln net.Listener) net.Listener { return tls.NewListener(ln, config) }, nil
-}
-
-// accessFilter returns the filter that asks the manager's API server who
-// may read the metrics, through the manager's own clients: its rate
-// limits, its connections, and, in tests, its fake clientset's reactors.
-func (m *Manager) accessFilter() (*access.Filter, error) {
-	const hint = "serving metrics securely needs the API server (Options.Config), or set MetricsServing.Insecure"
+	const hint = "ctrl: Start: metrics: serving metrics securely needs the API server (Options.Config), or set MetricsServing.Insecure"
 	tokens, err := bind[*authenticationv1.TokenReview](m, APIResource{})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hint, err)
+		return out, fmt.Errorf("%s: %w", hint, err)
 	}
 	reviews, err := bind[*authorizationv1.SubjectAccessReview](m, APIResource{})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hint, err)
+		return out, fmt.Errorf("%s: %w", hint, err)
 	}
-	return access.New(
-		func(ctx context.Context, r *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error) {
-			return tokens.Create(ctx, r, metav1.CreateOptions{})
-		},
-		func(ctx context.Context, r *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
-			return reviews.Create(ctx, r, metav1.CreateOptions{})
-		},
-		m.log.WithValues("server", "metrics")), nil
-}
-
-// servingCertificate returns the function that serves the certificate in
-// dir, read again when its files change, or, for no dir, a self-signed
-// certificate made now.
-func servingCertificate(dir string) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
-	if dir != "" {
-		certs, err := webhook.LoadCerts(dir)
-		if err != nil {
-			return nil, err
-		}
-		return certs.GetCertificate, nil
+	out.TokenReview = func(ctx context.Context, r *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error) {
+		return tokens.Create(ctx, r, metav1.CreateOptions{})
 	}
-	_, certPEM, keyPEM, err := webhook.SelfSigned()
-	if err != nil {
-		return nil, fmt.Errorf("making a self-signed certificate: %w", err)
+	out.AccessReview = func(ctx context.Context, r *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+		return reviews.Create(ctx, r, metav1.CreateOptions{})
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("making a self-signed certificate: %w", err)
-	}
-	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }, nil
+	return out, nil
 }

@@ -2,24 +2,20 @@ package ctrl
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/go-logr/logr"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/serve"
 	"github.com/typedctrl/ctrl/internal/webhook"
 )
 
@@ -222,31 +218,22 @@ func (m *Manager) WebhookHandler() http.Handler {
 	return s
 }
 
-// webhookEndpoint returns the address and handler Start serves the
-// webhooks with, and the wrapper that makes its listener TLS; an empty
-// address when they are off. The serving certificate is read now, so that
-// a missing one fails Start, and so do webhooks that nothing would serve:
-// the API server would fail every request they are configured for.
-func (m *Manager) webhookEndpoint() (string, http.Handler, func(net.Listener) net.Listener, error) {
+// webhookEndpoint returns how Start serves the webhooks; no address when
+// they are off. Webhooks that nothing would serve fail Start: the API
+// server would fail every request they are configured for.
+func (m *Manager) webhookEndpoint() (serve.Webhook, error) {
 	if m.opts.WebhookAddress == "" {
 		if s := m.webhooks.server; s != nil && !s.Empty() && !m.webhooks.handed.Load() {
-			return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks are registered (%s) but nothing serves them: "+
+			return serve.Webhook{}, fmt.Errorf("ctrl: Start: webhooks are registered (%s) but nothing serves them: "+
 				"set Options.WebhookAddress, such as \":9443\", or serve Manager.WebhookHandler yourself", strings.Join(s.Paths(), ", "))
 		}
-		return "", nil, nil, nil
+		return serve.Webhook{}, nil
 	}
 	s, err := m.webhookServer()
 	if err != nil {
-		return "", nil, nil, err
+		return serve.Webhook{}, err
 	}
-	certs, err := webhook.LoadCerts(webhookCertDir(m.opts))
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("ctrl: Start: webhooks: %w", err)
-	}
-	config := m.tlsConfig(certs.GetCertificate)
-	return m.opts.WebhookAddress, s, func(ln net.Listener) net.Listener {
-		return tls.NewListener(ln, config)
-	}, nil
+	return serve.Webhook{Address: m.opts.WebhookAddress, Handler: s, CertDir: webhookCertDir(m.opts)}, nil
 }
 
 func webhookCertDir(opts Options) string {
@@ -254,28 +241,6 @@ func webhookCertDir(opts Options) string {
 		return opts.WebhookCertDir
 	}
 	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
-}
-
-// webhookReady reports whether the webhook server completes a TLS
-// handshake on its address, as controller-runtime's readiness check does:
-// listening is not enough if the certificate cannot be served.
-func (m *Manager) webhookReady(ctx context.Context) error {
-	if m.opts.WebhookAddress == "" {
-		return nil
-	}
-	addr := m.Addresses().Webhook
-	if addr == "" {
-		return errors.New("not listening yet")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	// Only the handshake matters here, not who the server is.
-	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
 }
 
 // WebhookTarget says where the API server reaches the manager's webhook
@@ -353,74 +318,13 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	if err != nil {
 		return out, err
 	}
-	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
-		cc := admissionregistrationv1.WebhookClientConfig{CABundle: target.CABundle}
-		if target.URL != "" {
-			u := strings.TrimSuffix(target.URL, "/") + path
-			cc.URL = &u
-		} else {
-			svc := *target.Service
-			svc.Path = &path
-			cc.Service = &svc
-		}
-		return cc
-	}
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
-	equivalent := admissionregistrationv1.Equivalent
-	never := admissionregistrationv1.NeverReinvocationPolicy
-	timeout := int32(10)
-	for _, h := range s.Hooks() {
-		scope := admissionregistrationv1.ClusterScope
-		if h.Namespaced {
-			scope = admissionregistrationv1.NamespacedScope
-		}
-		var ops []admissionregistrationv1.OperationType
-		for _, op := range h.Operations {
-			ops = append(ops, admissionregistrationv1.OperationType(op))
-		}
-		rules := []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{h.Group}, APIVersions: []string{h.Version}, Resources: []string{h.Resource}, Scope: &scope,
-		}}}
-		var namespaces *metav1.LabelSelector
-		if ns := m.opts.Namespace; ns != "" && h.Namespaced {
-			namespaces = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns},
-			}}}
-		}
-		hookName := h.Name
-		if h.Mutating {
-			if out.Mutating == nil {
-				out.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{
-					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-					ObjectMeta: metav1.ObjectMeta{Name: name},
-				}
-			}
-			out.Mutating.Webhooks = append(out.Mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
-				Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
-				MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
-				AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: &never,
-			})
-			continue
-		}
-		if out.Validating == nil {
-			out.Validating = &admissionregistrationv1.ValidatingWebhookConfiguration{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-			}
-		}
-		out.Validating.Webhooks = append(out.Validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
-			Name: hookName, ClientConfig: clientConfig(h.Path), Rules: rules, FailurePolicy: &fail,
-			MatchPolicy: &equivalent, NamespaceSelector: namespaces, SideEffects: &none, TimeoutSeconds: &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		})
-	}
-	for _, c := range s.Conversions() {
+	c := s.Configurations(name, m.opts.Namespace, webhook.Target(target))
+	out.Validating, out.Mutating = c.Validating, c.Mutating
+	for crd, cc := range c.Conversions {
 		if out.Conversions == nil {
 			out.Conversions = map[string]CRDConversion{}
 		}
-		cc := clientConfig(webhook.ConvertPath)
-		out.Conversions[c.Resource+"."+c.Group] = CRDConversion{Strategy: "Webhook", Webhook: &CRDConversionWebhook{
+		out.Conversions[crd] = CRDConversion{Strategy: "Webhook", Webhook: &CRDConversionWebhook{
 			ClientConfig: &cc, ConversionReviewVersions: []string{"v1"},
 		}}
 	}

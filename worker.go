@@ -15,6 +15,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/leader"
+	"github.com/typedctrl/ctrl/internal/probe"
 )
 
 // work is one worker goroutine: it takes keys until the queue shuts down.
@@ -126,7 +127,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		if res.RequeueAfter > 0 {
 			log.V(1).Info("reconcile returned both a result and an error: the result is ignored")
 		}
-		cluster, down := serverUnreachable(err)
+		cluster, down := probe.Unreachable(err)
 		switch {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()

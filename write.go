@@ -12,6 +12,8 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
+	"github.com/typedctrl/ctrl/internal/lostcreate"
+	"github.com/typedctrl/ctrl/internal/probe"
 )
 
 // A Client's writes: each goes to the API server through write, which
@@ -42,7 +44,7 @@ func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b
 	for _, d := range done {
 		d(obj, deleting, err)
 	}
-	return obj, tagUnreachable(ctx, key.Cluster, err)
+	return obj, probe.Tag(ctx, key.Cluster, err)
 }
 
 func (c *Client[T]) checkNil(verb string, obj T) error {
@@ -92,13 +94,20 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	key := c.at(KeyOf(obj))
 	var id string
 	if key.Name != "" {
-		obj, id = stampCreate(obj)
+		obj, id = lostcreate.Stamp(obj)
 	}
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Create(ctx, obj, metav1.CreateOptions{FieldManager: c.m.opts.FieldManager})
 	})
 	if key.Name != "" {
-		if mine, ok := c.m.lostCreates.settle(ctx, c, key, id, err); ok {
+		get := func(ctx context.Context) (metav1.Object, error) {
+			b, err := c.backend(key.Cluster)
+			if err != nil {
+				return nil, err
+			}
+			return b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+		}
+		if mine, ok := c.m.lostCreates.Settle(ctx, c.b, key, id, err, get); ok {
 			return mine.(T), nil
 		}
 	}

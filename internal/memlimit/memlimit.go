@@ -1,7 +1,10 @@
-// Package memlimit finds the memory limit of the container a process runs
-// in: the smallest limit of its cgroup and the cgroup's ancestors, in
-// cgroup v2 (memory.max) or v1 (memory.limit_in_bytes), where the process's
-// own /proc says they are mounted.
+// Package memlimit sets the process's soft memory limit, from the
+// manager's option or the memory limit of the container it runs in: the
+// smallest limit of its cgroup and the cgroup's ancestors, in cgroup v2
+// (memory.max) or v1 (memory.limit_in_bytes), where the process's own
+// /proc says they are mounted. Without a limit, the collector lets the
+// heap double between collections, and a cache that lists peaks near
+// twice its live heap: in a container whose limit is below that, a kill.
 package memlimit
 
 import (

@@ -2,7 +2,8 @@
 // not reach answer again. A cache whose watch reconnects tells it too; the
 // probe covers the servers whose watches never broke, or that no cache
 // watches: while any reconcile waits for a server, it asks that server's
-// /readyz every half second or so.
+// /readyz every half second or so. [Tag] marks the errors of the requests
+// that could not reach a server, so that only those wait for it.
 package probe
 
 import (

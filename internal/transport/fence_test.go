@@ -1,4 +1,4 @@
-package ctrl
+package transport
 
 import (
 	"context"
@@ -28,11 +28,11 @@ func TestFence(t *testing.T) {
 		fmt.Fprint(w, `{}`)
 	}))
 	defer srv.Close()
-	_, hc, _, err := restClients(&rest.Config{Host: srv.URL}, -1, false)
+	_, hc, _, err := New(&rest.Config{Host: srv.URL}, -1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ended := leader.WithTerm(context.Background(), leader.Ended("ns/l", fmt.Errorf("%w: for the test", ErrLeadershipLost)))
+	ended := leader.WithTerm(context.Background(), leader.Ended("ns/l", fmt.Errorf("%w: for the test", leader.ErrLost)))
 	tests := []struct {
 		name    string
 		ctx     context.Context
@@ -57,8 +57,8 @@ func TestFence(t *testing.T) {
 			}
 			reached := requests.Load() != before
 			if tt.refused {
-				if !errors.Is(err, ErrLeadershipLost) || reached {
-					t.Errorf("got error %v and reached the server: %t, want ErrLeadershipLost and not reached", err, reached)
+				if !errors.Is(err, leader.ErrLost) || reached {
+					t.Errorf("got error %v and reached the server: %t, want leader.ErrLost and not reached", err, reached)
 				}
 				return
 			}
@@ -85,7 +85,7 @@ func TestFenceBody(t *testing.T) {
 		fmt.Fprint(w, `{}`)
 	}))
 	defer srv.Close()
-	_, hc, _, err := restClients(&rest.Config{Host: srv.URL}, -1, false)
+	_, hc, _, err := New(&rest.Config{Host: srv.URL}, -1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestFenceBody(t *testing.T) {
 	ctx := leader.WithTerm(context.Background(), term)
 	// The first read of the body ends the term, as a pause past the
 	// deadline between the request's start and the rest of its body does.
-	body := &endingReader{data: []byte(`{"data":{"a":"b"}}`), end: func() { end(fmt.Errorf("%w: for the test", ErrLeadershipLost)) }}
+	body := &endingReader{data: []byte(`{"data":{"a":"b"}}`), end: func() { end(fmt.Errorf("%w: for the test", leader.ErrLost)) }}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, srv.URL+"/api/v1/namespaces/ns/configmaps/a", body)
 	if err != nil {
 		t.Fatal(err)
@@ -102,8 +102,8 @@ func TestFenceBody(t *testing.T) {
 	if resp != nil {
 		resp.Body.Close()
 	}
-	if !errors.Is(err, ErrLeadershipLost) {
-		t.Errorf("got error %v, want ErrLeadershipLost", err)
+	if !errors.Is(err, leader.ErrLost) {
+		t.Errorf("got error %v, want leader.ErrLost", err)
 	}
 	if acted.Load() != 0 {
 		t.Errorf("the server acted on %d writes, want none", acted.Load())

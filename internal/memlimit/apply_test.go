@@ -1,4 +1,4 @@
-package ctrl
+package memlimit
 
 import (
 	"math"
@@ -7,14 +7,13 @@ import (
 	"runtime/debug"
 	"testing"
 
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
+	"github.com/go-logr/logr"
 )
 
-// TestMemoryLimit checks where the process's memory limit comes from: the
+// TestChoose checks where the process's memory limit comes from: the
 // option, else the container's limit less a fifth, never for fakes, and
 // never when GOMEMLIMIT is set or the option is negative.
-func TestMemoryLimit(t *testing.T) {
+func TestChoose(t *testing.T) {
 	root := t.TempDir()
 	for name, content := range map[string]string{
 		"proc/self/cgroup":         "0::/\n",
@@ -31,30 +30,29 @@ func TestMemoryLimit(t *testing.T) {
 	}
 	saved := containerRoot
 	defer func() { containerRoot = saved }()
-	real := Options{Config: &rest.Config{Host: "https://127.0.0.1:6443"}}
 	tests := []struct {
 		name     string
-		opts     Options
+		option   int64
+		fakes    bool
 		root     string
 		gomemlim string
 		want     int64
 		wantFrom string
 	}{
-		{"container", real, root, "", 800000000, "the container's limit, less a fifth"},
-		{"no container limit", real, t.TempDir(), "", 0, ""},
-		{"option", Options{Config: real.Config, MemoryLimit: 123 << 20}, root, "", 123 << 20, "Options.MemoryLimit"},
-		{"option with fakes", Options{FakeClientset: fake.NewClientset(), MemoryLimit: 5 << 20}, root, "", 5 << 20, "Options.MemoryLimit"},
-		{"fakes: a test", Options{FakeClientset: fake.NewClientset()}, root, "", 0, ""},
-		{"negative", Options{Config: real.Config, MemoryLimit: -1}, root, "", 0, ""},
-		{"GOMEMLIMIT wins over the container", real, root, "2GiB", 0, ""},
-		{"GOMEMLIMIT wins over the option", Options{Config: real.Config, MemoryLimit: 1 << 30}, root, "2GiB", 0, ""},
+		{"container", 0, false, root, "", 800000000, "the container's limit, less a fifth"},
+		{"no container limit", 0, false, t.TempDir(), "", 0, ""},
+		{"option", 123 << 20, false, root, "", 123 << 20, "Options.MemoryLimit"},
+		{"option with fakes", 5 << 20, true, root, "", 5 << 20, "Options.MemoryLimit"},
+		{"fakes: a test", 0, true, root, "", 0, ""},
+		{"negative", -1, false, root, "", 0, ""},
+		{"GOMEMLIMIT wins over the container", 0, false, root, "2GiB", 0, ""},
+		{"GOMEMLIMIT wins over the option", 1 << 30, false, root, "2GiB", 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("GOMEMLIMIT", tt.gomemlim)
 			containerRoot = tt.root
-			m := &Manager{opts: tt.opts}
-			got, from := m.memoryLimit()
+			got, from := choose(tt.option, tt.fakes)
 			if got != tt.want || from != tt.wantFrom {
 				t.Errorf("got %d from %q, want %d from %q", got, from, tt.want, tt.wantFrom)
 			}
@@ -62,9 +60,9 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
-// TestApplyMemoryLimit checks that the limit reaches the runtime, with the
+// TestApply checks that the limit reaches the runtime, with the
 // proportional pacing off unless GOGC is set.
-func TestApplyMemoryLimit(t *testing.T) {
+func TestApply(t *testing.T) {
 	prevLimit := debug.SetMemoryLimit(-1)
 	prevGC := debug.SetGCPercent(100)
 	t.Cleanup(func() {
@@ -79,8 +77,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Setenv("GOGC", tt.gogc)
 		debug.SetMemoryLimit(math.MaxInt64)
 		debug.SetGCPercent(100)
-		m := &Manager{opts: Options{FakeClientset: fake.NewClientset(), MemoryLimit: 3 << 30}}
-		m.applyMemoryLimit()
+		Apply(3<<30, true, logr.Discard())
 		if got := debug.SetMemoryLimit(-1); got != 3<<30 {
 			t.Errorf("GOGC=%q: limit %d, want %d", tt.gogc, got, int64(3<<30))
 		}
