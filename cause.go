@@ -1,7 +1,6 @@
 package ctrl
 
 import (
-	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,13 +105,4 @@ func (cs Causes) String() string {
 		b.WriteString(" (+" + strconv.Itoa(more) + " more)")
 	}
 	return b.String()
-}
-
-// CausesFrom returns the causes of the reconcile whose context ctx is, or
-// the zero Causes outside a reconcile.
-func CausesFrom(ctx context.Context) Causes {
-	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
-		return *ri.causes
-	}
-	return Causes{}
 }

@@ -25,6 +25,45 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
+// A Request is the reconcile that a context belongs to: what
+// [RequestFrom] returns to a reconcile function and to what it calls with
+// its context. Writes made under that context are fenced by the
+// leadership the reconcile runs under: see [CheckLeadership].
+type Request struct {
+	// Key is the reconciled object's. Key.Cluster names the fleet member
+	// it lives in, "" the manager's own cluster: bind clients to it with
+	// [Client.InCluster].
+	Key Key
+	// Causes are why the key was queued.
+	Causes Causes
+	// Identity is the replica's ([Manager.Identity]): "" without leader
+	// election and sharding.
+	Identity string
+}
+
+// RequestFrom returns the reconcile whose context ctx is, or is derived
+// from; outside a reconcile, the zero Request.
+func RequestFrom(ctx context.Context) Request {
+	ri, ok := ctx.Value(requestKey{}).(*reconcileInfo)
+	if !ok {
+		return Request{}
+	}
+	return Request{Key: ri.key, Causes: *ri.causes, Identity: ri.identity}
+}
+
+// reconcileInfo is what a reconcile's context carries about it.
+type reconcileInfo struct {
+	key      Key
+	causes   *Causes
+	identity string
+	// reconciled says the reconcile function was called, with the object
+	// of uid: what a NotFound of its own writes is checked against.
+	reconciled bool
+	uid        types.UID
+}
+
+type requestKey struct{}
+
 // ControllerOptions configure a [Controller]. The zero value is one worker,
 // [DefaultRateLimiter], and the default cache of the type.
 type ControllerOptions struct {
@@ -83,7 +122,7 @@ type ControllerOptions struct {
 // Guarantees:
 //   - a key is never reconciled by two workers at once;
 //   - keys queued several times before a worker takes them are reconciled
-//     once, with every cause ([CausesFrom]);
+//     once, with every cause ([RequestFrom]);
 //   - reconcile receives its own deep copy of the cached object, which it may
 //     modify;
 //   - an error or a panic requeues the key with the rate limiter's backoff;

@@ -238,7 +238,7 @@ func TestResyncThroughBacklog(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				counts[name+"/"+cm.Name]++
-				for _, c := range ctrl.CausesFrom(ctx).First {
+				for _, c := range ctrl.RequestFrom(ctx).Causes.First {
 					counts[name+":"+string(c.Reason)]++
 				}
 				return ctrl.Result{}, nil
@@ -290,7 +290,7 @@ func TestCauses(t *testing.T) {
 			<-release // hold the key while more causes arrive
 		}
 		mu.Lock()
-		got = append(got, ctrl.CausesFrom(ctx))
+		got = append(got, ctrl.RequestFrom(ctx).Causes)
 		mu.Unlock()
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
@@ -366,7 +366,7 @@ func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
 	var blocked atomic.Int32
 	quickDone := make(chan struct{})
 	_, err = ctrl.NewController(mgr, "fair", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		switch ctrl.ClusterFrom(ctx) {
+		switch ctrl.RequestFrom(ctx).Key.Cluster {
 		case "slow":
 			blocked.Add(1)
 			select {

@@ -20,9 +20,9 @@ import (
 )
 
 // A controller over the ConfigMaps of every member of a fleet writes to
-// each object's own cluster: ClusterFrom names it, Client.InCluster binds the
+// each object's own cluster: the request's key names it, Client.InCluster binds the
 // client to it.
-func ExampleClusterFrom() {
+func ExampleRequestFrom_fleet() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset()})
 	if err != nil {
 		panic(err)
@@ -38,7 +38,7 @@ func ExampleClusterFrom() {
 		panic(err)
 	}
 	c, err := ctrl.NewController(mgr, "stamp-cluster", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		cluster := ctrl.ClusterFrom(ctx)
+		cluster := ctrl.RequestFrom(ctx).Key.Cluster
 		if cm.Labels["cluster"] == cluster {
 			return ctrl.Result{}, nil
 		}
@@ -138,7 +138,7 @@ func ExampleSharding() {
 	_, err = ctrl.NewController(mgr, "stamp", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		done = append(done, cm.Name+" by "+ctrl.IdentityFrom(ctx))
+		done = append(done, cm.Name+" by "+ctrl.RequestFrom(ctx).Identity)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {

@@ -43,7 +43,7 @@ func ExampleOwns_filter() {
 		panic(err)
 	}
 	c, err := ctrl.NewController(mgr, "web-app", func(ctx context.Context, w *Widget) (ctrl.Result, error) {
-		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(w), ctrl.CausesFrom(ctx))
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(w), ctrl.RequestFrom(ctx).Causes)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {
@@ -107,7 +107,7 @@ func ExampleWatches_filter() {
 		panic(err)
 	}
 	c, err := ctrl.NewController(mgr, "config-rollout", func(ctx context.Context, d *appsv1.Deployment) (ctrl.Result, error) {
-		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(d), ctrl.CausesFrom(ctx))
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(d), ctrl.RequestFrom(ctx).Causes)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {
@@ -167,7 +167,7 @@ func ExampleController_Enqueue() {
 		panic(err)
 	}
 	c, err := ctrl.NewController(mgr, "refresher", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(cm), ctrl.CausesFrom(ctx))
+		fmt.Printf("reconcile %s: %s\n", ctrl.KeyOf(cm), ctrl.RequestFrom(ctx).Causes)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {
@@ -204,14 +204,14 @@ func ExampleController_Enqueue() {
 // Why is this reconcile running? The causes say which change queued the key;
 // the reconcile's log line carries them too, and the metric
 // ctrl_reconcile_causes_total counts them by reason.
-func ExampleCausesFrom() {
+func ExampleRequestFrom() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}})
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
 	if err != nil {
 		panic(err)
 	}
 	_, err = ctrl.NewController(mgr, "why", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		causes := ctrl.CausesFrom(ctx)
+		causes := ctrl.RequestFrom(ctx).Causes
 		fmt.Printf("%s: %d cause(s), first %s\n", cm.Name, causes.Total, causes.First[0].Reason)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
@@ -245,7 +245,7 @@ func ExampleCausesFrom() {
 	if err := <-done; err != nil {
 		panic(err)
 	}
-	fmt.Println(ctrl.CausesFrom(context.Background()).Total, "outside a reconcile")
+	fmt.Println(ctrl.RequestFrom(context.Background()).Causes.Total, "outside a reconcile")
 	// Output:
 	// a: 1 cause(s), first listed
 	// a: 1 cause(s), first updated

@@ -176,7 +176,7 @@ func ExampleUnwatch() {
 		panic(err)
 	}
 	c, err := ctrl.NewController(mgr, "owners", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		fmt.Println("reconcile", cm.Name, "caused by", ctrl.CausesFrom(ctx))
+		fmt.Println("reconcile", cm.Name, "caused by", ctrl.RequestFrom(ctx).Causes)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -24,7 +23,7 @@ import (
 // with CacheOptions.Fleet holds the objects of every member, under keys
 // that carry the member's name (Key.Cluster); a controller over such a
 // cache reconciles them all, with clients bound to each object's cluster
-// ([Client.InCluster], [ClusterFrom]). Each member has its own connection, watches
+// ([Client.InCluster], [RequestFrom]). Each member has its own connection, watches
 // and recovery: one that is slow or gone does not hold up the others.
 
 // Cluster says how to reach a member cluster: Config for a real one, or
@@ -228,36 +227,13 @@ func (m *Manager) runProvider(ctx context.Context) {
 	})
 }
 
-// reconcileInfo is what a reconcile's context carries about it.
-type reconcileInfo struct {
-	key      Key
-	causes   *Causes
-	identity string // Manager.Identity
-	// reconciled says the reconcile function was called, with the object
-	// of uid: what a NotFound of its own writes is checked against.
-	reconciled bool
-	uid        types.UID
-}
-
-type reconcileKey struct{}
-
 // keyFrom returns the key being reconciled in ctx, or obj's key in the
 // manager's own cluster outside a reconcile.
 func keyFrom(ctx context.Context, obj Object) Key {
-	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+	if ri, ok := ctx.Value(requestKey{}).(*reconcileInfo); ok {
 		return ri.key
 	}
 	return KeyOf(obj)
-}
-
-// ClusterFrom returns the cluster of the object being reconciled in ctx: a
-// member's name, or "" for the manager's own cluster and outside a
-// reconcile. Bind clients to it with [Client.InCluster].
-func ClusterFrom(ctx context.Context) string {
-	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
-		return ri.key.Cluster
-	}
-	return ""
 }
 
 var _ Fleet = (*Manager)(nil)
@@ -284,14 +260,4 @@ func (c *Cache[T]) memberStates() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// IdentityFrom returns, inside a reconcile, the identity of the replica
-// running it ([Manager.Identity]): "" without leader election and
-// sharding, and outside a reconcile.
-func IdentityFrom(ctx context.Context) string {
-	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
-		return ri.identity
-	}
-	return ""
 }

@@ -243,7 +243,7 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 }
 
 func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
-	return r.ctrl.client.InCluster(ClusterFrom(ctx)).PatchFrom(ctx, old, obj)
+	return r.ctrl.client.InCluster(keyFrom(ctx, old).Cluster).PatchFrom(ctx, old, obj)
 }
 
 func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
@@ -251,7 +251,7 @@ func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, erro
 	if err != nil || patch == nil {
 		return old, err
 	}
-	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(ClusterFrom(ctx)), types.MergePatchType, patch)
+	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(keyFrom(ctx, old).Cluster), types.MergePatchType, patch)
 }
 
 // memoryWriter writes as the API server would, to memory: Machine.Reconcile's.

@@ -357,7 +357,7 @@ func TestUnwatch(t *testing.T) {
 	var causes []string
 	c, err := ctrl.NewController(mgr, "cm", func(ctx context.Context, _ *corev1.ConfigMap) (ctrl.Result, error) {
 		mu.Lock()
-		causes = append(causes, ctrl.CausesFrom(ctx).String())
+		causes = append(causes, ctrl.RequestFrom(ctx).Causes.String())
 		mu.Unlock()
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})

@@ -31,7 +31,7 @@ func TestWatchesOneCausePerChange(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		causes[cm.Name] = append(causes[cm.Name], ctrl.CausesFrom(ctx))
+		causes[cm.Name] = append(causes[cm.Name], ctrl.RequestFrom(ctx).Causes)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	must(t, err)

@@ -94,7 +94,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	}
 	ctx = logr.NewContext(ctx, log)
 	ri := &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()}
-	ctx = context.WithValue(ctx, reconcileKey{}, ri)
+	ctx = context.WithValue(ctx, requestKey{}, ri)
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
 		c.metrics.Timeouts.Inc()
@@ -200,12 +200,12 @@ func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (r
 			log.Error(err, "reconcile panicked", "stack", string(debug.Stack()))
 		}
 	}()
-	return c.reconcileKey(ctx, key)
+	return c.reconcileCached(ctx, key)
 }
 
-// reconcileKey hands a removed object to its hooks, then reconciles the
+// reconcileCached hands a removed object to its hooks, then reconciles the
 // cached object, if any.
-func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, error) {
+func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, error) {
 	cached, ok := c.cache.Get(key)
 	if c.afterRead != nil && ok {
 		c.afterRead(key, cached)
@@ -218,7 +218,7 @@ func (c *Controller[T]) reconcileKey(ctx context.Context, key Key) (Result, erro
 	if !ok {
 		return Result{}, nil
 	}
-	if ri, ok := ctx.Value(reconcileKey{}).(*reconcileInfo); ok {
+	if ri, ok := ctx.Value(requestKey{}).(*reconcileInfo); ok {
 		ri.reconciled, ri.uid = true, cached.GetUID()
 	}
 	obj := cached

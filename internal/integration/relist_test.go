@@ -216,7 +216,7 @@ func TestRelistLiveFirst(t *testing.T) {
 			return ctrl.Result{}, nil
 		}
 		order = append(order, cm.Name)
-		for _, c := range ctrl.CausesFrom(ctx).First {
+		for _, c := range ctrl.RequestFrom(ctx).Causes.First {
 			reasons[c.Reason]++
 		}
 		first := len(order) == 1

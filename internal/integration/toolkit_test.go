@@ -106,7 +106,7 @@ func (l *causeLog) add(ctx context.Context, obj metav1.Object) {
 	if l.causes == nil {
 		l.causes = map[string][]ctrl.Causes{}
 	}
-	l.causes[obj.GetName()] = append(l.causes[obj.GetName()], ctrl.CausesFrom(ctx))
+	l.causes[obj.GetName()] = append(l.causes[obj.GetName()], ctrl.RequestFrom(ctx).Causes)
 }
 
 // take returns the causes recorded since the last take, as strings.

@@ -171,15 +171,15 @@ func runShardChild() int {
 			}
 			start := monoNow()
 			defer func() { say("run %s %s %s %d %d", name, cm.Name, cm.UID, start, monoNow()) }()
-			if cm.Annotations[annotation] == ctrl.IdentityFrom(ctx) && !kinds["writer"] {
+			if cm.Annotations[annotation] == ctrl.RequestFrom(ctx).Identity && !kinds["writer"] {
 				return ctrl.Result{}, nil
 			}
 			seqMu.Lock()
 			seq++
 			n := seq
 			seqMu.Unlock()
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"%d"}}}`, annotation, ctrl.IdentityFrom(ctx),
-				writerAnnotation, ctrl.IdentityFrom(ctx), seqAnnotation, n)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"%d"}}}`, annotation, ctrl.RequestFrom(ctx).Identity,
+				writerAnnotation, ctrl.RequestFrom(ctx).Identity, seqAnnotation, n)
 			_, err := cms.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, []byte(patch))
 			if errors.Is(err, ctrl.ErrLeadershipLost) {
 				say("refused %d", monoNow())

@@ -31,7 +31,7 @@ func main() {
 		p.Fatal(err)
 	}
 	c, err := ctrl.NewController(mgr, "fleet", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		p.Recorder.Observe(podgen.Index(ctrl.ClusterFrom(ctx))*(*objects)+podgen.Index(cm.Name), podgen.Round(cm.Annotations))
+		p.Recorder.Observe(podgen.Index(ctrl.RequestFrom(ctx).Key.Cluster)*(*objects)+podgen.Index(cm.Name), podgen.Round(cm.Annotations))
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{Workers: p.Flags.Workers,
 		Cache: ctrl.CacheOptions{Fleet: true, Namespaces: []string{p.Flags.Namespace}}})
