@@ -115,6 +115,9 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	if sh != nil {
 		sh.Objects(c.count)
 	}
+	c.rewire.Lock()
+	c.refeed(forgotten) // planned now, started when the cache runs
+	c.rewire.Unlock()
 	var members []*member
 	switch {
 	case opts.Fleet:

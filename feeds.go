@@ -54,14 +54,13 @@ func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	return out
 }
 
-// refeed moves the running feeds to those the inputs want; the objects
+// refeed moves the feeds to those the inputs want, and starts them if
+// the cache runs: before, they are planned, so that writes made before the
+// cache runs are expected by the feed that will list them; the objects
 // that no wanted feed reaches any more are removed as removals of kind
 // gone. It returns once the feeds it stopped have returned. Called with
 // c.rewire held, by whoever changed an input.
 func (c *Cache[T]) refeed(gone eventKind) {
-	if c.running == nil {
-		return // the cache starts its feeds when it runs
-	}
 	c.refeeding.Store(true)
 	defer c.refeeding.Store(false)
 	want := c.wanted()
@@ -82,8 +81,7 @@ func (c *Cache[T]) refeed(gone eventKind) {
 	kept := maps.Clone(next)
 	c.feeds.Store(&kept) // from now on, writes are not tracked by the stopped feeds
 	for _, f := range stopped {
-		f.stop()
-		<-f.done
+		f.halt()
 	}
 	// What no wanted feed covers is out of the cache's reach now.
 	covered := func(key Key) bool {
@@ -101,7 +99,7 @@ func (c *Cache[T]) refeed(gone eventKind) {
 			f.forgetMetrics()
 		}
 	}
-	if len(lost) > 0 {
+	if len(lost) > 0 && c.running != nil {
 		c.drop(gone, func(key Key) bool {
 			return !covered(key) && slices.ContainsFunc(lost, func(k feedKey) bool { return k.covers(key) })
 		})
@@ -114,29 +112,42 @@ func (c *Cache[T]) refeed(gone eventKind) {
 		// A feed that takes over objects the cache holds lists from
 		// where the feed that held them was, never from "0".
 		for _, old := range stopped {
-			if old.key.cluster == k.cluster && (old.key.namespace == "" || old.key.namespace == k.namespace) {
+			if old.done != nil && old.key.cluster == k.cluster && (old.key.namespace == "" || old.key.namespace == k.namespace) {
 				c.mu.RLock()
 				f.resume, f.lastRV = true, old.lastRV
 				c.mu.RUnlock()
 			}
 		}
 		next[k] = f
-		ctx, stop := context.WithCancel(c.running)
-		f.stop, f.done = stop, make(chan struct{})
-		c.feedRun.Go(func() {
-			defer close(f.done)
-			f.run(ctx)
-		})
+	}
+	if c.running != nil {
+		for _, f := range next {
+			if f.done == nil {
+				ctx, stop := context.WithCancel(c.running)
+				f.stop, f.done = stop, make(chan struct{})
+				c.feedRun.Go(func() {
+					defer close(f.done)
+					f.run(ctx)
+				})
+			}
+		}
 	}
 	c.feeds.Store(&next)
+}
+
+// halt stops the feed, if it runs, and waits for it to return.
+func (f *feed[T]) halt() {
+	if f.done != nil {
+		f.stop()
+		<-f.done
+	}
 }
 
 // stopFeeds stops every feed, keeping what the cache holds: the cache
 // stops. Called with c.rewire held.
 func (c *Cache[T]) stopFeeds() {
 	for _, f := range c.feedMap() {
-		f.stop()
-		<-f.done
+		f.halt()
 		f.forgetMetrics()
 	}
 	c.feeds.Store(nil)

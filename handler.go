@@ -9,8 +9,8 @@ import "slices"
 
 // changed is the one place that decides which changes of the
 // controller's own objects reach its queue: every addition (an object
-// created, or handed to this replica by a sharded ring, which lists what
-// it takes); an update that passes the filters, or that the controller
+// created, or one that became this replica's to reconcile, listed when
+// it came); an update that passes the filters, or that the controller
 // waits for (awaitOwnWrite), or of an object being deleted; a removal
 // that a hook must hear of (see remember). An object forgotten (moved to
 // another replica) queues nothing: it is not this replica's to reconcile.
