@@ -10,7 +10,7 @@ import "slices"
 // changed is the one place that decides which changes of the
 // controller's own objects reach its queue: every addition (an object
 // created, or one that became this replica's to reconcile, listed when
-// it came); an update that passes the filters, or that the controller
+// it came); an update that passes the filters, or that a reconcile
 // waits for (awaitOwnWrite), or of an object being deleted; a removal
 // that a hook must hear of (see remember). An object forgotten (moved to
 // another replica) queues nothing: it is not this replica's to reconcile.
@@ -57,10 +57,11 @@ func (c *Controller[T]) listed(evs []event[T]) {
 }
 
 // awaitOwnWrite reports whether the cache does not show a write this
-// program made to key yet: a reconcile that must not act on the older
-// state returns and waits, and the update that brings the write is
-// queued whatever the update filters say. The key is marked before the
-// cache is asked, so that an update arriving in between passes too.
+// program made to key yet: the worker then does not reconcile the key,
+// and the update that brings the write queues it whatever the update
+// filters say. So no reconcile acts on state older than this program's
+// own writes. The key is marked before the cache is asked, so that an
+// update arriving in between passes too.
 func (c *Controller[T]) awaitOwnWrite(key Key) bool {
 	c.mu.Lock()
 	if c.awaiting == nil {

@@ -196,8 +196,7 @@ type machineRun[T Object, S ~string] struct {
 // changed is the machine's update filter: the updates that can make it
 // move. Other finalizer changes are left out: the machine makes them
 // itself, right before a move whose own update follows; and the update
-// that brings a write the machine waits for passes anyway (see
-// Controller.awaitOwnWrite).
+// that brings a write a reconcile waits for passes anyway.
 func (r *machineRun[T, S]) changed(old, obj T) bool {
 	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
 		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
@@ -207,15 +206,7 @@ func (r *machineRun[T, S]) changed(old, obj T) bool {
 // a move is written, its Event, log line and metrics. cached is the cache's
 // object itself (UnsafeDisableDeepCopy), read before the reconcile began.
 func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
-	// A step must not run on state older than this program's own last
-	// write, such as a move whose update a change of an owned object beat
-	// to the queue: on the API server the move would conflict, on a fake
-	// it would be made twice. Wait for the update.
-	key := keyFrom(ctx, cached)
-	if r.ctrl.awaitOwnWrite(key) {
-		return Result{}, nil
-	}
-	latest, ok := r.ctrl.cache.Get(key)
+	latest, ok := r.ctrl.cache.Get(keyFrom(ctx, cached))
 	if !ok {
 		return Result{}, nil
 	}

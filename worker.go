@@ -38,6 +38,11 @@ func (c *Controller[T]) work() {
 			// process was paused, before anything noticed): the key is
 			// dropped, since whoever leads next reconciles every object.
 			c.q.forget(key)
+		case c.awaitOwnWrite(key):
+			// The cache does not show a write this program made to the
+			// object yet: a reconcile now would act on older state (and
+			// conflict, or repeat what it did). The update that brings
+			// the write queues the key, whatever the filters say.
 		default:
 			c.process(ctx, key, item)
 		}
