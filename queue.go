@@ -70,10 +70,10 @@ type queue struct {
 	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue
 	depth      workqueue.GaugeMetric
 
-	share *share // with more than one worker; under mu
+	fair *fairness // with more than one worker; under mu
 }
 
-// share keeps the keys of one cluster from taking every worker: a member
+// fairness keeps the keys of one cluster from taking every worker: a member
 // cluster whose API server is slow makes its reconciles slow, and they
 // would otherwise hold every worker in turn, and keep the other clusters'
 // keys waiting behind them. Once a controller has had keys of member
@@ -81,7 +81,7 @@ type queue struct {
 // cluster already has limit reconciles running is set aside instead of
 // reconciled, and queued again (with its causes) when a reconcile of its
 // cluster ends. The other clusters always have workers - limit workers.
-type share struct {
+type fairness struct {
 	limit   int
 	fleet   atomic.Bool      // a key of a member cluster was queued
 	members func() int       // how many member clusters are engaged
@@ -91,7 +91,7 @@ type share struct {
 }
 
 // capped reports whether the limit applies now.
-func (s *share) capped() bool { return s.fleet.Load() && s.members() > 0 }
+func (s *fairness) capped() bool { return s.fleet.Load() && s.members() > 0 }
 
 // delayed is a key added with a delay: when it is due and why.
 type delayed struct {
@@ -120,7 +120,7 @@ func newQueue(name string, workers int, members func() int, limiter RateLimiter,
 		released:  map[Key]time.Time{},
 	}
 	if workers > 1 {
-		q.share = &share{limit: workers - max(1, workers/4), members: members, running: map[string]int{},
+		q.fair = &fairness{limit: workers - max(1, workers/4), members: members, running: map[string]int{},
 			aside: map[Key]queued{}, order: map[string][]Key{}}
 	}
 	q.TypedDelayingInterface = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
@@ -148,8 +148,8 @@ func (q *queue) causesLocked(key Key) *Causes {
 	if cs == nil {
 		cs = &Causes{}
 		q.causes[key] = cs
-		if q.share != nil && key.Cluster != "" && !q.share.fleet.Load() {
-			q.share.fleet.Store(true)
+		if q.fair != nil && key.Cluster != "" && !q.fair.fleet.Load() {
+			q.fair.fleet.Store(true)
 		}
 	}
 	return cs
@@ -165,15 +165,15 @@ func (q *queue) addBacklog(b batch) {
 	q.backlogLen.Add(int64(len(b.keys)))
 	q.addDepth(len(b.keys))
 	q.backlogMu.Unlock()
-	q.feed()
+	q.refill()
 }
 
-// feed moves keys from the backlog into the queue while it holds fewer than
+// refill moves keys from the backlog into the queue while it holds fewer than
 // backlogWindow, taking from every batch in turn: the lists of several
 // clusters, or a relist and a resync, share the room fairly. Workers call
 // it before they wait for a key, so a backlog never waits on an empty
 // queue.
-func (q *queue) feed() {
+func (q *queue) refill() {
 	if q.backlogLen.Load() == 0 {
 		return
 	}
@@ -296,20 +296,20 @@ type queued struct {
 
 // get hands out the next key and what the queue knows of it. A delayed key
 // handed out at or after its due time has been delivered, so its due entry
-// is dropped and its reason joins the causes. Keys that share sets aside
+// is dropped and its reason joins the causes. Keys that fairness sets aside
 // are not handed out. Every key handed out is given back with done.
 func (q *queue) get() (Key, queued, bool) {
 	for {
-		q.feed()
+		q.refill()
 		key, shutdown := q.Get()
 		if shutdown {
 			return key, queued{}, true
 		}
-		share := q.share
-		if share != nil && !share.fleet.Load() {
-			share = nil // one cluster: nothing to share, nothing to count
+		fair := q.fair
+		if fair != nil && !fair.fleet.Load() {
+			fair = nil // one cluster: nothing to share, nothing to count
 		}
-		capped := share != nil && share.capped()
+		capped := fair != nil && fair.capped()
 		q.mu.Lock()
 		it := queued{causes: q.causes[key]}
 		delete(q.causes, key)
@@ -324,7 +324,7 @@ func (q *queue) get() (Key, queued, bool) {
 			delete(q.released, key)
 			it.released = at
 		}
-		if s := share; s != nil {
+		if s := fair; s != nil {
 			if aside, ok := s.aside[key]; ok { // queued again while set aside
 				aside.merge(it)
 				s.aside[key] = aside
@@ -355,7 +355,7 @@ func (q *queue) done(key Key) {
 	// workqueue's alone. Keys handed out before that moment and done after
 	// it count their cluster low for a while: by at most the workers busy
 	// then.
-	if s := q.share; s != nil && s.fleet.Load() {
+	if s := q.fair; s != nil && s.fleet.Load() {
 		var back []Key
 		capped := s.capped()
 		q.mu.Lock()
@@ -401,12 +401,12 @@ func (q *queue) restoreLocked(key Key, it queued) {
 
 // asideLen returns how many keys are set aside.
 func (q *queue) asideLen() int {
-	if q.share == nil {
+	if q.fair == nil {
 		return 0
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.share.aside)
+	return len(q.fair.aside)
 }
 
 // merge adds what the queue learned of a key later to what it knew.
