@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -146,21 +145,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 // namespace through the binding.
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
-	sel := f.c.scope.labels
-	if v := f.view; v != nil {
-		opts.ShardSelector = v.ShardSelector
-		if v.Label != nil {
-			all := labels.NewSelector()
-			if sel != nil {
-				reqs, _ := sel.Requirements()
-				all = all.Add(reqs...)
-			}
-			sel = all.Add(*v.Label)
-		}
-	}
-	if sel != nil {
-		opts.LabelSelector = sel.String()
-	}
+	opts = f.view.Narrow(opts, f.c.scope.labels)
 	if s := f.c.scope.fields; s != nil {
 		opts.FieldSelector = s.String()
 	}

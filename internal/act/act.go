@@ -99,6 +99,26 @@ func (v *View) Same(o *View) bool {
 		(v.Label == nil) == (o.Label == nil) && (v.Label == nil || v.Label.String() == o.Label.String())
 }
 
+// Narrow adds the view's selection to opts, a list or watch of a cache
+// whose own label selector is sel (nil for none).
+func (v *View) Narrow(opts metav1.ListOptions, sel labels.Selector) metav1.ListOptions {
+	if v != nil {
+		opts.ShardSelector = v.ShardSelector
+		if v.Label != nil {
+			all := labels.NewSelector()
+			if sel != nil {
+				reqs, _ := sel.Requirements()
+				all = all.Add(reqs...)
+			}
+			sel = all.Add(*v.Label)
+		}
+	}
+	if sel != nil {
+		opts.LabelSelector = sel.String()
+	}
+	return opts
+}
+
 // ErrMoved is the cause of a reconcile's context canceled because its
 // object's part is moving to another replica.
 var ErrMoved = errors.New("ctrl: the object is moving to another replica")
