@@ -159,14 +159,14 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 
 // target is a controller as the handlers of other caches see it.
 type target interface {
-	// queue queues key for cause, if the controller is active.
-	queue(key Key, cause Cause)
-	// queueListed queues keys through the backlog, if the controller is
+	// enqueue queues key for cause, if the controller is active.
+	enqueue(key Key, cause Cause)
+	// enqueueListed queues keys through the backlog, if the controller is
 	// active.
-	queueListed(keys []Key, cause Cause)
-	// queueAll queues every object of the controller through the backlog,
+	enqueueListed(keys []Key, cause Cause)
+	// enqueueAll queues every object of the controller through the backlog,
 	// if it is active.
-	queueAll(cause Cause)
+	enqueueAll(cause Cause)
 	// name is the controller's name.
 	name() string
 }
@@ -179,7 +179,7 @@ func (c *Controller[T]) user() string   { return c.ctrlName }
 func (h *ownerHandler[O]) user() string { return h.to.name() }
 func (h *mapHandler[O]) user() string   { return h.to.name() }
 
-func (c *Controller[T]) queue(key Key, cause Cause) {
+func (c *Controller[T]) enqueue(key Key, cause Cause) {
 	if !c.active.Load() {
 		return
 	}
@@ -187,7 +187,7 @@ func (c *Controller[T]) queue(key Key, cause Cause) {
 	c.mgr.activity.Add(1)
 }
 
-func (c *Controller[T]) queueListed(keys []Key, cause Cause) {
+func (c *Controller[T]) enqueueListed(keys []Key, cause Cause) {
 	if !c.active.Load() || len(keys) == 0 {
 		return
 	}
@@ -195,8 +195,8 @@ func (c *Controller[T]) queueListed(keys []Key, cause Cause) {
 	c.mgr.activity.Add(1)
 }
 
-// queueAll queues every object of the controller through the backlog.
-func (c *Controller[T]) queueAll(cause Cause) {
+// enqueueAll queues every object of the controller through the backlog.
+func (c *Controller[T]) enqueueAll(cause Cause) {
 	if !c.active.Load() {
 		return
 	}

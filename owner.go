@@ -130,7 +130,7 @@ func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 
 func (h *ownerHandler[O]) changed(ev event[O]) {
 	if ev.kind == joined {
-		h.to.queueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		h.to.enqueueAll(Cause{Reason: ReasonJoined, Object: ev.key})
 		return
 	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
@@ -139,11 +139,11 @@ func (h *ownerHandler[O]) changed(ev event[O]) {
 	cause := Cause{Reason: ReasonOwned, Kind: h.srcKind, Object: ev.key}
 	k, ok := h.owner(ev.key, ev.obj)
 	if ok {
-		h.to.queue(k, cause)
+		h.to.enqueue(k, cause)
 	}
 	if ev.kind == updated {
 		if was, had := h.owner(ev.key, ev.old); had && (!ok || was != k) {
-			h.to.queue(was, cause) // the old owner lost its child
+			h.to.enqueue(was, cause) // the old owner lost its child
 		}
 	}
 }
@@ -155,7 +155,7 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 			keys = append(keys, k)
 		}
 	}
-	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
 
 // SetControllerReference makes owner the controller of obj: it adds an

@@ -65,7 +65,7 @@ func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
 
 func (h *mapHandler[O]) changed(ev event[O]) {
 	if ev.kind == joined {
-		h.to.queueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		h.to.enqueueAll(Cause{Reason: ReasonJoined, Object: ev.key})
 		return
 	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
@@ -79,7 +79,7 @@ func (h *mapHandler[O]) changed(ev event[O]) {
 	}
 	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: ev.key}
 	for _, k := range keys {
-		h.to.queue(k, cause)
+		h.to.enqueue(k, cause)
 	}
 }
 
@@ -101,5 +101,5 @@ func (h *mapHandler[O]) listed(evs []event[O]) {
 	for _, ev := range evs {
 		keys = append(keys, h.mapped(ev.key, ev.obj)...)
 	}
-	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
