@@ -1,15 +1,10 @@
 package ctrl
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 )
@@ -66,7 +61,7 @@ func (r *Recorder[T]) Event(obj T, eventType, reason, message string) {
 
 // Eventf is [Recorder.Event] with a formatted message.
 func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...any) {
-	rec := r.m.recorder(r.cluster, r.source)
+	rec := r.m.events.Recorder(r.cluster, r.source)
 	if rec == nil || !r.m.acting() {
 		return
 	}
@@ -74,123 +69,4 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	// is, with no Scheme to look the type up in.
 	ref := reference(r.info.GVK(), obj)
 	rec.Eventf(&ref, eventType, reason, format, args...)
-}
-
-// eventSink is the manager's side of events: while Start runs, per
-// cluster one broadcaster, started by the first event, and a recorder per
-// component.
-type eventSink struct {
-	running  bool
-	clusters map[string]*clusterEvents
-}
-
-type clusterEvents struct {
-	broadcaster record.EventBroadcaster
-	recorders   map[string]record.EventRecorder
-}
-
-// startEvents lets recorders send events, and returns the function that
-// stops the broadcasters, flushing what they hold.
-func (m *Manager) startEvents() func() {
-	m.mu.Lock()
-	m.events.running = true
-	m.events.clusters = map[string]*clusterEvents{}
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		clusters := m.events.clusters
-		m.events.running, m.events.clusters = false, nil
-		m.mu.Unlock()
-		for _, ce := range clusters {
-			ce.broadcaster.Shutdown()
-		}
-	}
-}
-
-// stopEventsIn stops the broadcaster of a member that left.
-func (m *Manager) stopEventsIn(cluster string) {
-	m.mu.Lock()
-	ce := m.events.clusters[cluster]
-	delete(m.events.clusters, cluster)
-	m.mu.Unlock()
-	if ce != nil {
-		ce.broadcaster.Shutdown()
-	}
-}
-
-// recorder returns the recorder of component in cluster, or nil if events
-// cannot be sent now (the manager does not run, or the cluster does not
-// serve Events).
-func (m *Manager) recorder(cluster, component string) record.EventRecorder {
-	m.mu.Lock()
-	running, ce := m.events.running, m.events.clusters[cluster]
-	m.mu.Unlock()
-	if !running {
-		return nil
-	}
-	if ce == nil {
-		b, err := bindIn[*corev1.Event](m, cluster, APIResource{})
-		if err != nil {
-			return nil
-		}
-		bc := record.NewBroadcaster(record.WithSleepDuration(time.Second))
-		bc.StartRecordingToSink(sink{b, m})
-		m.mu.Lock()
-		if cur := m.events.clusters[cluster]; cur != nil || !m.events.running {
-			m.mu.Unlock()
-			bc.Shutdown() // raced with another event, or with the stop
-			return m.recorder(cluster, component)
-		}
-		ce = &clusterEvents{broadcaster: bc, recorders: map[string]record.EventRecorder{}}
-		m.events.clusters[cluster] = ce
-		m.mu.Unlock()
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rec, ok := ce.recorders[component]
-	if !ok {
-		rec = ce.broadcaster.NewRecorder(nil, corev1.EventSource{Component: component})
-		ce.recorders[component] = rec
-	}
-	return rec
-}
-
-// sink writes the recorder's Events through the binding. Events are sent
-// in the background, after the reconcile that emitted them: once this
-// replica has lost the lead (not released it at shutdown), they are
-// dropped, as if sent (an error would make the broadcaster retry).
-type sink struct {
-	b *binding.Binding[*corev1.Event]
-	m *Manager
-}
-
-func (s sink) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 10*time.Second)
-}
-
-func (s sink) Create(e *corev1.Event) (*corev1.Event, error) {
-	if s.m.lost() {
-		return e, nil
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	return s.b.Create(ctx, e, metav1.CreateOptions{})
-}
-
-func (s sink) Update(e *corev1.Event) (*corev1.Event, error) {
-	if s.m.lost() {
-		return e, nil
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	return s.b.Update(ctx, e, metav1.UpdateOptions{})
-}
-
-func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	if s.m.lost() {
-		return e, nil
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	return s.b.Patch(ctx, e.Namespace, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 }

@@ -156,7 +156,7 @@ func (m *Manager) Disengage(name string) {
 	for _, c := range ctrls {
 		c.forget(name)
 	}
-	m.stopEventsIn(name)
+	m.events.StopIn(name)
 	mb.conns.CloseAll()
 	m.log.Info("member cluster disengaged", "cluster", name)
 	m.activity.Add(1)

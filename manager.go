@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/events"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
 	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -242,7 +244,7 @@ type Manager struct {
 	startedCh   chan struct{}   // closed when the caches synced and workers run
 	startedOnce sync.Once
 	fail        context.CancelCauseFunc // stops Start with a fatal error
-	events      eventSink
+	events      events.Sinks
 	stopped     chan struct{} // closed when Start returns
 	startErr    error
 	addresses   Addresses
@@ -336,6 +338,10 @@ func NewManager(opts Options) (*Manager, error) {
 		m.clients.Discover = binding.NewDiscover(m.clients.Config, m.clients.HTTP)
 	}
 	leases := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	m.events.Bind = func(cluster string) (*binding.Binding[*corev1.Event], error) {
+		return bindIn[*corev1.Event](m, cluster, APIResource{})
+	}
+	m.events.Lost = m.lost
 	switch {
 	case opts.Sharding.Ring != "":
 		member, err := newSharding(m, opts)
@@ -435,7 +441,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	}()
 	m.runProvider(cacheCtx)
 	servers.Serve(func(err error) { m.fatal(fmt.Errorf("ctrl: %w", err)) })
-	stopEvents := m.startEvents()
+	stopEvents := m.events.Start()
 	defer stopEvents()
 
 	m.log.Info("starting", "caches", len(caches), "controllers", len(ctrls))
