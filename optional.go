@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/crd"
 )
 
 // An optional kind (CacheOptions.Optional) is a custom resource whose
@@ -81,7 +82,7 @@ func (c *Cache[T]) watchCRD() error {
 	crds, err := makeCache(c.mgr, CacheOptions{
 		Resource:      crdResource,
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.crd),
-	}, use[*unstructured.Unstructured]{handler: kicker{o}, private: fmt.Sprintf("crd of %p", c), trim: trimCRD})
+	}, use[*unstructured.Unstructured]{handler: kicker{o}, private: fmt.Sprintf("crd of %p", c), trim: crd.Trim})
 	if err != nil {
 		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", c, err)
 	}
@@ -114,57 +115,6 @@ func (k kicker) kick() {
 func (k kicker) changed(event[*unstructured.Unstructured])  { k.kick() }
 func (k kicker) listed([]event[*unstructured.Unstructured]) { k.kick() }
 
-// trimCRD keeps what crdState reads of a CRD: its identity, its served
-// versions and its conditions, not its schemas.
-func trimCRD(u *unstructured.Unstructured) *unstructured.Unstructured {
-	out := &unstructured.Unstructured{Object: map[string]any{}}
-	out.SetAPIVersion(u.GetAPIVersion())
-	out.SetKind(u.GetKind())
-	out.SetName(u.GetName())
-	out.SetUID(u.GetUID())
-	out.SetResourceVersion(u.GetResourceVersion())
-	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
-	versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
-	var kept []any
-	for _, v := range versions {
-		if v, ok := v.(map[string]any); ok {
-			kept = append(kept, map[string]any{"name": v["name"], "served": v["served"]})
-		}
-	}
-	if kept != nil {
-		_ = unstructured.SetNestedSlice(out.Object, kept, "spec", "versions")
-	}
-	if conds, ok, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); ok {
-		_ = unstructured.SetNestedSlice(out.Object, conds, "status", "conditions")
-	}
-	return out
-}
-
-const notEstablished = "not Established yet"
-
-// crdState says whether crd (nil: absent) serves version, and if not, why.
-func crdState(crd *unstructured.Unstructured, version string) (served bool, why string) {
-	if crd == nil {
-		return false, "not installed"
-	}
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	if !slices.ContainsFunc(versions, func(v any) bool {
-		m, _ := v.(map[string]any)
-		served, _ := m["served"].(bool)
-		return m["name"] == version && served
-	}) {
-		return false, fmt.Sprintf("does not serve version %s", version)
-	}
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	if !slices.ContainsFunc(conds, func(c any) bool {
-		m, _ := c.(map[string]any)
-		return m["type"] == "Established" && m["status"] == "True"
-	}) {
-		return false, notEstablished
-	}
-	return true, ""
-}
-
 // follow runs the cache's feeds while its CRD serves the cache's version,
 // until ctx is done: it starts them when the CRD is Established, and when
 // the CRD goes, stops them and removes what they held. Each change of state
@@ -185,15 +135,15 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	var serving types.UID // the CRD the feeds run for; "" while they do not
 	for {
 		kicks := o.kicks.Load()
-		crd, _ := o.crds.Get(Key{Name: o.crd})
-		served, why := crdState(crd, o.version)
-		if serving != "" && (!served || crd.GetUID() != serving) {
+		def, _ := o.crds.Get(Key{Name: o.crd})
+		served, why := crd.State(def, o.version)
+		if serving != "" && (!served || def.GetUID() != serving) {
 			// A CRD is removed only after the API server has deleted
 			// every object of it, which the feeds have mostly seen: what
 			// they still hold was deleted too. A CRD that only stopped
 			// serving the version leaves its objects on the server.
 			gone := forgotten
-			if crd == nil || crd.GetUID() != serving {
+			if def == nil || def.GetUID() != serving {
 				gone, why = deleted, "deleted"
 			}
 			c.rewire.Lock()
@@ -203,7 +153,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 			serving = ""
 		}
 		if served && serving == "" {
-			serving = crd.GetUID()
+			serving = def.GetUID()
 			c.rewire.Lock()
 			c.served = serving
 			c.refeed(forgotten)
@@ -216,7 +166,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		if !served {
 			if was := o.waiting.Swap(&why); was == nil || *was != why {
 				l := log
-				if why == notEstablished {
+				if why == crd.NotEstablished {
 					l = log.V(1) // a CRD just made: Established follows at once
 				}
 				l.Info("waiting for the CustomResourceDefinition", "reason", why, "controllers", c.users())
