@@ -18,35 +18,24 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
-// A state machine keeps an object's progress in a phase of its status. The
-// user declares the states, the moves each state's step may make, and where
-// cleanup starts; the machine runs one step per reconcile and writes each
-// move to the status subresource with the object's resourceVersion, so that
-// a move is written once or not at all, never from stale state.
-
 // Machine declares a state machine over the phase S, a string type such as
 // BucketPhase, kept in the status of objects of type T. Run it with
 // [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
 // Each reconcile makes at most one move. An object with no phase enters
-// Initial. An object in a state with a Step runs it: the step does the
-// state's work and returns where to go next, which must be one of the
-// state's To; a step that fails stays in its state and is retried with
-// backoff. An object in a state without a Step rests there until its spec
-// changes (see [State].SpecChanged) or it is deleted.
+// Initial. In a state with a Step, the step does the state's work and
+// returns where to go next, one of the state's To; a failing step stays
+// and is retried with backoff. A state without a Step rests until the spec
+// changes ([State].SpecChanged) or the object is deleted.
 //
-// Each move sets the phase, status.observedGeneration, and the machine's
-// condition (type Condition) with the move's reason and message, and writes
-// them, with whatever else the step changed in the status, through the
-// status subresource. The write carries the resourceVersion of the object
-// the step saw: if the object changed meanwhile, the write fails with a
-// conflict and the reconcile runs again on the newer object, so a move is
-// never written twice nor over a change the step did not see. Once
-// written, the move is reported by an Event about the object and counted
-// in the ctrl_machine_* metrics.
+// A move sets the phase, status.observedGeneration and the machine's
+// condition, and writes them with the step's other status changes through
+// the status subresource, from the resourceVersion the step saw (the Once
+// guarantee): a conflict reruns the reconcile on the newer object. A
+// written move is reported by an Event and counted in ctrl_machine_*.
 //
 // Steps must be idempotent: a step runs again when the process dies
-// between its work and the write of its move, and when its write conflicts.
+// between its work and its write, and when its write conflicts.
 type Machine[T Object, S ~string] struct {
 	// Initial is the state an object enters when its phase is empty: a new
 	// object. The move's reason is "Created". Required.
@@ -61,25 +50,21 @@ type Machine[T Object, S ~string] struct {
 	// Conditions returns a pointer to the object's status conditions.
 	// Required.
 	Conditions func(T) *[]metav1.Condition
-	// ObservedGeneration returns a pointer to the object's
-	// status.observedGeneration, which every status write sets to the
-	// generation it acted on. Required.
+	// ObservedGeneration returns a pointer to status.observedGeneration, which
+	// every status write sets to the generation it acted on. Required.
 	ObservedGeneration func(T) *int64
-	// Condition is the type of the condition the machine keeps in the
-	// object's status: True in the states marked [State].Ready, False in
-	// the others, with the reason and message of the last move, and, as
-	// its lastTransitionTime, the time the object entered its state.
-	// Default: "Ready".
+	// Condition is the type of the machine's condition: True in [State].Ready
+	// states, False in others, with the last move's reason and message, and
+	// the time the object entered its state as lastTransitionTime. Default:
+	// "Ready".
 	Condition string
-	// Finalizer, a qualified name such as "example.com/cleanup", makes
-	// cleanup part of the machine: the machine adds the finalizer before
-	// an object's first move, and when the object is deleted, moves it to
-	// Deleting (reason "Deleting") from whatever state it is in. The states
-	// reachable from Deleting form the cleanup path, which shares no state
-	// with those reachable from Initial; the finalizer is removed, letting
-	// the deletion complete, only once the path reaches a state without a
-	// Step. Default: none: a deleted object goes at once, wherever it
-	// stands.
+	// Finalizer, such as "example.com/cleanup", makes cleanup part of the
+	// machine: it is added before an object's first move; a deleted object
+	// moves to Deleting (reason "Deleting") from any state. The states
+	// reachable from Deleting form the cleanup path, sharing no state with
+	// those reachable from Initial; the finalizer is removed once the path
+	// reaches a state without a Step. Default: none: a deleted object goes at
+	// once.
 	Finalizer string
 	// Deleting is the first state of the cleanup path. Required with
 	// Finalizer, and only with it.
@@ -100,10 +85,9 @@ type State[T Object, S ~string] struct {
 	// Ready marks a state in which the object has what its spec asks for:
 	// the machine's condition is True in it. Default: false.
 	Ready bool
-	// SpecChanged is the state an object in this state moves to when its
-	// spec changes, that is when metadata.generation passes
-	// status.observedGeneration, with the reason "SpecChanged"; for
-	// example from Ready back to Provisioning. It need not be in To.
+	// SpecChanged is where an object in this state moves, with reason
+	// "SpecChanged", when metadata.generation passes status.observedGeneration
+	// (such as from Ready back to Provisioning); it need not be in To.
 	// Default: none: the object stays, and Step sees the new spec.
 	SpecChanged S
 }
@@ -123,36 +107,29 @@ type Next[S ~string] struct {
 	// states. Default: a Normal Event.
 	Warning bool
 	// RequeueAfter, if positive and the object stays, runs the step again
-	// after this long, unless a change runs it sooner. Default: only a
-	// change runs it again.
+	// after this long unless a change runs it sooner. Default: only a change.
 	RequeueAfter time.Duration
 }
 
 // NewMachine returns a controller named name that runs machine on the
-// objects of type T. Wire it further like any [Controller]: [Owns] and
-// [Watches] make changes to other objects run the step of the object they
-// map to.
+// objects of type T; wire it further like any [Controller] ([Owns],
+// [Watches]).
 //
-// The controller reconciles an object when it is created, when its phase,
-// generation or observedGeneration changes, and while it is being deleted;
-// status and metadata changes by others that touch none of these do not run
-// a step, and [Controller.FilterUpdates] adds to this list. A reconcile
-// that finds a write this program made to the object not yet in the cache
-// waits for it instead of stepping from the older state. Do not use the
-// controller's OnFinalize: the machine owns its finalizer. An object that
-// leaves the cache's selector (ControllerOptions.Cache) carrying the
-// finalizer keeps it. ControllerOptions.UnsafeDisableDeepCopy is ignored:
-// each step gets its own copy.
+// It reconciles an object when it is created, when its phase, generation or
+// observedGeneration changes, and while it is deleted; other status and
+// metadata changes run no step unless [Controller.FilterUpdates] adds
+// them. A reconcile that finds this program's own write not yet cached
+// waits for it. Do not use OnFinalize: the machine owns its finalizer. An
+// object that leaves the cache's selector keeps the finalizer.
+// ControllerOptions.UnsafeDisableDeepCopy is ignored.
 //
 // Moves are reported as Events from component name, and counted in
-// ctrl_machine_objects (objects per state, read from the controller's cache
-// at each scrape), ctrl_machine_transitions_total and
-// ctrl_machine_state_duration_seconds, labeled with name and declared
-// states only.
-//
-// It returns an error if machine is incomplete or inconsistent (naming what
-// is wrong), if T has no status subresource, if Events cannot be written, or
-// for the reasons of [NewController].
+// ctrl_machine_objects (per state, read from the cache at each scrape),
+// ctrl_machine_transitions_total and ctrl_machine_state_duration_seconds,
+// labeled with name and declared states only. It returns an error if
+// machine is incomplete or inconsistent (naming what is wrong), if T has no
+// status subresource, if Events cannot be written, or for the reasons of
+// [NewController].
 func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
 	d, err := machine.compile()
 	if err != nil {
@@ -208,20 +185,17 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	return c, nil
 }
 
-// Reconcile runs one reconcile of the machine on obj without a manager, for unit
-// tests: it makes the move the machine would make, or runs the step of
-// obj's state, and returns the object as the API server would hold it
-// afterwards: obj with the machine's finalizer added or removed and the new
-// status, but none of a step's changes outside the status. It also returns
-// the Result the reconcile would return, and its error, if any. obj itself
-// is not changed. Steps run as they would in a controller, with ctx; their
-// clients, if any, do make requests. No Event is emitted and nothing is
-// counted. Set metadata.generation by hand to play a spec change, and
-// metadata.deletionTimestamp to play a deletion.
+// Reconcile runs one reconcile of the machine on obj without a manager, for
+// unit tests: it makes the move or runs the step the machine would, and
+// returns the object as the API server would then hold it (finalizer added
+// or removed, new status, none of a step's changes outside the status), the
+// Result and the error. obj is not changed. Steps run with ctx; their
+// clients do make requests. No Event is emitted, nothing is counted. Set
+// metadata.generation to play a spec change, deletionTimestamp a deletion.
 //
-// Calling Step until the phase stops changing runs obj to a resting state.
-// On error the returned object still holds what was written before it
-// failed, such as the finalizer added before a step that failed.
+// Calling Reconcile until the phase stops changing runs obj to a resting
+// state. On error the returned object holds what was written before the
+// failure, such as the finalizer added before a failing step.
 func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {
