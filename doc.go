@@ -66,7 +66,10 @@
 //     runs. A move is neither a deletion nor a selector exit: no hook runs,
 //     the finalizer stays, and the next owner reconciles the object whatever
 //     its update filters. A replica whose membership ended is fenced as a
-//     lost leader is.
+//     lost leader is. No orphans: the share of a replica that stopped
+//     cleanly is taken at once, of one that died LeaseDuration after its
+//     last renewal began. A joining replica takes its share as others give
+//     it up, disturbing no other objects.
 //   - Observable: deletions reach [Controller.OnFinalize] hooks while the
 //     object still exists, across restarts and failovers, and
 //     [Controller.OnDelete] hooks once after it is gone, for deletions seen

@@ -21,50 +21,21 @@ import (
 )
 
 // Sharding splits the objects of a program's controllers among its
-// replicas, so that N replicas share the work and each caches about 1/N of
-// the objects. Each replica holds a membership Lease; every replica
-// computes the same split of the objects among the live members and takes
-// its share, publishing in its Lease what it claims. There is no
-// coordinator: Kubernetes itself is the engine, with Leases and selected
-// lists and watches, and no other store.
+// replicas, so N replicas each reconcile and cache about 1/N of them. Each
+// replica holds a membership Lease, computes the same split among the live
+// members, and takes its share; there is no coordinator (see
+// README.md#sharding). The guarantees are the package's "One owner per
+// object": see the package documentation.
 //
-// Objects are placed by the 64-bit FNV-1a hash of their UID, or, with
-// ByNamespace, of their namespace, so that all the objects of a namespace
-// share a replica. Where the API server offers it (the
-// ShardedListAndWatch feature, alpha since Kubernetes 1.36), each replica
-// lists and watches its share only (ListOptions.ShardSelector), and
-// sharding writes nothing to any object. Elsewhere, or with ByLabel, each
-// object carries a label (shard.ctrl.dev/<Ring>) with its part of the
-// space, written once by the replica that serves it, and caches select on
-// that. The mode is the whole ring's, decided at the start, logged, and
-// shown in /readyz and ctrl_shard_mode.
+// Objects are placed by the FNV-1a hash of their UID or, with ByNamespace,
+// their namespace. Where the API server offers ShardedListAndWatch (alpha
+// since 1.36) each replica lists and watches its share only
+// (ListOptions.ShardSelector) and writes nothing to objects; elsewhere, or
+// with ByLabel, each object carries a label shard.ctrl.dev/<Ring>, written
+// once by its replica, that caches select on. The mode is the ring's,
+// decided at start, logged, and shown in /readyz and ctrl_shard_mode.
 //
-// Guarantees, for each sharded controller:
-//   - One owner: no two replicas reconcile an object at once, nor run its
-//     OnDelete or OnFinalize. A replica serves a part of the space only
-//     after claiming it in its Lease and reading, with a quorum read, that
-//     no live replica claims it; it gives a part up only after no
-//     reconcile of its objects runs any more (they are canceled at once),
-//     and then publishes that. A replica whose membership ended (see
-//     RenewDeadline) may still be running a reconcile that ignores its
-//     canceled context, but every write it makes through ctrl's clients
-//     fails with [ErrLeadershipLost], and its share is taken only
-//     LeaseDuration after its last renewal began.
-//   - A move is neither a deletion nor a selector exit: the replica that
-//     gives an object up calls neither OnDelete nor OnFinalize, and leaves
-//     its finalizer for the next owner; moves pass every update filter,
-//     since the next owner lists the objects it takes.
-//   - No orphans: the share of a replica that stops cleanly is taken as
-//     soon as it has stopped (its Lease is deleted); that of one that died,
-//     once its Lease expires, LeaseDuration after its last renewal began,
-//     however long ago the others started; then its objects are listed and
-//     reconciled by their new owners.
-//   - No stop-the-world: a replica that joins takes its share as the
-//     others give it up; the rest of the objects are not disturbed.
-//
-// The clocks of the replicas must agree to within LeaseDuration -
-// RenewDeadline: a replica judges another's Lease expired from the
-// renewTime written by the other's clock (see [LeaderElection]).
+// The replicas' clocks must agree to within LeaseDuration - RenewDeadline.
 type Sharding struct {
 	// Ring names the ring: the replicas of one program that share its
 	// objects. Their Leases are named <Ring>.<identity> and labeled
@@ -76,33 +47,27 @@ type Sharding struct {
 	// running at once; see [Manager.Identity] and [IdentityFrom]. Default:
 	// the host name, cut to fit, and a random suffix.
 	Identity string
-	// ByNamespace places objects by their namespace instead of their UID:
-	// every object of a namespace is served by one replica, and the caches
-	// a sharded controller owns ([Owns]) hold the objects of this
-	// replica's namespaces only, where the API server can select by hash.
-	// It needs list and watch on namespaces, whose names are shared out
-	// one by one. Default: by UID.
+	// ByNamespace places objects by namespace instead of UID: one replica
+	// serves all of a namespace, and caches a sharded controller [Owns] hold
+	// only its namespaces' objects where the server selects by hash. It needs
+	// list and watch on namespaces. Default: by UID.
 	ByNamespace bool
-	// ByLabel selects each replica's objects by the shard label even where
-	// the API server could select them by hash: for clusters where
-	// ShardedListAndWatch, alpha, is not trusted, or not on in every API
-	// server (the mode is decided once, from one answer). Default: by hash
-	// where the server offers it.
+	// ByLabel selects by the shard label even where the server could select by
+	// hash (ShardedListAndWatch not trusted, or not on in every API server: the
+	// mode is decided from one answer). Default: by hash where offered.
 	ByLabel bool
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before taking its share. Default: 15 s, or 1.5
 	// times RenewDeadline if only that is set.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long a replica may act after the start of its
-	// last successful renewal: past it, it stops reconciling (its
-	// reconciles are canceled and its writes through ctrl's clients fail)
-	// and Start returns an error wrapping [ErrLeadershipLost]. Default:
-	// two thirds of LeaseDuration (10 s).
+	// RenewDeadline is how long a replica may act after the start of its last
+	// successful renewal; past it, it is fenced as a lost leader is (see the
+	// One leader guarantee) and Start returns an error wrapping
+	// [ErrLeadershipLost]. Default: two thirds of LeaseDuration (10 s).
 	RenewDeadline time.Duration
-	// RetryPeriod is how often Leases are renewed, and how often a replica
-	// looks at the ring when nothing changed; it also looks when another
-	// member's Lease is due to expire. Default: two fifteenths of
-	// LeaseDuration (2 s).
+	// RetryPeriod is how often Leases are renewed and the ring is looked at
+	// (also when another member's Lease is due to expire). Default: two
+	// fifteenths of LeaseDuration (2 s).
 	RetryPeriod time.Duration
 }
 
@@ -201,9 +166,8 @@ func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
 }
 
-// shareOf asks the manager's policy for the share of a cache of b's type
-// in scope sc, that *made is (once made): a controller's own objects, or,
-// with related, objects a controller owns.
+// shareOf asks the policy for the share of a cache of b's type in sc that
+// *made is: a controller's own objects, or, with related, owned objects.
 func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope, made **Cache[T]) (act.Share, error) {
 	t := act.Type{Name: b.Info.String(), Namespaced: b.Namespaced, Related: related}
 	if !related {
