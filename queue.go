@@ -16,38 +16,26 @@ import (
 type RateLimiter = workqueue.TypedRateLimiter[Key]
 
 // DefaultRateLimiter returns the limiter controllers use unless
-// ControllerOptions.RateLimiter is set, the same as controller-runtime's:
-// the larger of a per-key exponential backoff from 5 ms to 1000 s and an
-// overall token bucket of 10 retries per second with a burst of 100.
-//
-// The per-key backoff keeps one broken object from spinning; the bucket
-// protects the API server from a controller whose every reconcile fails at
-// once, as after a bad rollout. Its cost is that N keys failing together
-// are retried over about N/10 seconds. That is why a controller does not
-// pass it the failures that only mean the API server was unreachable, nor
-// conflicts: an outage would otherwise book every key's retry into the
-// future (10,000 keys: a quarter of an hour after a five-second outage).
-// Those keys wait for the server instead and are retried within a second
-// or two of it answering again; conflicts are retried after a per-key
-// backoff alone.
+// ControllerOptions.RateLimiter is set, controller-runtime's: the larger of
+// a per-key exponential backoff from 5 ms to 1000 s and a token bucket of
+// 10 retries per second, burst 100. Failures that only mean the API server
+// was unreachable do not go through it (they wait for the server), and
+// conflicts get the per-key backoff alone; see README.md#retries.
 func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }
 
-// queue is a controller's work queue: client-go's delaying workqueue of
-// keys, which de-duplicates keys and never hands the same key to two workers
-// at once, plus what the workqueue cannot carry: the causes of each queued
-// key, the backlog of listed keys, the keys waiting for the API server, and
-// the bookkeeping the idle check needs (keys in processing, and when the
-// earliest delayed key is due).
+// queue is a controller's work queue: client-go's delaying workqueue (which
+// de-duplicates keys and never hands one key to two workers), plus each
+// key's causes, the backlog of listed keys, keys waiting for a server, and
+// what the idle check needs.
 type queue struct {
 	workqueue.TypedDelayingInterface[Key]
 	limiter   RateLimiter // errors
 	conflicts RateLimiter // conflicts: per-key backoff, no shared budget
 
-	// processing counts keys handed out by Get and not yet Done. It changes
-	// inside the workqueue's lock, together with the queue itself (see
-	// counting), so Len() == 0 && processing == 0 is exact.
+	// processing counts keys handed out and not yet Done; it changes under the
+	// workqueue's lock (see counting), so Len() == 0 && processing == 0 is exact.
 	processing atomic.Int64
 
 	mu       sync.Mutex
@@ -56,15 +44,10 @@ type queue struct {
 	waiting  map[Key]string    // keys waiting for an API server: the cluster's
 	released map[Key]time.Time // keys the server's return released, and when
 
-	// The backlog holds the keys of objects that a list added or changed
-	// (the initial list above all, a relist, a resync) until the queue has
-	// room for them: at most backlogWindow keys wait in the queue, and the
-	// rest come in as workers take keys. Changes that arrive meanwhile go
-	// straight into the queue, so they are served before the rest of the
-	// list, and the workqueue's own sets and maps, which never shrink, stay
-	// the size of the window instead of growing to the size of the list.
-	// workqueue_depth counts the backlog too; workqueue_queue_duration_seconds
-	// starts when a key enters the queue proper.
+	// The backlog holds listed keys until the queue has room (backlogWindow),
+	// so changes go first (the Live first guarantee) and the workqueue's maps,
+	// which never shrink, stay the window's size. workqueue_depth counts it;
+	// workqueue_queue_duration_seconds starts in the queue proper.
 	backlogMu  sync.Mutex
 	backlog    []batch
 	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue
@@ -73,14 +56,10 @@ type queue struct {
 	share *share // with more than one worker; under mu
 }
 
-// share keeps the keys of one cluster from taking every worker: a member
-// cluster whose API server is slow makes its reconciles slow, and they
-// would otherwise hold every worker in turn, and keep the other clusters'
-// keys waiting behind them. Once a controller has had keys of member
-// clusters, and while members are engaged, a key handed out while its
-// cluster already has limit reconciles running is set aside instead of
-// reconciled, and queued again (with its causes) when a reconcile of its
-// cluster ends. The other clusters always have workers - limit workers.
+// share keeps one slow member cluster from holding every worker: once a
+// member's key was queued, a key whose cluster already runs limit
+// reconciles is set aside, and queued again (with its causes) when one of
+// them ends. The other clusters always have workers - limit workers.
 type share struct {
 	limit   int
 	fleet   atomic.Bool      // a key of a member cluster was queued
@@ -350,11 +329,8 @@ func (q *queue) get() (Key, queued, bool) {
 // done gives back a key that get handed out. Keys set aside go back into
 // the queue first, so the queue is never empty while some wait.
 func (q *queue) done(key Key) {
-	// Keys are set aside only once a member's key was queued (fleet never
-	// goes back), so until then nothing is counted and done is the
-	// workqueue's alone. Keys handed out before that moment and done after
-	// it count their cluster low for a while: by at most the workers busy
-	// then.
+	// Until a member's key was queued nothing is counted (fleet never goes
+	// back); keys handed out before then count their cluster low, briefly.
 	if s := q.share; s != nil && s.fleet.Load() {
 		var back []Key
 		capped := s.capped()
