@@ -19,34 +19,27 @@ import (
 // ClientOptions configure a [Client]. The zero value serves a typed T.
 type ClientOptions struct {
 	// Resource names the resource a client of *unstructured.Unstructured
-	// reads and writes, a kind chosen at run time. It must be zero for
-	// other types, whose Go type names their resource. Default: none.
+	// serves. It must be zero for other types.
 	Resource APIResource
 }
 
-// Client reads and writes objects of type T. Reads come from the manager's
-// caches of T unless the client is [Client.Uncached]; writes go to the API
-// server. Every method returns errors that keep their API meaning through
-// wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. The objects it returns carry their apiVersion and kind. A key or
-// object without a namespace for a namespaced type is an error on every
-// method, never a NotFound. A Client is safe for concurrent use.
+// Client reads and writes objects of type T: reads from the manager's
+// caches unless [Client.Uncached], writes to the API server. Errors keep
+// their API meaning through wrapping (apierrors.IsNotFound, IsConflict...).
+// Returned objects carry their apiVersion and kind. A key or object without
+// a namespace for a namespaced type is an error, never a NotFound. Safe for
+// concurrent use.
 //
-// A cached read uses a cache of T that holds every object the read could
-// return: one without a selector whose namespaces include the read's. A
-// client never creates a cache: a read that no cache covers is an error
-// that says which cache to add, so that no program watches more than it
-// chose to.
+// A cached read needs a cache of T with no selector whose namespaces
+// include the read's; a client never creates one: an uncovered read is an
+// error that says which cache to add.
 //
-// Writes made through a Client are tracked until the manager's caches of T
-// have observed them, which is what lets [Manager.WaitIdle] return only
-// after their consequences have been reconciled.
-//
-// With leader election, a write made under a reconcile's context (or one
-// derived from it) fails with [ErrLeadershipLost], without a request, once
-// this replica's leadership has ended ([CheckLeadership]); see
-// [LeaderElection]. A write under another context, such as
-// context.Background(), is not checked.
+// Writes are tracked until the caches of T observed them, so
+// [Manager.WaitIdle] waits for their consequences. A write under a
+// reconcile's context fails with [ErrLeadershipLost], without a request,
+// once leadership ended (the One leader guarantee; [CheckLeadership]); a
+// write under another context, such as context.Background(), is not
+// checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -55,14 +48,12 @@ type Client[T Object] struct {
 	uncached bool
 }
 
-// NewClient returns a client of T for the manager. It returns an error if T
-// is not a known resource, or no configured client serves it, or opts name
-// a resource for a typed T.
-//
-// A client reaches the manager's own cluster, and the members of its fleet
-// through [Client.InCluster] or keys that name their cluster. A type that only
-// members serve gets a client too; its use in the own cluster returns the
-// error that binding it there gave.
+// NewClient returns a client of T for the manager, of its own cluster and
+// of fleet members ([Client.InCluster], or keys naming a cluster). A type
+// only members serve gets a client too; in the own cluster it returns the
+// error binding it there gave. It returns an error if T is not a known
+// resource, no configured client serves it, or opts name a resource for a
+// typed T.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	b, err := bind[T](m, opts.Resource)
 	if err == nil {
@@ -80,11 +71,10 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
 }
 
-// InCluster returns a client of T bound to cluster: a member of the fleet, or ""
-// for the manager's own. Its writes of objects (Create, Update, Apply, ...)
-// go to that cluster, and so do its reads and writes of keys that name no
-// cluster; a key that names one is always served by that one. In a
-// reconcile, [ClusterFrom] names the reconciled object's cluster.
+// InCluster returns a client of T bound to cluster, a fleet member or ""
+// for the own: object writes and keys that name no cluster go there; a key
+// that names one goes to that one. In a reconcile, [ClusterFrom] names the
+// object's cluster.
 func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
@@ -133,9 +123,8 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
 
-// requestError is the error of a request about one object. It names the
-// object's resource and key, so that a controller can tell a NotFound of
-// the object it reconciles from any other (see Controller.vanished).
+// requestError names the object's resource and key, so a controller tells
+// a NotFound of its own object from others (see Controller.vanished).
 type requestError struct {
 	verb     string // "get", "create", "update status of", ...
 	typ      reflect.Type
@@ -221,23 +210,21 @@ type ListParams struct {
 	Namespace string
 	// LabelSelector restricts the list to matching objects. Default: all.
 	LabelSelector labels.Selector
-	// FieldSelector restricts the list to objects whose fields match, as
-	// the API server supports them for the type. A cached list evaluates
-	// it on the cached objects by their field paths. Default: all.
+	// FieldSelector restricts the list to objects whose fields match, as the
+	// server supports them; a cached list evaluates it by field path. Default:
+	// all.
 	FieldSelector fields.Selector
-	// Limit, for an uncached list, is the page size: the list is read a
-	// page at a time with continue tokens, so the server never builds a
-	// huge response at once. Ignored for cached lists. Default: one page.
+	// Limit, for an uncached list, is the page size (continue tokens). Ignored
+	// for cached lists. Default: one page.
 	Limit int64
 	// Cluster lists a member cluster of the fleet. Default: the client's
 	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
-	// Index lists only the objects that the cache's index of this name
-	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
-	// every namespace if Namespace is "": controller-runtime's
-	// MatchingFields on a field index, with InNamespace. Its cost grows
-	// with the objects found, not with the namespace. Selectors apply
-	// after it. A cached list only. Default: no index.
+	// Index lists only the objects the cache's index of this name
+	// ([Cache.AddIndex]) files under IndexValue, in Namespace or all if "":
+	// controller-runtime's MatchingFields with InNamespace. Its cost grows with
+	// the objects found. Selectors apply after it. Cached lists only. Default:
+	// no index.
 	Index string
 	// IndexValue is the value looked up in Index.
 	IndexValue string
