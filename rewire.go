@@ -7,14 +7,9 @@ import (
 	"slices"
 )
 
-// Wiring may change while the manager runs: a controller stops, an Owns or
-// Watches is added or removed, a cache's namespaces change. Caches are
-// counted by their users (controllers, Owns and Watches, optional caches of
-// their CRD's cache); one that nobody uses any more stops and forgets its
-// objects, unless NewCache made it, which holds it for the manager's life.
-
-// cacheRefs is what the manager keeps of a cache: its identity, its users,
-// and how to stop it. Under Manager.mu.
+// cacheRefs is what the manager keeps of a cache: its identity, users, and
+// how to stop it; a cache nobody uses (not pinned) stops and forgets its
+// objects. Under Manager.mu.
 type cacheRefs struct {
 	id       cacheID
 	users    int
@@ -48,9 +43,8 @@ func (m *Manager) use(c managedCache) error {
 	return nil
 }
 
-// unuse counts one user less of c. A cache that nobody uses any more, and
-// that NewCache did not make, is taken out of the manager, stopped, and
-// emptied. It blocks until the cache's goroutines have returned.
+// unuse counts one user less of c; an unpinned cache nobody uses is taken
+// out, stopped and emptied. It blocks until its goroutines returned.
 func (m *Manager) unuse(c managedCache) {
 	m.mu.Lock()
 	r := c.refsOf()
@@ -91,9 +85,8 @@ func (m *Manager) rekey(c managedCache, scope string) {
 	}
 }
 
-// release empties a cache that stopped for good: its objects, indexes and
-// pending writes go, its metrics too, and an optional cache lets its CRD's
-// cache go.
+// release empties a cache stopped for good: objects, indexes, pending
+// writes, metrics; an optional cache lets its CRD's cache go.
 func (c *Cache[T]) release() {
 	c.rewire.Lock()
 	c.stopFeeds()
@@ -119,9 +112,8 @@ func (c *Cache[T]) release() {
 	}
 }
 
-// addLiveHandler registers h for every change from now on and hands it
-// the objects cached now as one list, so that it hears of every object
-// whether it was added before the cache started, while it runs, or after.
+// addLiveHandler registers h and hands it the objects cached now as one
+// list, so it hears of every object whenever it was added.
 func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -166,28 +158,24 @@ func (c *Cache[T]) removeHandler(h handler[T]) {
 type link struct {
 	src    managedCache
 	remove func() // takes the handler off src
-	// follow, for Owns, moves the handler to the cache of the controller's
-	// new namespaces, and returns the cache it left, for Manager.unuse.
+	// follow, for Owns, moves the handler to the cache of the controller's new
+	// namespaces and returns the cache it left.
 	follow func(namespaces []string) managedCache
 }
 
-// Stop stops the controller for good, before the manager starts or while
-// it runs: changes no longer queue its keys, its workers take no more keys
-// and end once their running reconciles have returned, its queue goes, its
-// [Owns] and [Watches] are removed, and the caches that nothing else uses
-// (not those made by [NewCache]) stop and forget their objects; stopped
-// before [Manager.Start], its name may be given to another controller.
+// Stop stops the controller for good, before or after [Manager.Start]:
+// changes queue nothing, workers end once their running reconciles return,
+// its queue, [Owns] and [Watches] go, and caches nothing else uses (not
+// [NewCache]'s) stop and forget their objects. Stopped before Start, its
+// name may be reused.
 //
-// A reconcile still running when ctx is done has its context canceled,
-// and Stop returns an error that counts them; they end as soon as they
-// honour their context. Stop blocks until its reconciles have returned or
-// ctx is done. A second call returns nil at once. It is safe for
-// concurrent use.
+// Reconciles still running when ctx is done are canceled, and Stop returns
+// an error that counts them. Stop blocks until its reconciles returned or
+// ctx is done. A second call returns nil at once. Safe for concurrent use.
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
-	// m.mu first, as Start takes it to prepare controllers: a controller
-	// is prepared before this (it has a queue to stop) or never.
+	// m.mu first, as Start takes it to prepare controllers.
 	m.mu.Lock()
 	c.mu.Lock()
 	if c.removed.Load() {
@@ -224,9 +212,8 @@ func (c *Controller[T]) Stop(ctx context.Context) error {
 	return err
 }
 
-// halt stops the workers of q, if the controller was prepared, and waits
-// for them until ctx is done; then it cancels the reconciles still
-// running.
+// halt stops q's workers, if prepared, waits for them until ctx is done,
+// then cancels the reconciles still running.
 func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 	if q == nil {
 		return nil // never prepared: nothing runs
@@ -271,18 +258,17 @@ func (c *Controller[T]) addLink(l *link) error {
 	return nil
 }
 
-// Unwatch removes the [Owns] and [Watches] of controller c whose source is
-// a cache of O: those of the caches from, or, with none given, every one
-// of type O. From then on changes of those objects queue nothing for c,
-// and a cache that nothing uses any more (not one made by [NewCache])
-// stops and forgets its objects. O is given or inferred:
+// Unwatch removes the [Owns] and [Watches] of c whose source is a cache of
+// O: those of the caches from, or every one of type O. Then changes of
+// those objects queue nothing for c, and caches nothing uses (not
+// [NewCache]'s) stop and forget their objects. O is given or inferred:
 //
 //	err := ctrl.Unwatch[*corev1.Secret](c)  // every Owns and Watches of Secrets
 //	err = ctrl.Unwatch(c, nodes)             // the Watches of the cache nodes
 //
-// It may be called before the manager starts or while it runs, and blocks
-// until the released caches have stopped. It returns an error if c has no
-// such Owns or Watches.
+// Callable before Start or while the manager runs; it blocks until the
+// released caches stopped. It returns an error if c has no such Owns or
+// Watches.
 func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	c.wiring.Lock()
 	c.mu.Lock()
