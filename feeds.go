@@ -12,16 +12,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Which feeds a cache runs is a function of its inputs: its namespaces,
-// the member clusters engaged (a fleet cache), whether its CRD serves its
-// version (an optional cache), and what its share selects (a split among
-// replicas). Whatever changes an input calls refeed, which computes the
-// feeds the inputs want and moves the running ones there: a feed that
-// stays is not touched, keeps its resourceVersion and lists nothing; one
-// whose selection changed lists again, not older than where it was; one
-// no longer wanted stops, and the objects no feed reaches any more are
-// removed as gone says.
-
 // feedKey names a feed: one namespace ("" for all) of one cluster ("" for
 // the manager's own).
 type feedKey struct{ cluster, namespace string }
@@ -54,10 +44,12 @@ func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	return out
 }
 
-// refeed moves the running feeds to those the inputs want; the objects
-// that no wanted feed reaches any more are removed as removals of kind
-// gone. It returns once the feeds it stopped have returned. Called with
-// c.rewire held, by whoever changed an input.
+// refeed moves the running feeds to those the inputs want (namespaces,
+// engaged members, the CRD serving the version, the share). Whatever
+// changes an input calls it, with c.rewire held. A feed that stays is not
+// touched; one whose selection changed lists again, not older than where it
+// was; one no longer wanted stops, and objects no feed reaches are removed
+// as gone. It returns once the stopped feeds have returned.
 func (c *Cache[T]) refeed(gone eventKind) {
 	if c.running == nil {
 		return // the cache starts its feeds when it runs
@@ -262,15 +254,14 @@ func (c *Cache[T]) disengage(name string) {
 	}
 }
 
-// SetNamespaces changes the namespaces the cache holds, before the manager
-// starts or while it runs. The objects of an added namespace are listed,
-// and reach the cache's controllers and handlers as any list does; those
-// of a removed namespace are forgotten: no [Controller.OnDelete] or
-// [Controller.OnFinalize] runs for them. No namespaces, or "", is every
-// namespace. The caches of the [Owns] of the cache's controllers follow;
-// a [Watches] source keeps its own. It blocks until the watches of removed
-// namespaces have stopped ([Manager.WaitIdle] waits for the lists of added
-// ones). It returns an error for a cluster-scoped kind or a fleet cache.
+// SetNamespaces changes the namespaces the cache holds, before or while the
+// manager runs. Objects of an added namespace are listed and reach
+// controllers and handlers as any list does; those of a removed one are
+// forgotten (the Observable guarantee: no hook runs). No namespaces, or "",
+// is every namespace. The caches of its controllers' [Owns] follow; a
+// [Watches] source keeps its own. It blocks until removed namespaces'
+// watches stopped ([Manager.WaitIdle] waits for added ones' lists). It
+// returns an error for a cluster-scoped kind or a fleet cache.
 func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	switch {
 	case !c.b.Namespaced:
