@@ -18,19 +18,13 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// An optional kind (CacheOptions.Optional) is a custom resource whose
-// CustomResourceDefinition may come and go. Its cache follows the CRD, which
-// a private cache watches by name: it runs feeds while the CRD is
-// Established and serves the cache's version, and none otherwise, so that a
-// missing CRD costs one idle watch, not a list every second. The CRD is
-// read as *unstructured.Unstructured, cut down to the few fields read here,
-// so that ctrl needs no apiextensions module and keeps no schemas.
-
 // crdResource is where the API server serves CustomResourceDefinitions.
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
 	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
-// optional is what an optional cache knows of its CRD.
+// optional is what an optional cache knows of its CRD, which a private
+// cache watches by name (read unstructured and trimmed: no apiextensions
+// module, no schemas), so a missing CRD costs one idle watch.
 type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string
@@ -165,10 +159,8 @@ func crdState(crd *unstructured.Unstructured, version string) (served bool, why 
 	return true, ""
 }
 
-// follow runs the cache's feeds while its CRD serves the cache's version,
-// until ctx is done: it starts them when the CRD is Established, and when
-// the CRD goes, stops them and removes what they held. Each change of state
-// is logged once.
+// follow runs the cache's feeds while its CRD is Established and serves
+// the version, until ctx is done; each change of state is logged once.
 func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	o := c.opt
 	select {
@@ -188,10 +180,8 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		crd, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crdState(crd, o.version)
 		if serving != "" && (!served || crd.GetUID() != serving) {
-			// A CRD is removed only after the API server has deleted
-			// every object of it, which the feeds have mostly seen: what
-			// they still hold was deleted too. A CRD that only stopped
-			// serving the version leaves its objects on the server.
+			// A removed CRD's objects were all deleted first; one that only
+			// stopped serving the version leaves them on the server.
 			gone := forgotten
 			if crd == nil || crd.GetUID() != serving {
 				gone, why = deleted, "deleted"
@@ -250,10 +240,8 @@ func (c *Cache[T]) users() []string {
 }
 
 // Served reports whether the API server serves the cache's kind, as far as
-// the cache knows: false while an optional cache waits for its
-// CustomResourceDefinition, or while the last list or watch of a required
-// one found the resource gone (404). A reconcile that works with another
-// project's kind when it is installed, and without it otherwise, asks here.
+// the cache knows: false while an optional cache waits for its CRD, or
+// while a required one's last list or watch got 404.
 func (c *Cache[T]) Served() bool {
 	if c.opt != nil {
 		return c.opt.waiting.Load() == nil && c.HasSynced()

@@ -12,27 +12,21 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Owns makes controller c reconcile the controlling owner of each object of
-// type O that changes (is created, updated or deleted: a deleted child
-// reconciles its owner, which may create it again): the object named by
-// O's ownerReference with controller=true whose kind is T's. Set that reference with
-// [SetControllerReference]. Updates pass only if one of changed reports
-// true (none: every update passes), for example [GenerationChanged] to
-// ignore status writes on owned Deployments. O is given, T is inferred:
+// Owns makes controller c reconcile the controlling owner (the
+// controller=true ownerReference of T's kind, see [SetControllerReference])
+// of each object of type O created, updated or deleted. Updates pass only
+// if one of changed reports true (none: all pass), such as
+// [GenerationChanged]. O is given, T is inferred:
 //
 //	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns the cache of O that it watches, the one a [Client] of O reads
-// from, so that an index added to it ([Cache.AddIndex]) is on the objects
-// whose changes reach the controller. The objects of O are watched in the
-// namespaces of c's cache, and follow them when they change
-// ([Cache.SetNamespaces]): Owns then moves to the cache of the new
-// namespaces, and the indexes of the one it leaves come along. An
-// existing cache of O for those namespaces is used, optional
-// ([CacheOptions.Optional]) or not, else a required one is made. Owns may
-// be called while the manager runs: the owners of the objects already
-// cached are reconciled. [Unwatch] removes it. It returns an error if O is
-// not a known, watchable resource, a filter is nil, or c was stopped.
+// It returns the cache of O it watches, the one a [Client] of O reads, to
+// add indexes to. O is watched in the namespaces of c's cache and follows
+// them ([Cache.SetNamespaces]), indexes included; an existing cache of O
+// for them is used, optional or not, else a required one is made. Called
+// while the manager runs, it reconciles the owners of the objects already
+// cached. [Unwatch] removes it. It returns an error if O is not a known,
+// watchable resource, a filter is nil, or c was stopped.
 func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
@@ -158,14 +152,12 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 	h.to.queueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
 
-// SetControllerReference makes owner the controller of obj: it adds an
-// ownerReference with controller=true and blockOwnerDeletion=true, so that
-// [Owns] maps changes of obj to owner and the garbage collector deletes obj
-// with owner. An *unstructured.Unstructured owner names its kind itself, in
-// its apiVersion and kind, and is namespaced if it has a namespace. It
-// returns an error if obj already has another controller, if owner is
-// namespaced and obj is in another namespace or cluster-scoped, or if O is
-// not a known resource.
+// SetControllerReference adds to obj an ownerReference to owner with
+// controller=true and blockOwnerDeletion=true: [Owns] maps obj's changes to
+// owner, and the garbage collector deletes obj with owner. An unstructured
+// owner names its kind itself and is namespaced if it has a namespace. It
+// returns an error if obj has another controller, if owner is namespaced
+// and obj is not in its namespace, or if O is not a known resource.
 func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	gvk, namespaced, err := ownerKind(owner)
 	if err != nil {
@@ -191,9 +183,7 @@ func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	return nil
 }
 
-// ownerKind returns the kind of owner and whether it is namespaced: from
-// its type, or from an *unstructured.Unstructured itself, since that type
-// serves every kind.
+// ownerKind returns the kind of owner and whether it is namespaced.
 func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 	if u, ok := any(owner).(*unstructured.Unstructured); ok {
 		gvk := u.GroupVersionKind()
