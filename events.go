@@ -14,15 +14,12 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Recorder emits Kubernetes Events about objects of type T, the ones
-// `kubectl describe` shows. Events go through client-go's event recorder,
-// which aggregates repeats and rate-limits spam, and are sent in the
-// background: emitting never blocks and never fails the caller. A Recorder
-// may be created before or after [Manager.Start]; events emitted before
-// Start or after it returns are dropped. With leader election or sharding,
-// so are events emitted while this replica does not lead, and those not yet
-// sent when it loses the lead ([ErrLeadershipLost]). A Recorder is safe for
-// concurrent use.
+// Recorder emits Kubernetes Events about objects of type T through
+// client-go's recorder (which aggregates repeats and rate-limits), in the
+// background: emitting never blocks nor fails. It may be made before or
+// after [Manager.Start]; events emitted before Start, after it returns,
+// while this replica does not lead, or unsent when it loses the lead are
+// dropped. Safe for concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager
 	info    binding.Info
@@ -70,15 +67,13 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	if rec == nil || !r.m.acting() {
 		return
 	}
-	// A reference built from the binding: client-go's recorder uses it as it
-	// is, with no Scheme to look the type up in.
+	// Built from the binding: the recorder needs no Scheme then.
 	ref := reference(r.info.GVK(), obj)
 	rec.Eventf(&ref, eventType, reason, format, args...)
 }
 
-// eventSink is the manager's side of events: while Start runs, per
-// cluster one broadcaster, started by the first event, and a recorder per
-// component.
+// eventSink holds, while Start runs, a broadcaster per cluster (started by
+// the first event) and a recorder per component.
 type eventSink struct {
 	running  bool
 	clusters map[string]*clusterEvents
@@ -155,10 +150,8 @@ func (m *Manager) recorder(cluster, component string) record.EventRecorder {
 	return rec
 }
 
-// sink writes the recorder's Events through the binding. Events are sent
-// in the background, after the reconcile that emitted them: once this
-// replica has lost the lead (not released it at shutdown), they are
-// dropped, as if sent (an error would make the broadcaster retry).
+// sink writes Events through the binding. Once the lead is lost (not
+// released) they are dropped as if sent: an error would make it retry.
 type sink struct {
 	b *binding.Binding[*corev1.Event]
 	m *Manager

@@ -7,34 +7,23 @@ import (
 	"time"
 )
 
-// WaitIdle blocks until the manager is idle, or ctx is done, or the manager
-// has stopped. It is meant for tests and examples, in place of sleeps; give
-// ctx a deadline, so that a controller that never settles fails the test
-// with what it is doing instead of hanging it.
+// WaitIdle blocks until the manager is idle, ctx is done, or the manager
+// stopped: for tests, in place of sleeps. Give ctx a deadline, so a
+// controller that never settles fails the test saying what it does.
 //
-// Idle means: Start has synced every cache and started every controller
-// (with leader election: this replica leads); every write made through a
-// [Client] of this manager has been observed by the caches of its type (a
-// write that removed the last finalizer of an object being deleted, by its
-// removal from them); no event is being dispatched; every work queue is
-// empty; no key waits for the API server to come back; no reconcile is
-// running; and no requeue is due within requeueWithin.
+// Idle means: every cache synced and every controller started (with leader
+// election: this replica leads); every write through a [Client] of this
+// manager observed by the caches of its type (a write that removed a
+// deleted object's last finalizer, by its removal); no event dispatched;
+// every work queue empty; no key waiting for a server; no reconcile
+// running; no requeue (RequeueAfter or retry) due within requeueWithin,
+// which is not a timeout.
 //
-// requeueWithin is how far ahead a scheduled reconcile counts as work still
-// to do: a requeue (Result.RequeueAfter, or the retry of a failed
-// reconcile) due within it keeps the manager busy, and WaitIdle waits for
-// it; one due later does not. It is not a timeout: ctx bounds the wait.
-//
-// WaitIdle returns nil once the manager is idle and no key is failing. A
-// key is failing while its last reconcile returned an error (not a
-// [Terminal] one) and it waits for its retry. If the manager is idle but
-// keys are failing, their retries being due beyond requeueWithin, WaitIdle
-// returns an error that names each failing key with its last error; if ctx
-// ends first, the error says what was still busy and names the failing keys
-// too. The reconcile errors are wrapped: errors.Is and errors.As find them.
-//
-// Writes made with other clients are not tracked: wait for their effect on
-// the server or in a cache instead.
+// It returns nil once idle with no key failing, a key whose last reconcile
+// returned a non-[Terminal] error and waits for its retry. Idle with keys
+// failing, or ctx ended, it returns an error naming each failing key with
+// its last error (wrapped for errors.Is and errors.As), and, if ctx ended,
+// what was still busy. Writes through other clients are not tracked.
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:
@@ -90,9 +79,8 @@ func (m *Manager) stoppedErr() error {
 	return errors.New("ctrl: WaitIdle: manager stopped")
 }
 
-// busy checks every condition of WaitIdle between two reads of the
-// activity counter, so that the conditions held at one instant. It says
-// what is busy, or returns "".
+// busy checks WaitIdle's conditions between two reads of the activity
+// counter, so they held at one instant. It says what is busy, or "".
 func (m *Manager) busy(requeueWithin time.Duration) string {
 	before := m.activity.Load()
 	m.mu.Lock()
@@ -149,8 +137,7 @@ func (c *Cache[T]) busy() string {
 		switch {
 		case f.isSynced.Load():
 		case k.cluster == "" && c.HasSynced():
-			// A feed started while the cache runs (a namespace added, a
-			// CRD back, a new share) lists before the cache is in step.
+			// A feed started later (new namespace, CRD, share) must list.
 			busy := fmt.Sprintf("%s: listing namespace %q", where, k.namespace)
 			if err := f.lastErr.Load(); err != nil {
 				busy += ": " + (*err).Error()
