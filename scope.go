@@ -87,11 +87,9 @@ const (
 )
 
 // selects says whether obj is in the scope's selectors (namespaces aside).
-// Labels are decided exactly; metadata.name and metadata.namespace too.
-// Other fields are read from the object by their path, which is how the API
-// server defines nearly all of them, but not all (an Event's "source" is
-// source.component): a field selector that does not match on this side is
-// unsure, never notSelected.
+// Other fields than metadata's are read by path, which the server does not
+// always do (an Event's "source"): a field mismatch is unsure, never
+// notSelected.
 func (s scope) selects(obj Object) selection {
 	if s.labels != nil && !s.labels.Matches(labels.Set(obj.GetLabels())) {
 		return notSelected
