@@ -11,19 +11,15 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// lead runs the controllers until stop is done, then stops them. stop
-// carries the terms the controllers run for; ctx is Start's: if stop
-// ended without ctx (a term ended, a fatal error), running reconciles are
-// canceled at once instead of finishing. After a lost Lease with
-// LeaderElection.StandbyOnLoss, the controllers are paused, to start
-// again, instead of shut down.
+// lead runs the controllers until stop (their terms) is done, then stops
+// them; if stop ended without ctx (Start's), running reconciles are
+// canceled at once. With LeaderElection.StandbyOnLoss a lost Lease pauses
+// them instead.
 func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(stop))
 	defer cancelReconciles()
-	// Leading before the controllers start, since their first reconciles
-	// may emit Events, which are sent only while this replica leads; and
-	// said to observers after, so that one that waits for the change, then
-	// for idleness, finds every object queued.
+	// Leading before the controllers start (Events need it); observers
+	// told after, so waiting then finds every object queued.
 	m.leadership.begin(reconcileCtx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
@@ -79,10 +75,9 @@ func (m *Manager) startCache(c managedCache) {
 	}()
 }
 
-// waitForSync waits for every cache's first list. A resource the server
-// does not serve fails at once, since waiting will not help. A cache the
-// server forbids to list or watch is not waited for: it said why, and its
-// controllers wait for it while the others start.
+// waitForSync waits for every cache's first list. A resource not served
+// fails at once; a forbidden cache is not waited for (its controllers wait
+// for it).
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()
