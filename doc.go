@@ -125,12 +125,8 @@
 //
 // # Reading objects
 //
-// Objects in a cache are shared and must not be modified; [Cache.Get],
-// [Cache.List] and [Cache.ByIndex] return them as they are. [Client.Get]
-// and [Client.List] return copies, wait for the cache to sync, and fail
-// with an error (apierrors.IsNotFound for a missing object) naming the
-// type and key. Managed fields are removed from cached objects unless
-// CacheOptions.KeepManagedFields is set. Objects from caches and clients
-// carry their apiVersion and kind; [ReferenceOf] builds a
-// corev1.ObjectReference to any of them.
+// [Cache] reads return shared objects, never to be modified; [Client]
+// reads return copies, wait for the sync, and fail with errors naming type
+// and key (apierrors.IsNotFound for a missing object). Both carry
+// apiVersion and kind ([ReferenceOf]).
 package ctrl

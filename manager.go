@@ -33,37 +33,28 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches a real API server: the manager's own cluster (a fleet's
-	// hub), where caches and clients that name no member cluster work and
-	// where leader election's and sharding's Leases live. Built-in types travel
-	// as protobuf, custom resources as JSON. A positive QPS (with Burst) limits
-	// the requests per second all of the manager's requests share; zero QPS
-	// means no client-side limit (see README.md#no-client-side-rate-limit). A
-	// manager whose every cache is a fleet's may leave Config and the fakes
-	// unset: it has no cluster of its own, and cannot elect a leader or shard.
+	// Config reaches the manager's own cluster (a fleet's hub), where Leases
+	// live (built-ins as protobuf, custom resources as JSON). A positive QPS
+	// (with Burst) limits all the manager's requests; zero: no client-side
+	// limit (README.md#no-client-side-rate-limit). A manager with only fleet
+	// caches may leave it and the fakes unset, and cannot elect or shard.
 	Config *rest.Config
-	// FakeClientset serves built-in types in tests: pass client-go's
-	// fake.NewClientset(objects...). It takes precedence over Config for
-	// built-in types. A cache over it is synced only once its watch is open.
-	// This fake and FakeDynamic delete as the API server does (so
-	// [Controller.OnFinalize] runs in unit tests): an object with finalizers gets a
-	// deletionTimestamp and stays, writes keep it, and the write that removes
-	// the last finalizer removes the object. Reactors a test adds with
+	// FakeClientset serves built-in types in tests, before Config: pass
+	// fake.NewClientset(objects...). A cache over it syncs once its watch is
+	// open. It and FakeDynamic delete as the API server does, finalizers
+	// holding deletions (the Testable guarantee). Reactors a test adds with
 	// PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
-	// FakeDynamic serves custom resources and *unstructured.Unstructured in
-	// tests: pass ctrltest.NewFakeDynamic(objects...), which serves every type
-	// registered with [Register]. It takes precedence over Config for them. A
-	// cache of a resource whose list kind the fake lacks (as with
-	// dynamicfake.NewSimpleDynamicClient) makes Start fail.
+	// FakeDynamic serves custom resources and unstructured objects in tests,
+	// before Config: pass ctrltest.NewFakeDynamic(objects...). A cache of a
+	// resource whose list kind the fake lacks makes Start fail.
 	FakeDynamic dynamic.Interface
 
 	// Namespace restricts caches of namespaced types to one namespace.
 	// Default: all namespaces.
 	Namespace string
-	// Logger receives the manager's logs, and each reconcile's logger is
-	// derived from it. In tests, ctrltest.Logger(t) writes them to the
-	// test's output. Default: logs are discarded.
+	// Logger receives the manager's logs, and each reconcile's logger
+	// derives from it (in tests, ctrltest.Logger(t)). Default: discarded.
 	Logger logr.Logger
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
@@ -115,18 +106,14 @@ type Options struct {
 	// LeaderElection makes replicas take turns. Default: off.
 	LeaderElection LeaderElection
 
-	// MetricsAddress serves Prometheus metrics at /metrics, such as ":8443":
-	// by default over HTTPS, only to bearer tokens the API server authenticates
-	// (TokenReview) whose user may get the path (SubjectAccessReview for
-	// nonResourceURLs ["/metrics"], verb "get"), so the manager needs to create
-	// tokenreviews and subjectaccessreviews; MetricsServing changes that.
-	// Answers are cached: a token's for a minute, an allowed access for five,
-	// a denied one for 30 seconds. It needs the default registry or a
-	// Registerer that is also a Gatherer. Default: off.
+	// MetricsAddress serves Prometheus metrics at /metrics, such as ":8443",
+	// by default over HTTPS to bearer tokens the API server authenticates
+	// whose user may get nonResourceURL /metrics (the manager creates
+	// tokenreviews and subjectaccessreviews; answers cached a minute, five
+	// if allowed, 30 s if denied). It needs the default registry or a
+	// Registerer that is a Gatherer. Default: off.
 	MetricsAddress string
-	// MetricsServing says how MetricsAddress serves: where its certificate
-	// is, or plain HTTP by explicit choice. Default: HTTPS with
-	// authentication and authorization, and a self-signed certificate.
+	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
 	// HealthAddress serves /healthz (alive) and /readyz (every cache synced,
 	// every required kind still served; optional kinds waiting for their CRD
