@@ -28,27 +28,21 @@ import (
 // and is retried with backoff. A state without a Step rests until the spec
 // changes ([State].SpecChanged) or the object is deleted.
 //
-// A move sets the phase, status.observedGeneration and the machine's
-// condition, and writes them with the step's other status changes through
-// the status subresource, from the resourceVersion the step saw (the Once
-// guarantee): a conflict reruns the reconcile on the newer object. A
-// written move is reported by an Event and counted in ctrl_machine_*.
-//
-// Steps must be idempotent: a step runs again when the process dies
-// between its work and its write, and when its write conflicts.
+// A move sets the phase, status.observedGeneration and the condition, and
+// writes them with the step's status changes under the Once guarantee. Steps
+// must be idempotent: a step reruns if the process dies before its write,
+// or its write conflicts.
 type Machine[T Object, S ~string] struct {
-	// Initial is the state an object enters when its phase is empty: a new
-	// object. The move's reason is "Created". Required.
+	// Initial is entered by an object with no phase, reason "Created".
+	// Required.
 	Initial S
-	// States declares every state and what it does. A state's name is the
-	// default reason of the moves into it, so it must be a valid condition
-	// reason, such as Provisioning. Required.
+	// States declares every state. A name is the default reason of moves
+	// into it, so a valid condition reason, such as Provisioning. Required.
 	States map[S]State[T, S]
 	// Phase returns a pointer to the object's phase, a field of its status:
 	// func(b *Bucket) *BucketPhase { return &b.Status.Phase }. Required.
 	Phase func(T) *S
-	// Conditions returns a pointer to the object's status conditions.
-	// Required.
+	// Conditions returns a pointer to the status conditions. Required.
 	Conditions func(T) *[]metav1.Condition
 	// ObservedGeneration returns a pointer to status.observedGeneration, which
 	// every status write sets to the generation it acted on. Required.
@@ -73,17 +67,14 @@ type Machine[T Object, S ~string] struct {
 
 // State declares one state of a [Machine].
 type State[T Object, S ~string] struct {
-	// Step does the state's work on obj, a copy it may change, and says
-	// what comes next. Changes it makes to obj's status are written with
-	// its move, or alone if it stays; other changes are not written.
-	// Default: none: the object rests in this state.
+	// Step does the state's work on obj, a copy, and says what comes next.
+	// Its status changes are written with its move (or alone if it stays),
+	// no other changes. Default: none: the object rests here.
 	Step func(ctx context.Context, obj T) (Next[S], error)
-	// To lists the states Step may move to. A move to any other state is
-	// refused with a terminal error that names both states, and the object
-	// stays where it is. Default: none.
+	// To lists the states Step may move to; another is refused with a
+	// terminal error naming both, and the object stays. Default: none.
 	To []S
-	// Ready marks a state in which the object has what its spec asks for:
-	// the machine's condition is True in it. Default: false.
+	// Ready marks a state where the spec is met: the condition is True.
 	Ready bool
 	// SpecChanged is where an object in this state moves, with reason
 	// "SpecChanged", when metadata.generation passes status.observedGeneration
@@ -97,14 +88,12 @@ type State[T Object, S ~string] struct {
 type Next[S ~string] struct {
 	// To is the state to move to. Default: stay.
 	To S
-	// Reason is the move's reason, in the condition and the Event: an
-	// UpperCamelCase word. Default: the name of To.
+	// Reason is the move's UpperCamelCase reason, in condition and Event.
+	// Default: the name of To.
 	Reason string
-	// Message says what happened, for people. Default: "entered <To>
-	// from <state>".
+	// Message says what happened. Default: "entered <To> from <state>".
 	Message string
-	// Warning makes the move's Event a Warning, for moves into failure
-	// states. Default: a Normal Event.
+	// Warning makes the move's Event a Warning. Default: Normal.
 	Warning bool
 	// RequeueAfter, if positive and the object stays, runs the step again
 	// after this long unless a change runs it sooner. Default: only a change.
