@@ -126,14 +126,12 @@ type Cache[T Object] struct {
 // handler receives a cache's changes, one at a time and in order, on the
 // goroutine of the watch they came from. It must not block.
 type handler[T Object] interface {
-	// changed receives one change from a watch.
 	changed(ev event[T])
 	// listed receives the additions and updates of a complete list at once
 	// (deletions come one at a time through changed).
 	listed(evs []event[T])
 }
 
-// event is one change of a cached object.
 type event[T Object] struct {
 	kind eventKind
 	key  Key
@@ -223,14 +221,12 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 	return out
 }
 
-// count returns how many objects the cache holds.
 func (c *Cache[T]) count() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.items.len()
 }
 
-// keys returns the keys of every cached object.
 func (c *Cache[T]) keys() []Key {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

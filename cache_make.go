@@ -10,7 +10,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// use is how a caller asks makeCache for a cache.
 type use[T Object] struct {
 	handler handler[T] // registered before the cache can start; nil: none
 	private string     // a cache shared with no other caller, under this name
@@ -146,7 +145,6 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	return c, nil
 }
 
-// cacheID identifies a cache: equal options give the same cache.
 type cacheID struct {
 	typ         reflect.Type
 	gvr         schema.GroupVersionResource

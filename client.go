@@ -81,7 +81,6 @@ func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	return &in
 }
 
-// at fills in the client's cluster for a key that names none.
 func (c *Client[T]) at(key Key) Key {
 	if key.Cluster == "" {
 		key.Cluster = c.cluster
@@ -89,7 +88,6 @@ func (c *Client[T]) at(key Key) Key {
 	return key
 }
 
-// backend returns the backend of T in cluster.
 func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 	if cluster == "" {
 		if c.ownErr != nil {
@@ -104,7 +102,6 @@ func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 	return b.Backend, nil
 }
 
-// resource is the Resource option of T, for binding it in members.
 func (c *Client[T]) resource() APIResource { return resourceOption(c.b.Info) }
 
 // Uncached returns a client of T whose Get and List go to the API server
@@ -314,7 +311,6 @@ func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[
 		c.b.Info, what, opts.Index, describeScope(covering))
 }
 
-// listPages lists from the server, a page of opts.Limit at a time.
 func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error) {
 	lo := metav1.ListOptions{Limit: opts.Limit}
 	if opts.LabelSelector != nil {

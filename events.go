@@ -102,7 +102,6 @@ func (m *Manager) startEvents() func() {
 	}
 }
 
-// stopEventsIn stops the broadcaster of a member that left.
 func (m *Manager) stopEventsIn(cluster string) {
 	m.mu.Lock()
 	ce := m.events.clusters[cluster]

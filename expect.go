@@ -35,7 +35,6 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	delete(c.expect, key)
 }
 
-// seen reports whether obj reflects the write that e expects.
 func seen[T Object](e expectation, obj T) bool {
 	if e.gone {
 		return false

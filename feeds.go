@@ -143,7 +143,6 @@ func (c *Cache[T]) feedMap() map[feedKey]*feed[T] {
 	return nil
 }
 
-// ownFeeds returns the running feeds of the manager's own cluster.
 func (c *Cache[T]) ownFeeds() []*feed[T] {
 	var out []*feed[T]
 	for k, f := range c.feedMap() {
@@ -154,7 +153,6 @@ func (c *Cache[T]) ownFeeds() []*feed[T] {
 	return out
 }
 
-// feedOf returns the running feed that watches key, or nil.
 func (c *Cache[T]) feedOf(key Key) *feed[T] {
 	feeds := c.feedMap()
 	if f := feeds[feedKey{key.Cluster, key.Namespace}]; f != nil {
@@ -230,7 +228,6 @@ func (c *Cache[T]) markSynced() {
 	c.syncOnce.Do(func() { close(c.synced) })
 }
 
-// engage adds member mb's cluster to a fleet cache.
 func (c *Cache[T]) engage(mb *member) error {
 	b, err := bindWith[T](c.mgr, mb.bindings, mb.clients, resourceOption(c.b.Info))
 	if err != nil {

@@ -56,7 +56,6 @@ func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) err
 	}
 }
 
-// failing names the failing keys of every controller, or returns nil.
 func (m *Manager) failing() error {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
@@ -167,7 +166,6 @@ func (c *Cache[T]) busy() string {
 	return ""
 }
 
-// busy says why the controller is not idle, or returns "".
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 	if !c.active.Load() {
 		if waiting := c.waitingFor(); waiting != "" {

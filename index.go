@@ -43,7 +43,6 @@ func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
 	return c.byIndex(namespace, name, value, nil)
 }
 
-// byIndex is ByIndex for the keys that keep accepts (nil: all).
 func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
 	if namespace != "" && !c.b.Namespaced {
 		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
@@ -75,7 +74,6 @@ func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) (
 	return out, nil
 }
 
-// hasIndex reports whether the cache has an index named name.
 func (c *Cache[T]) hasIndex(name string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

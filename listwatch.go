@@ -61,7 +61,6 @@ func (f *feed[T]) run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// watch lists and watches the feed's namespace until ctx is done.
 func (f *feed[T]) watch(ctx context.Context) {
 	c := f.c
 	log := c.runLog
@@ -223,7 +222,6 @@ func (f *feed[T]) markSynced() {
 	}
 }
 
-// forgetMetrics deletes the feed's series: its member left the fleet.
 func (f *feed[T]) forgetMetrics() {
 	if f.labels == nil {
 		return

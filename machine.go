@@ -194,14 +194,12 @@ func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) 
 	return out, res, err
 }
 
-// machine is a Machine that passed its checks.
 type machine[T Object, S ~string] struct {
 	Machine[T, S]
 	names   []S        // the states, sorted
 	cleanup map[S]bool // the states reachable from Deleting
 }
 
-// conditionReason is the format of metav1.Condition's reason.
 var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
 // compile checks m and returns it ready to run, with its own copy of the

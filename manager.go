@@ -184,7 +184,6 @@ type Manager struct {
 	grants      grants         // RBAC verbs the manager's own work needs
 }
 
-// managedCache is the manager's view of a cache.
 type managedCache interface {
 	describe() string
 	run(ctx context.Context, log logr.Logger)
@@ -200,7 +199,6 @@ type managedCache interface {
 	release()                                    // empties it once it stopped for good
 }
 
-// managedController is the manager's view of a controller.
 type managedController interface {
 	name() string
 	prepare()                                // freezes wiring, creates the queue

@@ -50,7 +50,6 @@ func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) err
 	return errors.Join(errs...)
 }
 
-// fatal stops Start with err, unless it is already stopping.
 func (m *Manager) fatal(err error) {
 	m.mu.Lock()
 	fail := m.fail

@@ -37,7 +37,6 @@ type optional struct {
 	gauge   prometheus.Gauge
 }
 
-// checkOptional returns an error if a cache of info cannot be optional.
 func checkOptional(m *Manager, info binding.Info, opts CacheOptions) error {
 	switch {
 	case opts.Fleet:
@@ -84,7 +83,6 @@ func (c *Cache[T]) watchCRD() error {
 	return nil
 }
 
-// lastError is why the CRD cannot be watched, if it cannot.
 func (o *optional) lastError() error {
 	select {
 	case <-o.ready:
@@ -94,7 +92,6 @@ func (o *optional) lastError() error {
 	}
 }
 
-// kicker wakes an optional cache when its CRD changes.
 type kicker struct{ o *optional }
 
 func (k kicker) kick() {
@@ -224,8 +221,6 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	}
 }
 
-// users returns the names of the controllers the cache's handlers serve,
-// sorted.
 func (c *Cache[T]) users() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -275,7 +270,6 @@ func (c *Cache[T]) waitingForCRD() string {
 	return line
 }
 
-// crdName is the name of the CRD that would serve info's resource.
 func crdName(info binding.Info) string { return info.GVR.Resource + "." + info.GVR.Group }
 
 // notServedError names the CustomResourceDefinition that a list or watch

@@ -96,7 +96,6 @@ func (c *Controller[T]) ownedShare() shareKind {
 	return noShare
 }
 
-// ownerHandler queues the controlling owner of each changed object.
 type ownerHandler[O Object] struct {
 	to          target
 	group, kind string
@@ -106,7 +105,6 @@ type ownerHandler[O Object] struct {
 	log         logr.Logger
 }
 
-// owner returns the key of obj's controlling owner, if it is of the kind.
 func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 	ref := metav1.GetControllerOfNoCopy(obj)
 	if ref == nil || ref.Kind != h.kind {
@@ -183,7 +181,6 @@ func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	return nil
 }
 
-// ownerKind returns the kind of owner and whether it is namespaced.
 func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 	if u, ok := any(owner).(*unstructured.Unstructured); ok {
 		gvk := u.GroupVersionKind()

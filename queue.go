@@ -69,10 +69,8 @@ type share struct {
 	order   map[string][]Key // keys set aside per cluster, oldest first
 }
 
-// capped reports whether the limit applies now.
 func (s *share) capped() bool { return s.fleet.Load() && s.members() > 0 }
 
-// delayed is a key added with a delay: when it is due and why.
 type delayed struct {
 	at     time.Time
 	reason Reason
@@ -109,7 +107,6 @@ func newQueue(name string, workers int, members func() int, limiter RateLimiter,
 	return q
 }
 
-// add queues key for cause.
 func (q *queue) add(key Key, cause Cause) {
 	q.mu.Lock()
 	q.noteLocked(key, cause)
@@ -121,7 +118,6 @@ func (q *queue) noteLocked(key Key, cause Cause) {
 	q.causesLocked(key).add(cause)
 }
 
-// causesLocked returns the causes recorded for a queued key, making them.
 func (q *queue) causesLocked(key Key) *Causes {
 	cs := q.causes[key]
 	if cs == nil {
@@ -134,7 +130,6 @@ func (q *queue) causesLocked(key Key) *Causes {
 	return cs
 }
 
-// addBacklog adds keys to the backlog, and as many to the queue as fit.
 func (q *queue) addBacklog(b batch) {
 	if len(b.keys) == 0 {
 		return
@@ -195,7 +190,6 @@ func (q *queue) feed() {
 	q.backlogLen.Add(int64(-moved))
 }
 
-// addDepth changes workqueue_depth by n, when the metric can.
 func (q *queue) addDepth(n int) {
 	if g, ok := q.depth.(interface{ Add(float64) }); ok {
 		g.Add(float64(n))
@@ -240,7 +234,6 @@ func (s step) Observe(v float64) {
 	s.HistogramMetric.Observe(v)
 }
 
-// addAfter adds key once d has passed, for reason.
 func (q *queue) addAfter(key Key, d time.Duration, reason Reason) {
 	if d <= 0 {
 		q.add(key, Cause{Reason: reason})
@@ -255,19 +248,16 @@ func (q *queue) addAfter(key Key, d time.Duration, reason Reason) {
 	q.AddAfter(key, d)
 }
 
-// retry adds key after the limiter's delay for it.
 func (q *queue) retry(key Key) { q.addAfter(key, q.limiter.When(key), ReasonRetry) }
 
 // retryConflict adds key after its own backoff, spending no shared budget.
 func (q *queue) retryConflict(key Key) { q.addAfter(key, q.conflicts.When(key), ReasonRetry) }
 
-// forget clears the key's retry history.
 func (q *queue) forget(key Key) {
 	q.limiter.Forget(key)
 	q.conflicts.Forget(key)
 }
 
-// queued is what the queue knows of a key it hands out.
 type queued struct {
 	causes   *Causes
 	released time.Time // when the server's return released it, if it did
@@ -364,7 +354,6 @@ func (q *queue) done(key Key) {
 	q.Done(key)
 }
 
-// restoreLocked records again what the queue knew of a key set aside.
 func (q *queue) restoreLocked(key Key, it queued) {
 	cs := q.causesLocked(key)
 	cs.merge(it.causes)
@@ -375,7 +364,6 @@ func (q *queue) restoreLocked(key Key, it queued) {
 	}
 }
 
-// asideLen returns how many keys are set aside.
 func (q *queue) asideLen() int {
 	if q.share == nil {
 		return 0
@@ -385,7 +373,6 @@ func (q *queue) asideLen() int {
 	return len(q.share.aside)
 }
 
-// merge adds what the queue learned of a key later to what it knew.
 func (it *queued) merge(later queued) {
 	it.causes.merge(later.causes)
 	if it.released.IsZero() {
@@ -393,7 +380,6 @@ func (it *queued) merge(later queued) {
 	}
 }
 
-// dueAt returns when key is due, if it waits for a delay.
 func (q *queue) dueAt(key Key) (time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -401,7 +387,6 @@ func (q *queue) dueAt(key Key) (time.Time, bool) {
 	return d.at, ok
 }
 
-// dueWithin reports whether a delayed key is due within d from now.
 func (q *queue) dueWithin(d time.Duration) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -22,7 +22,6 @@ import (
 // every forbiddenReminder while it lasts.
 const forbiddenReminder = time.Minute
 
-// denials are the verbs the server refuses a feed now.
 type denials struct {
 	mu       sync.Mutex
 	m        map[string]*denial
@@ -38,7 +37,6 @@ func (d *denials) start(ctx context.Context, log logr.Logger) {
 	d.mu.Unlock()
 }
 
-// denial is a verb the server refuses a feed.
 type denial struct {
 	err    error // the server's answer, last seen
 	since  time.Time
@@ -131,7 +129,6 @@ func (f *feed[T]) forbidden() error {
 	return nil
 }
 
-// forbiddenTo returns the error of the feed's refusal of verb, or nil.
 func (f *feed[T]) forbiddenTo(verb string) error {
 	f.denied.mu.Lock()
 	defer f.denied.mu.Unlock()

@@ -52,7 +52,6 @@ func (r APIResource) info(t reflect.Type) binding.Info {
 	}
 }
 
-// check rejects contradictory fields.
 func (r APIResource) check() error {
 	if r.Namespaced && r.ClusterScoped {
 		return fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", schema.GroupResource{Group: r.Group, Resource: r.Resource})
@@ -60,7 +59,6 @@ func (r APIResource) check() error {
 	return nil
 }
 
-// resourceInfo is r as a binding's resource option: nil for the zero r.
 func resourceInfo[T Object](r APIResource) *binding.Info {
 	if r == (APIResource{}) {
 		return nil

@@ -19,7 +19,6 @@ type cacheRefs struct {
 	done     chan struct{}      // closed when its run returns
 }
 
-// hold counts one more user, or pins the cache.
 func (r *cacheRefs) hold(pin bool) {
 	if pin {
 		r.pinned = true
@@ -131,7 +130,6 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	}
 }
 
-// copyIndexes adds the indexes of c that to lacks to to.
 func (c *Cache[T]) copyIndexes(to *Cache[T]) {
 	c.mu.RLock()
 	fns := make(map[string]func(T) []string, len(c.indexes))

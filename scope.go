@@ -77,7 +77,6 @@ func (c *Cache[T]) selective() bool {
 	return c.share != nil && c.share.View().Label != nil
 }
 
-// selection is what a scope says of an object.
 type selection uint8
 
 const (
@@ -131,7 +130,6 @@ func (s scope) selects(obj Object) selection {
 	return unsure
 }
 
-// currentScope returns what the cache selects now.
 func (c *Cache[T]) currentScope() scope {
 	sc := c.scope
 	if ns := c.namespaces.Load(); ns != nil {
@@ -176,7 +174,6 @@ func (c *Cache[T]) coversCluster(cluster string) bool {
 	return c.members[cluster] != nil
 }
 
-// describeScope lists the caches of a type for an error message.
 func describeScope[T Object](caches []*Cache[T]) string {
 	if len(caches) == 0 {
 		return "none"

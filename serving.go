@@ -45,7 +45,6 @@ type TLSOptions struct {
 	HTTP2 bool
 }
 
-// check returns an error for a version or cipher suite Go does not know.
 func (o TLSOptions) check() error {
 	if v := o.MinVersion; v != 0 && (v < tls.VersionTLS10 || v > tls.VersionTLS13) {
 		return fmt.Errorf("Options.TLS.MinVersion %#04x is not a TLS version: use a constant such as tls.VersionTLS13", v)

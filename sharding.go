@@ -151,7 +151,6 @@ func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 	return member, nil
 }
 
-// cmpOr returns the first of values that is not "".
 func cmpOr(values ...string) string {
 	for _, v := range values {
 		if v != "" {
@@ -161,7 +160,6 @@ func cmpOr(values ...string) string {
 	return ""
 }
 
-// trimToName keeps what the ring reads of a namespace: its name.
 func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
 }
@@ -225,7 +223,6 @@ func newLabeler[T Object](m *Manager, c *Cache[T], req labels.Requirement, poke 
 	return l, nil
 }
 
-// trimForLabeler keeps what the labeler reads of an object.
 func trimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
@@ -266,7 +263,6 @@ func (l *labeler[T]) rescoped(namespaces []string) {
 	l.poke()
 }
 
-// poker is a handler that wakes the ring's loop on every change.
 type poker[T Object] func()
 
 func (p poker[T]) changed(event[T])  { p() }

@@ -117,7 +117,6 @@ func (f *feed[T]) Delete(obj any) error {
 	return nil
 }
 
-// remove deletes a prepared object and dispatches its removal.
 func (f *feed[T]) remove(t T, kind eventKind) {
 	c := f.c
 	c.dispatch.Lock()

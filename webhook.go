@@ -132,7 +132,6 @@ func AdmissionWarning(ctx context.Context, msg string) {
 	}
 }
 
-// webhooks is the manager's webhook server, made on first use.
 type webhooks struct {
 	once   sync.Once
 	server *webhook.Server
@@ -140,8 +139,6 @@ type webhooks struct {
 	handed atomic.Bool // WebhookHandler was called: the program serves them
 }
 
-// webhookServer returns the manager's webhook server, registering its
-// metrics on first use.
 func (m *Manager) webhookServer() (*webhook.Server, error) {
 	m.webhooks.once.Do(func() {
 		reg := m.opts.Registerer
@@ -158,7 +155,6 @@ func (m *Manager) webhookServer() (*webhook.Server, error) {
 	return m.webhooks.server, m.webhooks.err
 }
 
-// addWebhook registers a webhook through add unless the manager started.
 func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
