@@ -53,19 +53,16 @@ type CacheOptions struct {
 	// cluster-scoped types, it holds every object. Default: every namespace.
 	Sharded bool
 
-	// Optional lets the cache's kind, a custom resource, be absent; see the
-	// Optional guarantee and README.md#optional-kinds. Start does not wait for
-	// it; the cache watches the CRD (needs get, list and watch on
-	// customresourcedefinitions), lists once the CRD is Established and serves
-	// the cache's version, and waits again when it is deleted. While waiting
-	// it holds nothing, and /readyz and ctrl_cache_waiting_for_crd name the
-	// CRD. On a CRD's deletion its objects are deleted ([Controller.OnDelete]
-	// once each, [Controller.OnFinalize] runs); objects that only stop being
-	// served are forgotten, with neither hook. Asking for an existing cache
-	// with the other choice is an error. Not for fleet caches nor built-in
-	// kinds; a kind missing at wiring time must declare its scope
-	// (APIResource.Namespaced or ClusterScoped). Default: required, and Start
-	// fails if the kind is not served.
+	// Optional lets the cache's kind, a custom resource, be absent (the
+	// Optional guarantee; README.md#optional-kinds): Start does not wait for
+	// it; the cache watches the CRD (get, list, watch on
+	// customresourcedefinitions), and while it waits holds nothing, with
+	// /readyz and ctrl_cache_waiting_for_crd naming the CRD. Objects of a
+	// deleted CRD are deleted (hooks run); objects only no longer served are
+	// forgotten. Asking for an existing cache with the other choice is an
+	// error. Not for fleet caches nor built-in kinds; a kind missing when wired
+	// must declare its scope. Default: required, and Start fails if the kind is
+	// not served.
 	Optional bool
 }
 

@@ -25,21 +25,16 @@ type ClientOptions struct {
 
 // Client reads and writes objects of type T: reads from the manager's
 // caches unless [Client.Uncached], writes to the API server. Errors keep
-// their API meaning through wrapping (apierrors.IsNotFound, IsConflict...).
-// Returned objects carry their apiVersion and kind. A key or object without
-// a namespace for a namespaced type is an error, never a NotFound. Safe for
-// concurrent use.
+// their API meaning through wrapping (apierrors.IsNotFound...); objects
+// carry apiVersion and kind. A namespaced type's key or object without a
+// namespace is an error, never a NotFound. Safe for concurrent use.
 //
-// A cached read needs a cache of T with no selector whose namespaces
-// include the read's; a client never creates one: an uncovered read is an
-// error that says which cache to add.
-//
-// Writes are tracked until the caches of T observed them, so
-// [Manager.WaitIdle] waits for their consequences. A write under a
-// reconcile's context fails with [ErrLeadershipLost], without a request,
-// once leadership ended (the One leader guarantee; [CheckLeadership]); a
-// write under another context, such as context.Background(), is not
-// checked.
+// A cached read needs a cache of T with no selector covering its
+// namespace; a client never creates one: the error says which to add.
+// Writes are tracked until the caches observed them, for
+// [Manager.WaitIdle]. Under a reconcile's context, writes are fenced by
+// leadership (the One leader guarantee; [CheckLeadership]); under another
+// context, such as context.Background(), they are not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set

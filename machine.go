@@ -101,24 +101,19 @@ type Next[S ~string] struct {
 }
 
 // NewMachine returns a controller named name that runs machine on the
-// objects of type T; wire it further like any [Controller] ([Owns],
-// [Watches]).
+// objects of type T; wire it further like any [Controller].
 //
 // It reconciles an object when it is created, when its phase, generation or
-// observedGeneration changes, and while it is deleted; other status and
-// metadata changes run no step unless [Controller.FilterUpdates] adds
-// them. A reconcile that finds this program's own write not yet cached
-// waits for it. Do not use OnFinalize: the machine owns its finalizer. An
-// object that leaves the cache's selector keeps the finalizer.
-// ControllerOptions.UnsafeDisableDeepCopy is ignored.
-//
-// Moves are reported as Events from component name, and counted in
-// ctrl_machine_objects (per state, read from the cache at each scrape),
+// observedGeneration changes ([Controller.FilterUpdates] adds more), and
+// while it is deleted. A reconcile that finds this program's own write not
+// yet cached waits for it. The machine owns its finalizer: do not use
+// OnFinalize; an object leaving the selector keeps it.
+// ControllerOptions.UnsafeDisableDeepCopy is ignored. Moves are Events
+// from component name and counted in ctrl_machine_objects,
 // ctrl_machine_transitions_total and ctrl_machine_state_duration_seconds,
-// labeled with name and declared states only. It returns an error if
-// machine is incomplete or inconsistent (naming what is wrong), if T has no
-// status subresource, if Events cannot be written, or for the reasons of
-// [NewController].
+// labeled with name and declared states. It returns an error if machine is
+// incomplete or inconsistent (naming what is wrong), T has no status
+// subresource, Events cannot be written, or as [NewController] does.
 func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
 	d, err := machine.compile()
 	if err != nil {

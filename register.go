@@ -127,23 +127,20 @@ func MustRegister[T Object](r APIResource) {
 }
 
 // Project makes P a projection of the API type T: a [Cache], [Controller]
-// or [Client] of P reads T from the server and keeps only what fn returns,
-// so memory is that of P and the compiler stops reads of fields not kept.
-// P is a pointer to a struct with TypeMeta, ObjectMeta and DeepCopyObject;
-// fn sets the metadata the controller reads (name, namespace,
-// resourceVersion; ownerReferences for [Owns]). fn must copy what it keeps,
-// never keep addresses into its argument (which is reused), and accept an
-// object twice. Clients of P read only; write through a client of T.
+// or [Client] of P reads T and keeps only what fn returns, so memory is
+// P's and the compiler stops reads of fields not kept. P is a pointer to a
+// struct with TypeMeta, ObjectMeta and DeepCopyObject; fn sets the
+// metadata read (name, namespace, resourceVersion; ownerReferences for
+// [Owns]), copies what it keeps (its argument is reused), and accepts an
+// object twice. Clients of P read only.
 //
-// fields names what fn reads of T besides metadata, by JSON path
-// ("spec.nodeName"): a cache of a built-in type then decodes only those
-// (the Bounded guarantee), and fn sees other fields empty. The first object
-// of each watch is projected both ways and a difference is logged, naming P
-// and the object. No fields: fn sees whole objects. Project returns an
-// error for a path T lacks, and for fields of a custom resource (JSON,
-// decoded whole). For metadata alone use *metav1.PartialObjectMetadata
-// with CacheOptions.Resource. Call it once per P before creating managers;
-// again with the same T and fields it does nothing.
+// fields names, by JSON path ("spec.nodeName"), what fn reads of a
+// built-in T besides metadata: only those are decoded and fn sees others
+// empty; the first object of each watch is projected both ways and a
+// difference logged. No fields: whole objects. It returns an error for a
+// path T lacks, or fields of a custom resource (decoded whole). For
+// metadata alone use *metav1.PartialObjectMetadata. Call it once per P
+// before creating managers; again with the same T and fields is a no-op.
 func Project[T, P Object](fn func(T) P, fields ...string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())

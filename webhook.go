@@ -19,19 +19,16 @@ import (
 	"github.com/typedctrl/ctrl/internal/webhook"
 )
 
-// Validator holds the functions of a validating admission webhook for T;
-// register it with [Validate]. A function admits by returning nil; an
-// error denies: an API status error (apierrors.NewInvalid, NewForbidden)
-// passes as it is; a *field.Error or a field.ErrorList's ToAggregate()
-// becomes 422 Invalid with one cause per field; any other error becomes
-// 403 Forbidden with its message.
+// Validator holds the functions of a validating admission webhook for T
+// ([Validate]). nil admits; an API status error (apierrors.NewInvalid...)
+// passes as it is; a *field.Error or field.ErrorList's ToAggregate()
+// becomes 422 Invalid, one cause per field; any other error, 403 Forbidden.
 //
-// A nil function admits its operation without a call and is left out of
-// the configuration. Each call gets its own decoded objects; calls may run
-// concurrently. ctx ends at the request's timeout (a function still running
-// is left to finish and the request denied, as on a panic; see the
-// Answered guarantee) and carries the manager's logger with the request's
-// uid and path. [AdmissionWarning] adds warnings to the answer.
+// A nil function admits without a call and is left out of the
+// configuration. Calls may run concurrently, each with its own objects.
+// ctx ends at the request's timeout (see the Answered guarantee) and
+// carries the logger with the request's uid and path. [AdmissionWarning]
+// adds warnings.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -172,12 +169,10 @@ func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error
 }
 
 // WebhookHandler returns the handler Start serves on
-// Options.WebhookAddress, for tests (httptest) or programs that serve it
-// themselves. It routes by path, takes only POSTs of application/json,
-// answers an unreadable review with 400, and never panics; it is safe for
-// concurrent use and serves webhooks registered later. Calling it tells
-// Start the program serves the webhooks, so Start does not require
-// Options.WebhookAddress.
+// Options.WebhookAddress, for tests or programs that serve it themselves.
+// It routes by path, takes only POSTs of application/json, is safe for
+// concurrent use, and serves webhooks registered later. Calling it tells
+// Start the webhooks are served, so Options.WebhookAddress may be unset.
 func (m *Manager) WebhookHandler() http.Handler {
 	m.webhooks.handed.Store(true)
 	s, err := m.webhookServer()
