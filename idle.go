@@ -7,23 +7,19 @@ import (
 	"time"
 )
 
-// WaitIdle blocks until the manager is idle, ctx is done, or the manager
-// stopped: for tests, in place of sleeps. Give ctx a deadline, so a
-// controller that never settles fails the test saying what it does.
+// WaitIdle blocks until the manager is idle, ctx is done (give it a
+// deadline), or the manager stopped: for tests, instead of sleeps. Idle:
+// every cache synced and controller started (leading, with leader
+// election); every write through this manager's [Client]s observed by the
+// caches of its type (a last-finalizer removal, by the removal); no event
+// dispatched, queue non-empty, key waiting for a server, or reconcile
+// running; no requeue due within requeueWithin (not a timeout).
 //
-// Idle means: every cache synced and every controller started (with leader
-// election: this replica leads); every write through a [Client] of this
-// manager observed by the caches of its type (a write that removed a
-// deleted object's last finalizer, by its removal); no event dispatched;
-// every work queue empty; no key waiting for a server; no reconcile
-// running; no requeue (RequeueAfter or retry) due within requeueWithin,
-// which is not a timeout.
-//
-// It returns nil once idle with no key failing, a key whose last reconcile
-// returned a non-[Terminal] error and waits for its retry. Idle with keys
-// failing, or ctx ended, it returns an error naming each failing key with
-// its last error (wrapped for errors.Is and errors.As), and, if ctx ended,
-// what was still busy. Writes through other clients are not tracked.
+// It returns nil once idle with no key failing (its last reconcile
+// returned a non-[Terminal] error and it awaits a retry); otherwise an
+// error naming each failing key with its last error (wrapped for errors.Is
+// and errors.As) and, if ctx ended, what was busy. Writes through other
+// clients are not tracked.
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:

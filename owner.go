@@ -12,21 +12,19 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Owns makes controller c reconcile the controlling owner (the
-// controller=true ownerReference of T's kind, see [SetControllerReference])
-// of each object of type O created, updated or deleted. Updates pass only
-// if one of changed reports true (none: all pass), such as
-// [GenerationChanged]. O is given, T is inferred:
+// Owns makes c reconcile the controlling owner of T's kind
+// ([SetControllerReference]) of each object of type O created, updated or
+// deleted; updates pass only if one of changed (if any) reports true, such
+// as [GenerationChanged]. O is given, T is inferred:
 //
 //	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns the cache of O it watches, the one a [Client] of O reads, to
-// add indexes to. O is watched in the namespaces of c's cache and follows
-// them ([Cache.SetNamespaces]), indexes included; an existing cache of O
-// for them is used, optional or not, else a required one is made. Called
-// while the manager runs, it reconciles the owners of the objects already
-// cached. [Unwatch] removes it. It returns an error if O is not a known,
-// watchable resource, a filter is nil, or c was stopped.
+// It returns the cache of O it watches, which a [Client] of O reads, to add
+// indexes to. It follows the namespaces of c's cache, indexes included,
+// using an existing cache of O, optional or not, or making a required one.
+// Called while running, it reconciles the owners of cached objects.
+// [Unwatch] removes it. It returns an error if O is not a known, watchable
+// resource, a filter is nil, or c was stopped.
 func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)

@@ -227,18 +227,13 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 }
 
 // RBACRules returns the rules the manager's own work needs in its own
-// cluster, as wired so far: list and watch for each cache; get, create and
-// update of Leases for leader election or sharding (and delete, for
-// sharding), and patch of the objects sharding's label mode labels;
-// create, update and patch of Events for recorders; patch of objects whose
-// finalizers a controller or machine owns, and of the status of a
-// machine's objects; create of TokenReviews and SubjectAccessReviews for
-// secure metrics. The webhook server needs none. Put them in a ClusterRole
-// (or a Role, plus the Lease's namespace) and add what your reconciles'
-// writes and uncached reads need.
-//
-// The rules are sorted by group and resource, one per resource. Call it
-// after wiring; it is safe for concurrent use.
+// cluster, as wired so far, one per resource, sorted: list and watch per
+// cache; Leases (get, create, update; delete for sharding) and patch of
+// the objects sharding's label mode labels; Events (create, update, patch)
+// for recorders; patch of objects whose finalizers a controller or machine
+// owns and of machines' status; create of TokenReviews and
+// SubjectAccessReviews for secure metrics. Add your reconciles' writes and
+// uncached reads. Call it after wiring; safe for concurrent use.
 func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	m.mu.Lock()
 	caches := slices.Clone(m.cacheList)

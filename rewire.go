@@ -161,15 +161,13 @@ type link struct {
 	follow func(namespaces []string) managedCache
 }
 
-// Stop stops the controller for good, before or after [Manager.Start]:
-// changes queue nothing, workers end once their running reconciles return,
-// its queue, [Owns] and [Watches] go, and caches nothing else uses (not
-// [NewCache]'s) stop and forget their objects. Stopped before Start, its
-// name may be reused.
-//
-// Reconciles still running when ctx is done are canceled, and Stop returns
-// an error that counts them. Stop blocks until its reconciles returned or
-// ctx is done. A second call returns nil at once. Safe for concurrent use.
+// Stop stops the controller for good, before or while the manager runs:
+// nothing is queued, workers end after their reconciles, its queue, [Owns]
+// and [Watches] go, and unused caches (not [NewCache]'s) stop and forget
+// their objects; stopped before Start, its name may be reused. It blocks
+// until its reconciles returned or ctx is done, then cancels them and
+// returns an error counting them. A second call returns nil. Safe for
+// concurrent use.
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
@@ -256,17 +254,15 @@ func (c *Controller[T]) addLink(l *link) error {
 	return nil
 }
 
-// Unwatch removes the [Owns] and [Watches] of c whose source is a cache of
-// O: those of the caches from, or every one of type O. Then changes of
-// those objects queue nothing for c, and caches nothing uses (not
-// [NewCache]'s) stop and forget their objects. O is given or inferred:
+// Unwatch removes c's [Owns] and [Watches] of the caches from, or of every
+// cache of O; unused caches (not [NewCache]'s) then stop and forget their
+// objects. O is given or inferred:
 //
 //	err := ctrl.Unwatch[*corev1.Secret](c)  // every Owns and Watches of Secrets
 //	err = ctrl.Unwatch(c, nodes)             // the Watches of the cache nodes
 //
-// Callable before Start or while the manager runs; it blocks until the
-// released caches stopped. It returns an error if c has no such Owns or
-// Watches.
+// Callable before or while the manager runs; it blocks until released
+// caches stopped, and returns an error if c has no such Owns or Watches.
 func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	c.wiring.Lock()
 	c.mu.Lock()
