@@ -92,8 +92,7 @@ type Cache[T Object] struct {
 	// typeMeta is stamped on every object stored: typed decoding drops it.
 	typeMeta metav1.TypeMeta
 
-	// The inputs that decide the feeds (feeds.go), and the feeds, changed
-	// under rewire; feeds is read without it.
+	// feeds.go's inputs and the feeds change under rewire; feeds is read without it.
 	rewire    sync.Mutex
 	running   context.Context // set while the cache runs
 	runLog    logr.Logger
@@ -113,19 +112,16 @@ type Cache[T Object] struct {
 	handlers  []handler[T]
 	started   bool
 
-	// dispatch serializes the changes of every feed: handlers see one
-	// change at a time, in order, whichever watch it came from.
+	// dispatch serializes every feed's changes: handlers see one at a time, in order.
 	dispatch    sync.Mutex
 	dispatching atomic.Int32
 	log         logr.Logger // set by run
 }
 
-// handler receives a cache's changes, one at a time and in order, on the
-// goroutine of the watch they came from. It must not block.
+// handler receives changes in order on the watch's goroutine; it must not block.
 type handler[T Object] interface {
 	changed(ev event[T])
-	// listed receives the additions and updates of a complete list at once
-	// (deletions come one at a time through changed).
+	// listed receives a complete list's additions and updates at once.
 	listed(evs []event[T])
 }
 
@@ -165,8 +161,7 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	return makeCache(m, opts, u)
 }
 
-// newCache is NewCache with a first handler, registered before the cache
-// can start: for the manager's own caches, made while it runs and kept.
+// newCache is NewCache with a first handler, registered before the cache can start.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
 	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
@@ -291,8 +286,7 @@ func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 	}
 }
 
-// addHandler registers h for every change from now on. Handlers are added
-// while wiring, before the manager starts; see addLiveHandler for later.
+// addHandler registers h while wiring; see addLiveHandler for later.
 func (c *Cache[T]) addHandler(h handler[T]) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -320,8 +314,7 @@ func (c *Cache[T]) lastError() error {
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
 
-// notFound is the error a cached read returns for a missing object, with
-// the meaning apierrors.IsNotFound recognizes.
+// notFound is a cached read's missing object, for apierrors.IsNotFound.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
 }

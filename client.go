@@ -115,8 +115,7 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
 
-// requestError names the object's resource and key, so a controller tells
-// a NotFound of its own object from others (see Controller.vanished).
+// requestError names resource and key: see Controller.vanished.
 type requestError struct {
 	verb     string // "get", "create", "update status of", ...
 	typ      reflect.Type
@@ -131,12 +130,10 @@ func (e *requestError) Error() string {
 
 func (e *requestError) Unwrap() error { return e.err }
 
-// written reports whether the request wrote an object that should exist:
-// not a read, and not a create, whose NotFound is about its namespace.
+// written: not a read, nor a create (whose NotFound is about its namespace).
 func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
-// cache returns the cache of T that covers what covers reports, waiting for
-// it to sync, or an error that says which cache to add.
+// cache returns the synced cache of T that covers, or says which cache to add.
 func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T]) bool) (*Cache[T], error) {
 	caches := cachesOf(c.m, c.b)
 	var pick *Cache[T]
@@ -287,8 +284,7 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	return objs, nil
 }
 
-// checkIndex returns an error that says how to add the index opts names,
-// if some cache covers the list but none of them has it.
+// checkIndex says how to add the index opts names, if a covering cache lacks it.
 func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
 	var covering []*Cache[T]
 	for _, cc := range cachesOf(c.m, c.b) {

@@ -72,8 +72,7 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	rec.Eventf(&ref, eventType, reason, format, args...)
 }
 
-// eventSink holds, while Start runs, a broadcaster per cluster (started by
-// the first event) and a recorder per component.
+// eventSink holds a broadcaster per cluster and a recorder per component.
 type eventSink struct {
 	running  bool
 	clusters map[string]*clusterEvents
@@ -84,8 +83,7 @@ type clusterEvents struct {
 	recorders   map[string]record.EventRecorder
 }
 
-// startEvents lets recorders send events, and returns the function that
-// stops the broadcasters, flushing what they hold.
+// startEvents returns the function that stops the broadcasters, flushing them.
 func (m *Manager) startEvents() func() {
 	m.mu.Lock()
 	m.events.running = true
@@ -112,9 +110,7 @@ func (m *Manager) stopEventsIn(cluster string) {
 	}
 }
 
-// recorder returns the recorder of component in cluster, or nil if events
-// cannot be sent now (the manager does not run, or the cluster does not
-// serve Events).
+// recorder returns nil if events cannot be sent now (not running, or not served).
 func (m *Manager) recorder(cluster, component string) record.EventRecorder {
 	m.mu.Lock()
 	running, ce := m.events.running, m.events.clusters[cluster]

@@ -14,9 +14,7 @@ type expectation struct {
 	writes   int    // fake backends: events still to come
 }
 
-// observe settles the expectation for key given the object's new state
-// (present false: it is gone), seen by a feed of a fake backend or not.
-// Called with c.mu held.
+// observe settles key's expectation (present false: gone). Under c.mu.
 func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	e, ok := c.expect[key]
 	if !ok {
@@ -52,9 +50,7 @@ func newer(a, b string) bool {
 	return err != nil || cmp >= 0
 }
 
-// expectWrite is called before a write through a Client to the object with
-// key. It returns the function to call with the write's outcome: the object
-// the server returned (for a delete: deleted true, and no object).
+// expectWrite returns what to call with the write's outcome (deleted: no object).
 func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	c.mgr.activity.Add(1) // a write in flight: an idle check running now is void
 	f := c.feedOf(key)
@@ -100,9 +96,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	}
 }
 
-// removedBy reports whether a write that returned obj left an object being
-// deleted without finalizers or grace period, which the server (and a fake
-// taught by binding.DeleteLikeServer) then removes.
+// removedBy: deleted with no finalizers nor grace, which the server then removes.
 func removedBy[T Object](obj T) bool {
 	return obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 &&
 		(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0)

@@ -12,16 +12,14 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// feedKey names a feed: one namespace ("" for all) of one cluster ("" for
-// the manager's own).
+// feedKey names a feed: one namespace ("" all) of one cluster ("" the own).
 type feedKey struct{ cluster, namespace string }
 
 func (k feedKey) covers(key Key) bool {
 	return key.Cluster == k.cluster && (k.namespace == "" || k.namespace == key.Namespace)
 }
 
-// wanted returns the feeds the cache's inputs call for, with the binding
-// of each one's cluster. Called with c.rewire held.
+// wanted returns the feeds the inputs call for. Called with c.rewire held.
 func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	out := map[feedKey]*binding.Binding[T]{}
 	namespaces := c.currentScope().namespaces
@@ -123,8 +121,7 @@ func (c *Cache[T]) refeed(gone eventKind) {
 	c.feeds.Store(&next)
 }
 
-// stopFeeds stops every feed, keeping what the cache holds: the cache
-// stops. Called with c.rewire held.
+// stopFeeds stops every feed, keeping what the cache holds. Under c.rewire.
 func (c *Cache[T]) stopFeeds() {
 	for _, f := range c.feedMap() {
 		f.stop()
@@ -134,8 +131,7 @@ func (c *Cache[T]) stopFeeds() {
 	c.feeds.Store(nil)
 }
 
-// feedMap returns the running feeds. It takes no lock: the store reads it
-// under the cache's lock.
+// feedMap takes no lock: the store reads it under the cache's lock.
 func (c *Cache[T]) feedMap() map[feedKey]*feed[T] {
 	if p := c.feeds.Load(); p != nil {
 		return *p
@@ -211,8 +207,7 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	}
 }
 
-// feedSynced records that a feed of the own cluster completed its first
-// list: the cache has synced once every feed has.
+// feedSynced: the cache has synced once every own-cluster feed has listed.
 func (c *Cache[T]) feedSynced() {
 	for _, f := range c.ownFeeds() {
 		if !f.isSynced.Load() {
@@ -222,8 +217,7 @@ func (c *Cache[T]) feedSynced() {
 	c.markSynced()
 }
 
-// markSynced records that the cache is in step with the server: every feed
-// listed, or, for an optional kind, the server serves none.
+// markSynced: every feed listed, or an optional kind's server serves none.
 func (c *Cache[T]) markSynced() {
 	c.syncOnce.Do(func() { close(c.synced) })
 }
@@ -240,8 +234,7 @@ func (c *Cache[T]) engage(mb *member) error {
 	return nil
 }
 
-// disengage takes the member cluster name out of a fleet cache: its
-// objects are forgotten, not deleted, so no hook hears of them.
+// disengage forgets a member's objects: no hook hears of them.
 func (c *Cache[T]) disengage(name string) {
 	c.rewire.Lock()
 	defer c.rewire.Unlock()
@@ -291,6 +284,5 @@ func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	return nil
 }
 
-// rescoper is a handler that follows its cache's namespaces: a controller,
-// for the caches of its Owns.
+// rescoper follows its cache's namespaces: a controller, for its Owns.
 type rescoper interface{ rescoped(namespaces []string) }

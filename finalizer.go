@@ -65,8 +65,7 @@ func (c *Controller[T]) runFinalizer(ctx context.Context, obj T) error {
 	return err
 }
 
-// setFinalizer patches the finalizer in or out with obj's resourceVersion,
-// so a concurrent change conflicts instead of dropping another's finalizer.
+// setFinalizer patches with obj's resourceVersion: never drops another's finalizer.
 func (c *Controller[T]) setFinalizer(ctx context.Context, obj T, add bool) (T, error) {
 	changed := obj.DeepCopyObject().(T)
 	if add {

@@ -106,8 +106,7 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 	return ""
 }
 
-// busy says why the cache is not idle, or returns "": a write made through
-// a Client not yet observed, or an event being dispatched.
+// busy: a Client's write not yet observed, or an event being dispatched.
 func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"

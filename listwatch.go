@@ -206,8 +206,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	return w, err
 }
 
-// report logs what a watch finds wrong in the cache's wiring but decodes
-// nonetheless.
+// report logs wiring problems a watch finds but decodes anyway.
 func (f *feed[T]) report(err error) {
 	f.c.log.Error(err, "cache decodes objects wrongly", "cluster", f.key.cluster, "namespace", f.key.namespace)
 }

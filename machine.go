@@ -197,8 +197,7 @@ type machine[T Object, S ~string] struct {
 
 var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
-// compile checks m and returns it ready to run, with its own copy of the
-// states, or an error that lists every problem.
+// compile checks m and copies its states, or lists every problem.
 func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	var errs []string
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
@@ -270,8 +269,7 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	return d, nil
 }
 
-// reachable returns the states reachable from start through To, and
-// through SpecChanged if specChanges is set.
+// reachable follows To, and SpecChanged if specChanges is set.
 func reachable[T Object, S ~string](states map[S]State[T, S], start S, specChanges bool) map[S]bool {
 	seen := map[S]bool{}
 	for next := []S{start}; len(next) > 0; next = next[1:] {

@@ -59,8 +59,7 @@ func (m *Manager) fatal(err error) {
 	}
 }
 
-// startCache runs a cache on the manager's running context. Called with
-// m.mu held.
+// startCache runs c on the manager's running context. Under m.mu.
 func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
 	ctx, stop := context.WithCancel(m.running) // stopped alone when released
@@ -74,9 +73,7 @@ func (m *Manager) startCache(c managedCache) {
 	}()
 }
 
-// waitForSync waits for every cache's first list. A resource not served
-// fails at once; a forbidden cache is not waited for (its controllers wait
-// for it).
+// waitForSync fails at once on an unserved resource; forbidden caches are not awaited.
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()

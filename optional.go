@@ -67,8 +67,6 @@ func newOptional(m *Manager, info binding.Info) *optional {
 // acted on it yet.
 func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
 
-// watchCRD makes the private cache that watches the CRD of an optional
-// cache's kind.
 func (c *Cache[T]) watchCRD() error {
 	o := c.opt
 	crds, err := makeCache(c.mgr, CacheOptions{
@@ -105,8 +103,7 @@ func (k kicker) kick() {
 func (k kicker) changed(event[*unstructured.Unstructured])  { k.kick() }
 func (k kicker) listed([]event[*unstructured.Unstructured]) { k.kick() }
 
-// trimCRD keeps what crdState reads of a CRD: its identity, its served
-// versions and its conditions, not its schemas.
+// trimCRD keeps a CRD's identity, served versions and conditions, not its schemas.
 func trimCRD(u *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: map[string]any{}}
 	out.SetAPIVersion(u.GetAPIVersion())
@@ -249,8 +246,7 @@ func (c *Cache[T]) Served() bool {
 	return true
 }
 
-// waitingForCRD says, for /readyz, that an optional cache waits for its
-// CRD, or returns "".
+// waitingForCRD says, for /readyz, that the cache waits for its CRD, or "".
 func (c *Cache[T]) waitingForCRD() string {
 	o := c.opt
 	if o == nil {
@@ -272,8 +268,7 @@ func (c *Cache[T]) waitingForCRD() string {
 
 func crdName(info binding.Info) string { return info.GVR.Resource + "." + info.GVR.Group }
 
-// notServedError names the CustomResourceDefinition that a list or watch
-// answered with 404 points at.
+// notServedError names the CRD a 404 points at.
 func (c *Cache[T]) notServedError(err error) error {
 	if err == nil || !apierrors.IsNotFound(err) || c.b.Builtin || c.b.GVR.Group == "" {
 		return err

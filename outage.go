@@ -10,8 +10,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// outageLog summarizes reconciles that fail because the API server is
-// unreachable: a line each would bury the logs.
+// outageLog summarizes outage failures: a line each would bury the logs.
 type outageLog struct {
 	mu     sync.Mutex
 	count  int       // failures since the last summary
@@ -48,9 +47,7 @@ func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.mgr.awaitServer()
 }
 
-// releaseWaiting queues the keys of cluster waiting for its server, spread
-// over a window that grows with their number: up to a second for a
-// thousand keys, two at most.
+// releaseWaiting spreads cluster's keys over a second per thousand, two at most.
 func (c *Controller[T]) releaseWaiting(cluster string) {
 	n := c.q.waitingFor(cluster)
 	if n == 0 {
@@ -63,8 +60,7 @@ func (c *Controller[T]) releaseWaiting(cluster string) {
 	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// waitForServer parks key until the API server of cluster answers again;
-// see release. It reports whether key was not already waiting.
+// waitForServer reports whether key was not already waiting; see release.
 func (q *queue) waitForServer(key Key, cluster string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -104,9 +100,7 @@ func (q *queue) release(cluster string, window time.Duration) int {
 	return len(retries)
 }
 
-// dropWaiting forgets the keys of cluster, a member that left, waiting for
-// a server, and returns how many. Keys of other clusters that wait for its
-// server stay: release queues them.
+// dropWaiting forgets the waiting keys of cluster, a member that left.
 func (q *queue) dropWaiting(cluster string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -165,8 +159,6 @@ func (m *Manager) awaitServer() {
 	m.probe.Start(ctx, m.wg.Go, probe.Funcs{Waited: m.clustersWaited, Ready: m.serverReady, Answered: m.serverAnswered})
 }
 
-// serverAnswered releases every controller's keys waiting for cluster's
-// API server.
 func (m *Manager) serverAnswered(cluster string) {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
@@ -191,8 +183,7 @@ func (m *Manager) clustersWaited() []string {
 	return out
 }
 
-// serverReady reports whether cluster's API server answers. Fakes are
-// always ready; a member that left never is.
+// serverReady: fakes are always ready; a member that left never is.
 func (m *Manager) serverReady(ctx context.Context, cluster string) bool {
 	cfg, hc := m.clients.Config, m.clients.HTTP
 	if cluster != "" {

@@ -72,8 +72,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 	return owned, nil
 }
 
-// ownedOptions are the options of the cache of an Owns: the controller's
-// namespaces (nil: all), for a namespaced controller.
+// ownedOptions: the controller's namespaces (nil: all), if namespaced.
 func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOptions, error) {
 	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
@@ -85,8 +84,6 @@ func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOpti
 	return opts, nil
 }
 
-// ownedShare says whether the objects the controller owns may be split
-// among replicas as its own are.
 func (c *Controller[T]) ownedShare() shareKind {
 	if c.cache.share != nil {
 		return relatedShare

@@ -76,8 +76,7 @@ type delayed struct {
 	reason Reason
 }
 
-// batch is keys that entered the backlog together, with their cause. When
-// self is set each key's cause names the key's own object.
+// batch is keys that entered the backlog together; self: each caused by its own object.
 type batch struct {
 	keys  []Key
 	cause Cause
@@ -316,8 +315,7 @@ func (q *queue) get() (Key, queued, bool) {
 	}
 }
 
-// done gives back a key that get handed out. Keys set aside go back into
-// the queue first, so the queue is never empty while some wait.
+// done gives back a key; keys set aside are queued first, so none waits on an empty queue.
 func (q *queue) done(key Key) {
 	// Until a member's key was queued nothing is counted (fleet never goes
 	// back); keys handed out before then count their cluster low, briefly.

@@ -44,8 +44,7 @@ type denial struct {
 	count  int
 }
 
-// access records the outcome of a list or watch: a refusal is logged at
-// once and every minute, a permission after a refusal once.
+// access logs a refusal at once and every minute, a permission after a refusal once.
 func (f *feed[T]) access(verb string, err error) {
 	forbidden := apierrors.IsForbidden(err)
 	if err != nil && !forbidden {
@@ -138,8 +137,7 @@ func (f *feed[T]) forbiddenTo(verb string) error {
 	return nil
 }
 
-// forbiddenErr says what the server refuses the feed and which rule to add,
-// wrapping its answer.
+// forbiddenErr names the refusal and the rule to add, wrapping the answer.
 func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 	gr := f.b.GVR.GroupResource()
 	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%q]}`, gr.Group, gr.Resource, verb)
@@ -158,8 +156,7 @@ func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 	return fmt.Errorf("forbidden to %s %s%s: add the rule %s to %s bound to the manager's identity: %w", verb, gr, where, rule, to, d.err)
 }
 
-// forbidden returns why the server refuses the cache a list or watch of
-// its own cluster, or nil.
+// forbidden returns why the own cluster refuses the cache a list or watch, or nil.
 func (c *Cache[T]) forbidden() error {
 	for _, f := range c.ownFeeds() {
 		if err := f.forbidden(); err != nil {
@@ -169,8 +166,7 @@ func (c *Cache[T]) forbidden() error {
 	return nil
 }
 
-// notReady says why the cache is not ready (not synced, or forbidden to
-// watch), or "".
+// notReady says why the cache is not ready (unsynced, or forbidden to watch), or "".
 func (c *Cache[T]) notReady() string {
 	if !c.HasSynced() {
 		if err := c.forbidden(); err != nil {
@@ -192,8 +188,7 @@ func (c *Cache[T]) notReady() string {
 	return ""
 }
 
-// warning says what the server refuses a ready cache (the list of one that
-// lists by watching), or "".
+// warning says what the server refuses a ready cache (a list it watched around), or "".
 func (c *Cache[T]) warning() string {
 	if c.notReady() != "" {
 		return ""
@@ -204,8 +199,7 @@ func (c *Cache[T]) warning() string {
 	return ""
 }
 
-// grants are the RBAC verbs the manager's own work needs beyond its caches:
-// group and resource to verbs.
+// grants are the RBAC verbs the manager needs beyond its caches.
 type grants struct {
 	mu    sync.Mutex
 	verbs map[schema.GroupResource]map[string]bool
@@ -233,7 +227,8 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 // for recorders; patch of objects whose finalizers a controller or machine
 // owns and of machines' status; create of TokenReviews and
 // SubjectAccessReviews for secure metrics. Add your reconciles' writes and
-// uncached reads. Call it after wiring; safe for concurrent use.
+// uncached reads (the webhook server needs none). Call it after wiring;
+// safe for concurrent use.
 func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	m.mu.Lock()
 	caches := slices.Clone(m.cacheList)
@@ -263,8 +258,6 @@ func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	return rules
 }
 
-// groupResource returns the resource the cache lists and watches, and
-// whether it does so in the manager's own cluster.
 func (c *Cache[T]) groupResource() (schema.GroupResource, bool) {
 	return c.b.GVR.GroupResource(), !c.opts.Fleet
 }

@@ -67,17 +67,13 @@ func resourceInfo[T Object](r APIResource) *binding.Info {
 	return &i
 }
 
-// apiResource is the APIResource of a binding's Info, with what it knows
-// of the scope and status subresource declared.
 func apiResource(i binding.Info) APIResource {
 	return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource, Kind: i.Kind,
 		Namespaced: i.Namespaced && !i.ScopeUnknown, ClusterScoped: !i.Namespaced && !i.ScopeUnknown,
 		Status: i.Status && !i.StatusUnknown}
 }
 
-// resourceOption is the Resource option that binds a type as info says:
-// its resource for the types that serve one named at run time, none for
-// the others.
+// resourceOption names the resource only for types that serve one named at run time.
 func resourceOption(info binding.Info) APIResource {
 	if info.Type == binding.UnstructuredType || info.Type == binding.MetadataType {
 		return apiResource(info)
@@ -85,8 +81,7 @@ func resourceOption(info binding.Info) APIResource {
 	return APIResource{}
 }
 
-// resolve returns the Info of T as the manager's own cluster serves it:
-// what its registration left unsaid learned as a binding learns it.
+// resolve returns T's Info as the own cluster serves it.
 func resolve[T Object](m *Manager) (binding.Info, error) {
 	info, err := binding.Lookup[T]()
 	if err != nil || !info.ScopeUnknown && !info.StatusUnknown {

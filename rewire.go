@@ -29,8 +29,7 @@ func (r *cacheRefs) hold(pin bool) {
 
 func (c *Cache[T]) refsOf() *cacheRefs { return &c.refs }
 
-// use counts one more user of a cache that exists. It returns an error if
-// the cache was released: nobody used it any more, and it stopped.
+// use counts one more user; it returns an error if the cache was released.
 func (m *Manager) use(c managedCache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -42,8 +41,7 @@ func (m *Manager) use(c managedCache) error {
 	return nil
 }
 
-// unuse counts one user less of c; an unpinned cache nobody uses is taken
-// out, stopped and emptied. It blocks until its goroutines returned.
+// unuse counts one user less; an unused unpinned cache is stopped and emptied.
 func (m *Manager) unuse(c managedCache) {
 	m.mu.Lock()
 	r := c.refsOf()
@@ -69,8 +67,7 @@ func (m *Manager) unuse(c managedCache) {
 	m.activity.Add(1)
 }
 
-// rekey files c under its scope now, so that NewCache with its new
-// namespaces finds it, unless another cache has them.
+// rekey files c under its new scope, unless another cache has it.
 func (m *Manager) rekey(c managedCache, scope string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -84,8 +81,7 @@ func (m *Manager) rekey(c managedCache, scope string) {
 	}
 }
 
-// release empties a cache stopped for good: objects, indexes, pending
-// writes, metrics; an optional cache lets its CRD's cache go.
+// release empties a cache stopped for good, and lets an optional one's CRD cache go.
 func (c *Cache[T]) release() {
 	c.rewire.Lock()
 	c.stopFeeds()
@@ -111,8 +107,7 @@ func (c *Cache[T]) release() {
 	}
 }
 
-// addLiveHandler registers h and hands it the objects cached now as one
-// list, so it hears of every object whenever it was added.
+// addLiveHandler registers h and hands it the cached objects as one list.
 func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -151,13 +146,11 @@ func (c *Cache[T]) removeHandler(h handler[T]) {
 	c.mu.Unlock()
 }
 
-// link is an Owns or a Watches of a controller: a handler on another
-// cache. Under the controller's mu.
+// link is an Owns or a Watches: a handler on another cache. Under the controller's mu.
 type link struct {
 	src    managedCache
 	remove func() // takes the handler off src
-	// follow, for Owns, moves the handler to the cache of the controller's new
-	// namespaces and returns the cache it left.
+	// follow, for Owns, moves to the new namespaces' cache and returns the old one.
 	follow func(namespaces []string) managedCache
 }
 
@@ -208,8 +201,7 @@ func (c *Controller[T]) Stop(ctx context.Context) error {
 	return err
 }
 
-// halt stops q's workers, if prepared, waits for them until ctx is done,
-// then cancels the reconciles still running.
+// halt stops q's workers, waits until ctx is done, then cancels running reconciles.
 func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 	if q == nil {
 		return nil // never prepared: nothing runs
@@ -237,8 +229,7 @@ func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 		c, q.processing.Load(), context.Cause(ctx))
 }
 
-// addLink records an Owns or Watches; it returns an error if the
-// controller was stopped, after taking the handler off again.
+// addLink records l, or takes its handler off again if the controller was stopped.
 func (c *Controller[T]) addLink(l *link) error {
 	c.mu.Lock()
 	removed := c.removed.Load()
@@ -290,8 +281,7 @@ func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	return nil
 }
 
-// rescoped moves the caches of the controller's Owns to the namespaces
-// its own cache holds now.
+// rescoped moves the caches of the controller's Owns to its new namespaces.
 func (c *Controller[T]) rescoped(namespaces []string) {
 	if !c.cache.b.Namespaced {
 		return

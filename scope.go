@@ -13,16 +13,14 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// scope is what a cache selects: namespaces (none: all), and label and field
-// selectors (nil: everything).
+// scope is what a cache selects: namespaces (none: all) and selectors (nil: all).
 type scope struct {
 	namespaces []string
 	labels     labels.Selector
 	fields     fields.Selector
 }
 
-// newScope normalizes a cache's options: the manager's namespace by default,
-// none for cluster-scoped types, sorted and unique, empty selectors as nil.
+// newScope defaults, sorts and dedups namespaces; empty selectors become nil.
 func newScope(info binding.Info, managerNS string, opts CacheOptions) scope {
 	var sc scope
 	if info.Namespaced {
@@ -68,8 +66,7 @@ func (s scope) String() string {
 	return strings.Join(parts, " ")
 }
 
-// selective reports whether the cache has a selector, so that an object
-// can leave it while it exists: the user's, or its share's label.
+// selective: objects may leave the cache while they exist (a selector, a share label).
 func (c *Cache[T]) selective() bool {
 	if c.scope.labels != nil || c.scope.fields != nil {
 		return true
@@ -138,8 +135,7 @@ func (c *Cache[T]) currentScope() scope {
 	return sc
 }
 
-// covers reports whether the cache holds every object that could have key:
-// no selector, key's namespace watched, and key's cluster the cache's.
+// covers: no selector, key's namespace watched, key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
 	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
@@ -147,8 +143,6 @@ func (c *Cache[T]) covers(key Key) bool {
 		(c.share == nil || c.share.HoldsAll(key.Namespace))
 }
 
-// coversNamespace reports whether the cache holds every object in ns (""
-// for all namespaces) of cluster.
 func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
 		return false
@@ -163,8 +157,7 @@ func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	return ns != "" && slices.Contains(namespaces, ns)
 }
 
-// coversCluster reports whether the cache holds objects of cluster: its own
-// for an ordinary cache, an engaged member for a fleet cache.
+// coversCluster: own cluster for an ordinary cache, an engaged member for a fleet's.
 func (c *Cache[T]) coversCluster(cluster string) bool {
 	if !c.opts.Fleet {
 		return cluster == ""

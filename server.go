@@ -11,8 +11,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/serve"
 )
 
-// listen binds the manager's HTTP endpoints, so that a taken port is an
-// error from Start rather than a log line.
+// listen binds first, so a taken port is an error from Start.
 func (m *Manager) listen() (*serve.Servers, error) {
 	gatherer, err := m.gatherer()
 	if err != nil {

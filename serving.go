@@ -61,8 +61,7 @@ func (o TLSOptions) check() error {
 	return nil
 }
 
-// metricsEndpoint returns how Start serves metrics; its reviews go through
-// the manager's clients (in tests, the fake's reactors).
+// metricsEndpoint's reviews use the manager's clients (in tests, the fake's reactors).
 func (m *Manager) metricsEndpoint(gatherer prometheus.Gatherer) (serve.Metrics, error) {
 	s := m.opts.MetricsServing
 	out := serve.Metrics{Address: m.opts.MetricsAddress, Gatherer: gatherer, Insecure: s.Insecure, CertDir: s.CertDir}

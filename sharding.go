@@ -71,9 +71,7 @@ type Sharding struct {
 	RetryPeriod time.Duration
 }
 
-// newSharding makes this replica's membership of the ring opts.Sharding
-// names (internal/shard), and the caches it reads: the ring's Leases, and
-// with ByNamespace the namespaces, metadata only.
+// newSharding joins the ring and caches its Leases (and namespaces), metadata only.
 func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 	sh := opts.Sharding
 	if opts.LeaderElection.Name != "" {
@@ -164,8 +162,7 @@ func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
 }
 
-// shareOf asks the policy for the share of a cache of b's type in sc that
-// *made is: a controller's own objects, or, with related, owned objects.
+// shareOf asks the policy for a cache's share (related: of owned objects).
 func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope, made **Cache[T]) (act.Share, error) {
 	t := act.Type{Name: b.Info.String(), Namespaced: b.Namespaced, Related: related}
 	if !related {
@@ -192,8 +189,7 @@ func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope
 	return s, nil
 }
 
-// labeler watches the objects of a cache that carry no shard label yet,
-// metadata only, in the cache's scope, and follows its namespaces.
+// labeler watches, metadata only, the cache's objects that carry no shard label yet.
 type labeler[T Object] struct {
 	c     *Cache[T]
 	cache *Cache[*metav1.PartialObjectMetadata]
@@ -249,8 +245,7 @@ func (l *labeler[T]) Release() {
 	l.c.mgr.unuse(l.cache)
 }
 
-// The labeler is a handler of the cache it labels for: it hears nothing
-// of its changes, and follows its namespaces.
+// The labeler hears none of its cache's changes; it follows its namespaces.
 func (l *labeler[T]) changed(event[T])  {}
 func (l *labeler[T]) listed([]event[T]) {}
 func (l *labeler[T]) rescoped(namespaces []string) {

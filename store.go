@@ -29,13 +29,11 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 	}
 }
 
-// prepare projects, stamps and transforms what the reflector hands over.
-// An object may be prepared twice (a streamed list's are).
+// prepare projects, stamps and transforms; an object may be prepared twice.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if ok && f.c.transform != nil && f.b.Fake() {
-		// A fake may hand one object to the watches of several caches of
-		// its resource: a transform in place must work on a copy.
+		// A fake shares one object among several caches' watches.
 		t = t.DeepCopyObject().(T)
 	}
 	if !ok && f.b.Project != nil {
@@ -282,8 +280,6 @@ func (f *feed[T]) Bookmark(rv string) error {
 	return nil
 }
 
-// serves reports whether this replica holds obj: always, unless the cache
-// holds a share of its objects.
 func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }
 
 func (f *feed[T]) UpdateResourceVersion(rv string) {

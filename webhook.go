@@ -184,8 +184,7 @@ func (m *Manager) WebhookHandler() http.Handler {
 	return s
 }
 
-// webhookEndpoint returns how Start serves the webhooks. Webhooks nothing
-// serves fail Start: the API server would fail every request.
+// webhookEndpoint fails Start for webhooks nothing serves: every request would fail.
 func (m *Manager) webhookEndpoint() (serve.Webhook, error) {
 	if m.opts.WebhookAddress == "" {
 		if s := m.webhooks.server; s != nil && !s.Empty() && !m.webhooks.handed.Load() {
