@@ -54,7 +54,8 @@
 //     renewal began, which passes before any other may take over. Past it,
 //     even if paused (SIGSTOP, a frozen VM), it takes no key, its
 //     reconciles are canceled, and its writes through ctrl's clients fail
-//     with [ErrLeadershipLost]. A replica that does not lead keeps its
+//     with [ErrLeadershipLost], which ends the reconcile without a retry or
+//     a failure counted. A replica that does not lead keeps its
 //     caches warm and queues nothing; on takeover it reconciles every
 //     cached object once.
 //   - One owner per object: with [Sharding], a replica reconciles an object
