@@ -170,16 +170,13 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 }
 
 // Reconcile runs one reconcile of the machine on obj without a manager, for
-// unit tests: it makes the move or runs the step the machine would, and
-// returns the object as the API server would then hold it (finalizer added
-// or removed, new status, none of a step's changes outside the status), the
-// Result and the error. obj is not changed. Steps run with ctx; their
-// clients do make requests. No Event is emitted, nothing is counted. Set
-// metadata.generation to play a spec change, deletionTimestamp a deletion.
-//
-// Calling Reconcile until the phase stops changing runs obj to a resting
-// state. On error the returned object holds what was written before the
-// failure, such as the finalizer added before a failing step.
+// unit tests, and returns the object as the server would then hold it
+// (finalizer and status written, a step's other changes not), the Result
+// and the error; obj is not changed. Steps run with ctx and their clients
+// make requests; no Event is emitted, nothing counted. Set
+// metadata.generation or deletionTimestamp to play a spec change or a
+// deletion. Calling Reconcile until the phase stops changing runs obj to
+// rest. On error the object holds what was written before the failure.
 func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {

@@ -289,23 +289,19 @@ func NewManager(opts Options) (*Manager, error) {
 // Options.Registerer was set.
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 
-// Start runs the manager: it opens the HTTP endpoints, starts every cache,
-// waits until each has listed, and starts every controller's workers (with
-// leader election, once this replica leads). It blocks until ctx is done or
-// a fatal error occurs.
+// Start opens the HTTP endpoints, starts every cache, waits for their first
+// lists, and starts the controllers' workers (with leader election, once
+// leading). It blocks until ctx is done or a fatal error occurs. On
+// shutdown, controllers stop taking keys; running reconciles get up to
+// Options.ShutdownTimeout (then are canceled) while the Lease is renewed;
+// then the Lease is released and caches and servers stop. A lost
+// leadership cancels reconciles at once ([LeaderElection]).
 //
-// On shutdown the controllers stop taking keys; Start waits up to
-// Options.ShutdownTimeout for running reconciles (then cancels them) while
-// the Lease is still renewed; then releases the Lease, stops the caches and
-// the HTTP servers. A lost leadership cancels running reconciles at once;
-// see [LeaderElection].
-//
-// Start returns nil after a shutdown through ctx; otherwise the error: an
-// address that cannot be bound, a cache that did not sync within
-// Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
-// LeaderElection.StandbyOnLoss), or a shutdown that timed out. Reconcile
-// errors never stop the manager. Start may be called once.
+// Start returns nil after a shutdown through ctx, otherwise the error: an
+// address that cannot be bound, a cache unsynced after Options.SyncTimeout
+// (named by type), an unserved resource, a lost Lease (wrapping
+// [ErrLeadershipLost], unless LeaderElection.StandbyOnLoss), or a shutdown
+// timeout. Reconcile errors never stop it. Start may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {

@@ -10,18 +10,14 @@ import (
 )
 
 // APIResource says where the API server serves a type (group, version,
-// plural resource, kind) and what discovery cannot be asked in tests (scope,
-// status subresource). It registers a custom resource ([Register]) and
-// names the resource of an unstructured or metadata-only cache or client
-// (CacheOptions.Resource, ClientOptions.Resource).
-//
-// With Options.Config, unset Namespaced, ClusterScoped and Status are
-// learned from discovery when the type is first bound, once per group and
-// version; a set value the server contradicts is an error naming the field
-// and the server's answer. Fakes and fleet members have no discovery: an
-// unset scope is namespaced, and an unset Status means a status
-// subresource if the Go type has a status field (always for unstructured).
-// Set them for a cluster-scoped type there, or to wire without the server.
+// plural resource, kind) and what tests cannot discover (scope, status
+// subresource): for [Register], CacheOptions.Resource and
+// ClientOptions.Resource. With Options.Config, unset Namespaced,
+// ClusterScoped and Status are learned from discovery when the type is
+// first bound; a set value the server contradicts is an error naming the
+// field and the answer. Fakes and fleet members have no discovery: unset
+// means namespaced, with a status subresource if the Go type has a status
+// field (always for unstructured).
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"

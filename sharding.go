@@ -21,21 +21,17 @@ import (
 )
 
 // Sharding splits the objects of a program's controllers among its
-// replicas, so N replicas each reconcile and cache about 1/N of them. Each
-// replica holds a membership Lease, computes the same split among the live
-// members, and takes its share; there is no coordinator (see
-// README.md#sharding). The guarantees are the package's "One owner per
-// object": see the package documentation.
+// replicas, each reconciling and caching about 1/N of them, with a
+// membership Lease each and no coordinator (README.md#sharding). Its
+// guarantees are the package's "One owner per object".
 //
-// Objects are placed by the FNV-1a hash of their UID or, with ByNamespace,
-// their namespace. Where the API server offers ShardedListAndWatch (alpha
-// since 1.36) each replica lists and watches its share only
-// (ListOptions.ShardSelector) and writes nothing to objects; elsewhere, or
-// with ByLabel, each object carries a label shard.ctrl.dev/<Ring>, written
-// once by its replica, that caches select on. The mode is the ring's,
-// decided at start, logged, and shown in /readyz and ctrl_shard_mode.
-//
-// The replicas' clocks must agree to within LeaseDuration - RenewDeadline.
+// Objects are placed by the FNV-1a hash of their UID, or namespace with
+// ByNamespace. Where the server offers ShardedListAndWatch (alpha since
+// 1.36) replicas list and watch their share only and write nothing;
+// elsewhere, or with ByLabel, objects carry a label shard.ctrl.dev/<Ring>
+// that caches select on. The ring's mode is decided at start, logged, and
+// shown in /readyz and ctrl_shard_mode. The replicas' clocks must agree to
+// within LeaseDuration - RenewDeadline.
 type Sharding struct {
 	// Ring names the ring: the replicas of one program that share its
 	// objects. Their Leases are named <Ring>.<identity> and labeled

@@ -95,18 +95,16 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], op
 }
 
 // Convert registers the conversion between A and B, two versions of one
-// custom resource, each registered with [Register] with the same group,
-// resource and kind. toB and toA fill in a new destination that already
-// carries a copy of the source's metadata. ctx ends at the request's
-// timeout and carries the manager's logger; calls may run concurrently.
-//
-// The webhook is served at /convert. For three versions or more, register
-// each with a hub: spokes convert through the hub, along the shortest chain
+// custom resource registered with [Register] with the same group, resource
+// and kind. toB and toA fill in a destination that carries a copy of the
+// source's metadata; ctx ends at the request's timeout and carries the
+// logger; calls may run concurrently. Served at /convert; with three
+// versions or more, spokes convert through a hub along the shortest chain
 // of registered pairs. A conversion that changes name, namespace or uid
-// fails. The CRD's spec.conversion must point at it: see
-// [Manager.WebhookConfigurations]. It returns an error if A and B are not
-// two versions of one custom resource, a function is nil, the pair is
-// registered already, or, wrapping [ErrStarted], the manager started.
+// fails. See [Manager.WebhookConfigurations] for the CRD's spec.conversion.
+// It returns an error if A and B are not two versions of one custom
+// resource, a function is nil, the pair is registered, or, wrapping
+// [ErrStarted], the manager started.
 func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
