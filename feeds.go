@@ -43,11 +43,9 @@ func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 }
 
 // refeed moves the running feeds to those the inputs want (namespaces,
-// engaged members, the CRD serving the version, the share). Whatever
-// changes an input calls it, with c.rewire held. A feed that stays is not
-// touched; one whose selection changed lists again, not older than where it
-// was; one no longer wanted stops, and objects no feed reaches are removed
-// as gone. It returns once the stopped feeds have returned.
+// members, the CRD, the share), with c.rewire held: a feed that stays is
+// untouched; a changed selection relists, never older than where it was;
+// unwanted feeds stop and objects no feed reaches are removed as gone.
 func (c *Cache[T]) refeed(gone eventKind) {
 	if c.running == nil {
 		return // the cache starts its feeds when it runs

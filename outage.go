@@ -20,11 +20,9 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until the API server of cluster answers again
-// (a watch of it comes back or its probe answers), touching neither the
-// key's backoff nor the retry budget (see the Resilient guarantee). Only
-// the manager's own requests, tagged with their cluster, count as an
-// outage; any other error is an ordinary failure.
+// waitForServer parks key until cluster's server answers again, outside
+// its backoff and the retry budget (the Resilient guarantee). Only the
+// manager's own requests, tagged with their cluster, signal an outage.
 func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++

@@ -141,11 +141,9 @@ func (q *queue) addBacklog(b batch) {
 	q.feed()
 }
 
-// feed moves keys from the backlog into the queue while it holds fewer than
-// backlogWindow, taking from every batch in turn: the lists of several
-// clusters, or a relist and a resync, share the room fairly. Workers call
-// it before they wait for a key, so a backlog never waits on an empty
-// queue.
+// feed moves backlog keys into the queue while it holds fewer than
+// backlogWindow, from every batch in turn (fair between lists). Workers
+// call it before waiting, so a backlog never waits on an empty queue.
 func (q *queue) feed() {
 	if q.backlogLen.Load() == 0 {
 		return
@@ -195,10 +193,8 @@ func (q *queue) addDepth(n int) {
 	}
 }
 
-// counting wraps the queue's metrics to count keys in processing. The
-// workqueue observes the queue latency of a key when Get hands it out and
-// the work duration when Done is called, both under its lock: the one place
-// where taking a key out of the queue and counting it are one step.
+// counting counts keys in processing inside the workqueue's metric calls,
+// made under its lock: the one place where hand-out and count are one step.
 type counting struct {
 	workqueue.MetricsProvider
 	processing *atomic.Int64
@@ -262,10 +258,9 @@ type queued struct {
 	released time.Time // when the server's return released it, if it did
 }
 
-// get hands out the next key and what the queue knows of it. A delayed key
-// handed out at or after its due time has been delivered, so its due entry
-// is dropped and its reason joins the causes. Keys that share sets aside
-// are not handed out. Every key handed out is given back with done.
+// get hands out the next key and what the queue knows of it (a due delayed
+// key's reason joins its causes), skipping keys share sets aside. Every
+// key handed out is given back with done.
 func (q *queue) get() (Key, queued, bool) {
 	for {
 		q.feed()

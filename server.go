@@ -53,11 +53,10 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is what /readyz says: ready once every cache synced and none is
-// forbidden to list or watch; otherwise a line per cache that is not, with
-// why. A synced cache stays ready through an API server outage (a restart
-// would not bring the server back); a required kind no longer served is
-// not ready; an optional kind waiting for its CRD is listed, and ready.
+// readiness is /readyz: ready once every cache synced and none is
+// forbidden, else a line per cache with why. Synced caches stay ready
+// through an outage (a restart would not help); a required kind no longer
+// served is not ready; an optional kind waiting for its CRD is ready.
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)

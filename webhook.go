@@ -38,14 +38,12 @@ type Validator[T Object] struct {
 	Delete func(ctx context.Context, obj T) error
 }
 
-// Validate registers v as the validating webhook of T (a built-in type or
-// one registered with [Register]), served at
-// /validate-<group with dashes>-<version>-<kind>, as controller-runtime
-// names it, unless [WebhookOptions] say otherwise. It returns an error if
-// T has one already, no function of v is set, the path or name is taken or
-// invalid, more than one WebhookOptions is given, or, wrapping
-// [ErrStarted], the manager has started. Served on Options.WebhookAddress;
-// see [Manager.WebhookConfigurations].
+// Validate registers v as the validating webhook of T (built-in or
+// [Register]ed), at /validate-<group with dashes>-<version>-<kind> as
+// controller-runtime names it, unless [WebhookOptions] say otherwise. It
+// returns an error if T has one, v sets no function, the path or name is
+// taken or invalid, more than one WebhookOptions is given, or, wrapping
+// [ErrStarted], the manager started.
 func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) error {
 	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete}, opts)
 }
@@ -64,13 +62,11 @@ type WebhookOptions struct {
 	Name string
 }
 
-// Default registers f as the defaulting (mutating) webhook of T, served at
-// /mutate-<group with dashes>-<version>-<kind>. f is called on creates and
-// updates and changes the object in place; the API server gets a JSON
-// patch of the changes, which leaves fields T does not know alone. An
-// error denies, as for a [Validator]. [WebhookOptions] may choose path and
-// name. It returns an error if T has one already, f is nil, the path or
-// name is taken or invalid, or, wrapping [ErrStarted], the manager started.
+// Default registers f as the defaulting (mutating) webhook of T, at
+// /mutate-<group with dashes>-<version>-<kind>, called on creates and
+// updates to change the object in place; the API server gets a JSON patch,
+// which leaves fields T does not know alone. Errors deny as for a
+// [Validator]. It returns errors as [Validate] does.
 func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
 		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
