@@ -22,16 +22,13 @@ const (
 	StatusPatched Outcome = "statusPatched"
 )
 
-// CreateOrPatch (controller-runtime's controllerutil.CreateOrPatch) makes
-// the object with key what mutate says. mutate changes a copy of the cached
-// object, or a new one with only name and namespace set, and must not
-// change those. A new object is created; a changed one is patched with
-// [Client.PatchFrom] (a concurrent change conflicts); an unchanged one is
-// left alone. A changed status subresource is patched after the object (a
-// new object's status is not written). It returns the object as written
-// and the outcome; if the status patch fails after the object's, the
-// object as patched, Patched and the error. Without a cache of T covering
-// key it reads the server.
+// CreateOrPatch (controllerutil.CreateOrPatch) has mutate change a copy of
+// the cached object, or a new one with only name and namespace set (which
+// mutate must keep); it creates a new object, patches a changed one with
+// [Client.PatchFrom], then a changed status subresource (not on create),
+// and leaves an unchanged one alone. It returns the object as written and
+// the outcome; if only the status patch fails, the patched object, Patched
+// and the error. Without a cache covering key it reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if err := c.checkKey("create or patch", key); err != nil {

@@ -242,14 +242,12 @@ func (c *Cache[T]) disengage(name string) {
 	}
 }
 
-// SetNamespaces changes the namespaces the cache holds, before or while the
-// manager runs. Objects of an added namespace are listed and reach
-// controllers and handlers as any list does; those of a removed one are
-// forgotten (the Observable guarantee: no hook runs). No namespaces, or "",
-// is every namespace. The caches of its controllers' [Owns] follow; a
-// [Watches] source keeps its own. It blocks until removed namespaces'
-// watches stopped ([Manager.WaitIdle] waits for added ones' lists). It
-// returns an error for a cluster-scoped kind or a fleet cache.
+// SetNamespaces changes the cache's namespaces, before or while the
+// manager runs ("" or none: all): added ones are listed as any list is;
+// removed ones' objects are forgotten (no hook runs). Its controllers'
+// [Owns] caches follow; [Watches] sources do not. It blocks until removed
+// watches stopped, and returns an error for a cluster-scoped kind or a
+// fleet cache.
 func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	switch {
 	case !c.b.Namespaced:

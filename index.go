@@ -9,13 +9,11 @@ type index[T Object] struct {
 	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
-// AddIndex adds an index named name. fn returns the values under which
-// [Cache.ByIndex] and a [Client]'s List with [ListParams].Index find an
-// object; it must be fast, must not block, and must not modify the object.
-// A namespaced object's values are filed under its namespace too (as
-// controller-runtime's field indexes): lookups work in one namespace or
-// all, with no namespace in the values. Cached objects are indexed at
-// once. It returns an error if the name is taken.
+// AddIndex adds an index named name: fn returns the values under which
+// [Cache.ByIndex] and [ListParams].Index find an object, fast, without
+// blocking or modifying it. A namespaced object's values are filed under
+// its namespace too, as controller-runtime's field indexes. Cached objects
+// are indexed at once. It returns an error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)

@@ -75,21 +75,17 @@ type Options struct {
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
 	// without a frame before ctrl pings it, and how long the ping may take; a
-	// connection that fails is closed and its watches and requests retried on
-	// a new one, so a dead connection is noticed within twice this time. A
-	// busy watch may read from an HTTP/1.1 connection of its own, which goes
-	// back to the shared one after this long without an event (see
-	// README.md#connection-checks). Negative: client-go's defaults, every
-	// watch on the shared connection. Default: 3 seconds.
+	// failed connection is closed and its requests retried on a new one. A
+	// busy watch's own HTTP/1.1 connection returns to the shared one after
+	// this long without an event (README.md#connection-checks). Negative:
+	// client-go's defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
-	// limit for the whole process, and turns off proportional GC pacing unless
-	// GOGC is set (see README.md#memory-limit). GOMEMLIMIT, when set, wins;
-	// negative leaves the runtime alone too. Default: with Options.Config (not
-	// the fakes), four fifths of the container's cgroup memory limit (the
-	// smallest of its cgroup and ancestors); none outside a container with a
-	// limit.
+	// limit, turning off proportional GC pacing unless GOGC is set
+	// (README.md#memory-limit). GOMEMLIMIT, when set, wins; negative leaves
+	// the runtime alone. Default: with Options.Config, four fifths of the
+	// smallest cgroup memory limit of the process's container, if any.
 	MemoryLimit int64
 
 	// ClusterProvider finds the member clusters of a fleet, which caches with

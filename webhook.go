@@ -246,12 +246,11 @@ type CRDConversionWebhook struct {
 	ConversionReviewVersions []string `json:"conversionReviewVersions"`
 }
 
-// WebhookConfigurations returns the configurations of the webhooks
-// registered so far, named name and pointing at target. Each webhook fails
-// closed, has no side effects, a 10 s timeout, matches equivalent versions
-// of its resource (converted first), matches only Options.Namespace if set,
-// and has the name and path [WebhookOptions] gave it. Rename either object
-// (configs.Mutating.Name = "...") to keep existing manifests' names.
+// WebhookConfigurations returns the configurations of the webhooks so far,
+// named name, pointing at target: each fails closed, has no side effects,
+// a 10 s timeout, matches equivalent versions (converted first) and only
+// Options.Namespace if set, with its [WebhookOptions] name and path.
+// Rename an object (configs.Mutating.Name) to keep existing names.
 func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (WebhookConfigurations, error) {
 	var out WebhookConfigurations
 	if (target.URL == "") == (target.Service == nil) {
@@ -274,12 +273,11 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	return out, nil
 }
 
-// WriteWebhookCerts makes a new CA and a serving certificate it signs,
-// valid a year for 127.0.0.1, ::1, localhost and dnsNames, and writes them
-// to dir (created if needed) as tls.crt, tls.key and ca.crt, where
-// Options.WebhookCertDir finds them, each replaced by a rename (a running
-// manager serves the new pair from its next handshake). It returns the CA
-// in PEM, a [WebhookTarget]'s CABundle. For development and tests.
+// WriteWebhookCerts writes a new CA and a serving certificate valid a year
+// for 127.0.0.1, ::1, localhost and dnsNames to dir (created if needed) as
+// tls.crt, tls.key and ca.crt for Options.WebhookCertDir, each by rename,
+// and returns the CA in PEM for [WebhookTarget].CABundle. For development
+// and tests.
 func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
 	ca, cert, key, err := webhook.SelfSigned(dnsNames...)
 	if err != nil {
