@@ -246,8 +246,8 @@ func (c *Cache[T]) disengage(name string) {
 // manager runs ("" or none: all): added ones are listed as any list is;
 // removed ones' objects are forgotten (no hook runs). Its controllers'
 // [Owns] caches follow; [Watches] sources do not. It blocks until removed
-// watches stopped, and returns an error for a cluster-scoped kind or a
-// fleet cache.
+// watches stopped ([Manager.WaitIdle] waits for added lists), and returns
+// an error for a cluster-scoped kind or a fleet cache.
 func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	switch {
 	case !c.b.Namespaced:

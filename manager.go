@@ -84,8 +84,8 @@ type Options struct {
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
 	// limit, turning off proportional GC pacing unless GOGC is set
 	// (README.md#memory-limit). GOMEMLIMIT, when set, wins; negative leaves
-	// the runtime alone. Default: with Options.Config, four fifths of the
-	// smallest cgroup memory limit of the process's container, if any.
+	// the runtime alone. Default: with Options.Config (not fakes), four
+	// fifths of the smallest cgroup memory limit of the container, if any.
 	MemoryLimit int64
 
 	// ClusterProvider finds the member clusters of a fleet, which caches with
