@@ -26,15 +26,11 @@ type CacheOptions struct {
 	// each behind one view. Ignored for cluster-scoped types. Default: the
 	// manager's Options.Namespace, or all namespaces.
 	Namespaces []string
-	// LabelSelector restricts the cache to matching objects, such as
-	// labels.SelectorFromSet(labels.Set{"app": "web"}). An object whose
-	// labels stop matching leaves the cache; see [Controller.OnDelete].
-	// Default: everything.
+	// LabelSelector restricts the cache to matching objects; an object whose
+	// labels stop matching leaves it ([Controller.OnDelete]). Default: all.
 	LabelSelector labels.Selector
-	// FieldSelector restricts the cache to objects whose fields match, as
-	// the API server supports them for the type, such as
-	// fields.OneTermEqualSelector("spec.nodeName", node). Default:
-	// everything.
+	// FieldSelector restricts the cache to objects whose fields match, as the
+	// server supports them, such as spec.nodeName. Default: all.
 	FieldSelector fields.Selector
 	// KeepManagedFields keeps metadata.managedFields in cached objects.
 	// Default: they are removed as objects arrive.
