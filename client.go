@@ -43,12 +43,11 @@ type Client[T Object] struct {
 	uncached bool
 }
 
-// NewClient returns a client of T for the manager, of its own cluster and
-// of fleet members ([Client.InCluster], or keys naming a cluster). A type
-// only members serve gets a client too; in the own cluster it returns the
-// error binding it there gave. It returns an error if T is not a known
-// resource, no configured client serves it, or opts name a resource for a
-// typed T.
+// NewClient returns a client of T for the own cluster and fleet members
+// ([Client.InCluster], or keys naming a cluster); a type only members serve
+// errs in the own cluster as binding it there did. It returns an error if
+// T is not a known resource, nothing serves it, or opts name a resource
+// for a typed T.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	b, err := bind[T](m, opts.Resource)
 	if err == nil {

@@ -14,12 +14,11 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Recorder emits Kubernetes Events about objects of type T through
-// client-go's recorder (which aggregates repeats and rate-limits), in the
-// background: emitting never blocks nor fails. It may be made before or
-// after [Manager.Start]; events emitted before Start, after it returns,
-// while this replica does not lead, or unsent when it loses the lead are
-// dropped. Safe for concurrent use.
+// Recorder emits Events about objects of T through client-go's recorder
+// (aggregating, rate-limited), in the background, never blocking or
+// failing. Events emitted before Start, after it returns, while not
+// leading, or unsent when the lead is lost are dropped. Safe for
+// concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager
 	info    binding.Info
