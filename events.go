@@ -17,8 +17,8 @@ import (
 // Recorder emits Events about objects of T through client-go's recorder
 // (aggregating, rate-limited), in the background, never blocking or
 // failing. Events emitted before Start, after it returns, while not
-// leading, or unsent when the lead is lost are dropped. Safe for
-// concurrent use.
+// leading, or unsent when the lead is lost are dropped. It may be made
+// before or after [Manager.Start]; it is safe for concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager
 	info    binding.Info
