@@ -12,7 +12,7 @@ import (
 // every cache synced and controller started (leading, with leader
 // election); every write through this manager's [Client]s observed by the
 // caches of its type (a last-finalizer removal, by the removal); no event
-// dispatched, queue non-empty, key waiting for a server, or reconcile
+// being dispatched, key queued or waiting for a server, or reconcile
 // running; no requeue due within requeueWithin (not a timeout).
 //
 // It returns nil once idle with no key failing (its last reconcile
