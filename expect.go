@@ -4,9 +4,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
-// expectation is a write through a [Client] that the cache has not
-// observed yet, keyed by the object the server returned: WaitIdle waits
-// for it.
+// expectation is a Client's write not yet observed, keyed by the object the server
+// returned: WaitIdle waits for it.
 type expectation struct {
 	rv       string // observed once the object, or the feed, reaches this version
 	deleting bool   // observed once the object is gone or has a deletionTimestamp

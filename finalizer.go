@@ -9,9 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// finalizeStep adds the finalizer to a live object, or finalizes one being
-// deleted. done: reconcile is not to be called; otherwise *obj (the copy of
-// cached) is set to the patched object.
+// finalizeStep adds the finalizer, or finalizes a deleted object. done: do not
+// reconcile; otherwise *obj is the patched object.
 func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (done bool, err error) {
 	o := *obj
 	has := slices.Contains(o.GetFinalizers(), c.finalizer)
@@ -36,9 +35,8 @@ func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (don
 	return true, c.runFinalizer(ctx, o)
 }
 
-// runFinalizer calls finalize and then removes the finalizer (the object
-// gone counts as removed); a failed removal is retried without finalizing
-// the same object again.
+// runFinalizer finalizes, then removes the finalizer (gone counts); a failed
+// removal is retried without finalizing the same object again.
 func (c *Controller[T]) runFinalizer(ctx context.Context, obj T) error {
 	key := keyFrom(ctx, obj)
 	c.mu.Lock()

@@ -93,10 +93,8 @@ type Options struct {
 	// directly with [Manager.Engage]. Default: none.
 	ClusterProvider Provider
 
-	// Sharding splits the objects of every controller among the replicas,
-	// instead of LeaderElection's taking turns; see [Sharding]. A controller
-	// with ControllerOptions.Unsharded is run whole by every replica.
-	// Default: off.
+	// Sharding splits every controller's objects among the replicas ([Sharding]),
+	// except with ControllerOptions.Unsharded. Default: off.
 	Sharding Sharding
 
 	// LeaderElection makes replicas take turns. Default: off.

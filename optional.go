@@ -22,9 +22,8 @@ import (
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
 	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
-// optional is what an optional cache knows of its CRD, which a private
-// cache watches by name (read unstructured and trimmed: no apiextensions
-// module, no schemas), so a missing CRD costs one idle watch.
+// optional is what a cache knows of its CRD, watched by name, unstructured and
+// trimmed (no apiextensions module): a missing CRD costs one idle watch.
 type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string

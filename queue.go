@@ -9,10 +9,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// RateLimiter decides how long a key waits before it is retried after an
-// error. It is client-go's workqueue rate limiter over [Key]; any of
-// client-go's limiters (workqueue.NewTypedItemExponentialFailureRateLimiter,
-// workqueue.NewTypedMaxOfRateLimiter, ...) can be used.
+// RateLimiter decides how long a key waits before a retry after an error: any of
+// client-go's typed workqueue rate limiters over [Key].
 type RateLimiter = workqueue.TypedRateLimiter[Key]
 
 // DefaultRateLimiter returns the limiter controllers use unless
@@ -25,10 +23,8 @@ func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }
 
-// queue is a controller's work queue: client-go's delaying workqueue (which
-// de-duplicates keys and never hands one key to two workers), plus each
-// key's causes, the backlog of listed keys, keys waiting for a server, and
-// what the idle check needs.
+// queue is client-go's delaying workqueue (no key to two workers at once), plus
+// causes, the backlog, keys waiting for a server, and what the idle check needs.
 type queue struct {
 	workqueue.TypedDelayingInterface[Key]
 	limiter   RateLimiter // errors
@@ -44,10 +40,8 @@ type queue struct {
 	waiting  map[Key]string    // keys waiting for an API server: the cluster's
 	released map[Key]time.Time // keys the server's return released, and when
 
-	// The backlog holds listed keys until the queue has room (backlogWindow),
-	// so changes go first (the Live first guarantee) and the workqueue's maps,
-	// which never shrink, stay the window's size. workqueue_depth counts it;
-	// workqueue_queue_duration_seconds starts in the queue proper.
+	// The backlog holds listed keys until the queue has room (the Live first guarantee),
+	// keeping the workqueue's never-shrinking maps small. workqueue_depth counts it.
 	backlogMu  sync.Mutex
 	backlog    []batch
 	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue

@@ -7,9 +7,8 @@ import (
 	"slices"
 )
 
-// cacheRefs is what the manager keeps of a cache: its identity, users, and
-// how to stop it; a cache nobody uses (not pinned) stops and forgets its
-// objects. Under Manager.mu.
+// cacheRefs: a cache's identity, users, and stop; an unpinned cache nobody uses
+// stops and forgets its objects. Under Manager.mu.
 type cacheRefs struct {
 	id       cacheID
 	users    int

@@ -14,10 +14,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/serve"
 )
 
-// MetricsServing says how Options.MetricsAddress serves metrics. The zero
-// value serves HTTPS with a self-signed certificate, authenticated and
-// authorized as Options.MetricsAddress says (controller-runtime's
-// filters.WithAuthenticationAndAuthorization, the kubebuilder scaffold's).
+// MetricsServing says how Options.MetricsAddress serves. The zero value: HTTPS,
+// self-signed, authenticated and authorized as the kubebuilder scaffold does.
 type MetricsServing struct {
 	// Insecure serves plain HTTP to anyone who reaches the address, for a
 	// proxy in front or trusted clients. Default: off.
@@ -29,9 +27,8 @@ type MetricsServing struct {
 	CertDir string
 }
 
-// TLSOptions configure the TLS of the manager's HTTPS servers: the webhook
-// server and the metrics server. The zero value accepts TLS 1.2 and 1.3
-// with Go's cipher suites, over HTTP/1.1.
+// TLSOptions configure the webhook and metrics servers' TLS. The zero value: TLS
+// 1.2 and 1.3, Go's cipher suites, HTTP/1.1.
 type TLSOptions struct {
 	// MinVersion is the lowest TLS version accepted, such as
 	// tls.VersionTLS13. Default: tls.VersionTLS12.

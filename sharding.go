@@ -48,9 +48,8 @@ type Sharding struct {
 	// only its namespaces' objects where the server selects by hash. It needs
 	// list and watch on namespaces. Default: by UID.
 	ByNamespace bool
-	// ByLabel selects by the shard label even where the server could select by
-	// hash (ShardedListAndWatch not trusted, or not on in every API server: the
-	// mode is decided from one answer). Default: by hash where offered.
+	// ByLabel selects by label even where the server could by hash (the mode is
+	// decided from one server's answer). Default: by hash where offered.
 	ByLabel bool
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before taking its share. Default: 15 s, or 1.5

@@ -10,9 +10,8 @@ import (
 // A feed is its reflector's store: changes apply under the lock, then go
 // to the handlers on the reflector's goroutine, with no queue between.
 
-// Transformer lets the reflector prepare the objects of a streamed initial
-// list as they arrive, before Replace, so that a projection's full objects
-// and stripped managedFields never accumulate.
+// Transformer prepares a streamed list's objects as they arrive, so full objects
+// and managedFields never accumulate.
 func (f *feed[T]) Transformer() cache.TransformFunc {
 	c := f.c
 	c.mu.RLock()

@@ -16,10 +16,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// write performs every write of a Client to key in its cluster: it fences
-// it with the reconcile's leadership (no request once it ended), tags an
-// unreachable server, and has every cache of T holding that cluster's
-// objects track it for WaitIdle.
+// write fences every Client write with the reconcile's leadership, tags an
+// unreachable server, and has the caches of T track it for WaitIdle.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	if err := leader.Check(ctx); err != nil {
 		return binding.New[T](), err
