@@ -33,8 +33,8 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches the manager's own cluster (a fleet's hub), where Leases
-	// live (built-ins as protobuf, custom resources as JSON). A positive QPS
+	// Config reaches the manager's own cluster (a fleet's hub; where Leases
+	// live). Built-ins travel as protobuf, custom resources as JSON. A positive QPS
 	// (with Burst) limits all the manager's requests; zero: no client-side
 	// limit (README.md#no-client-side-rate-limit). A manager with only fleet
 	// caches may leave it and the fakes unset, and cannot elect or shard.
