@@ -26,84 +26,57 @@ type CacheOptions struct {
 	// each behind one view. Ignored for cluster-scoped types. Default: the
 	// manager's Options.Namespace, or all namespaces.
 	Namespaces []string
-	// LabelSelector restricts the cache to matching objects, such as
-	// labels.SelectorFromSet(labels.Set{"app": "web"}). An object whose
-	// labels stop matching leaves the cache; see [Controller.OnDelete].
-	// Default: everything.
+	// LabelSelector restricts the cache to matching objects; an object whose
+	// labels stop matching leaves it ([Controller.OnDelete]). Default: all.
 	LabelSelector labels.Selector
-	// FieldSelector restricts the cache to objects whose fields match, as
-	// the API server supports them for the type, such as
-	// fields.OneTermEqualSelector("spec.nodeName", node). Default:
-	// everything.
+	// FieldSelector restricts the cache to objects whose fields match, as the
+	// server supports them, such as spec.nodeName. Default: all.
 	FieldSelector fields.Selector
 	// KeepManagedFields keeps metadata.managedFields in cached objects.
-	// Default: they are removed as objects arrive; they are large and
-	// controllers rarely read them.
+	// Default: they are removed as objects arrive.
 	KeepManagedFields bool
 	// Resource names the resource a cache of *unstructured.Unstructured or
-	// *metav1.PartialObjectMetadata holds, a kind chosen at run time. It
-	// must be zero for other types, whose Go type names their resource.
-	// Default: none.
+	// *metav1.PartialObjectMetadata holds. It must be zero for other types.
 	Resource APIResource
-	// Fleet makes the cache hold the objects of every engaged member
-	// cluster (see [Provider]), under keys that carry the member's name,
-	// instead of the manager's own cluster's. Members join and leave while
-	// the manager runs; each is listed and watched on its own, and one that
-	// cannot be reached holds up no other, nor Start. Default: off.
+	// Fleet makes the cache hold the objects of every engaged member cluster
+	// ([Provider]), under keys that carry the member's name, instead of the own
+	// cluster's. Each member is listed and watched on its own; one that cannot
+	// be reached holds up no other, nor Start. Default: off.
 	Fleet bool
-	// Sharded makes the cache hold the objects of the namespaces this
-	// replica serves only, in a manager sharded by namespace
-	// (Sharding.ByNamespace) where the API server selects by hash: for the
-	// caches a sharded controller [Watches], as [Owns] makes its own.
-	// Elsewhere, and for cluster-scoped types, it holds every object.
-	// Default: every namespace.
+	// Sharded makes the cache hold only the objects of the namespaces this
+	// replica serves, with Sharding.ByNamespace: for caches a sharded
+	// controller [Watches] ([Owns] makes its own so). Elsewhere, and for
+	// cluster-scoped types, it holds every object. Default: every namespace.
 	Sharded bool
 
-	// Optional lets the cache's kind be absent: a custom resource whose
-	// CustomResourceDefinition may not be installed, such as another
-	// project's that the program works with when it is there. Start does
-	// not wait for it; the cache watches the CRD (by name, through
-	// apiextensions.k8s.io/v1, which needs get, list and watch on
-	// customresourcedefinitions), lists the kind once the CRD is
-	// Established and serves the cache's version, and goes back to waiting
-	// when the CRD is deleted, all while the manager runs. While it waits
-	// it holds nothing, as the server does: reads find nothing, its
-	// handlers hear nothing, and /readyz and ctrl_cache_waiting_for_crd
-	// name the CRD. When a CRD is deleted, the API server deletes its
-	// objects first: the cache sees those deletions ([Controller.OnDelete]
-	// receives each once, [Controller.OnFinalize] runs, since finalizers
-	// hold the CRD's deletion), and objects it still holds when the CRD is
-	// gone, whose deletions it did not see, are removed as deletions too.
-	// A CRD that stops serving the version, or a namespace no longer
-	// watched, removes objects that still exist: they are forgotten, with
-	// neither hook. A cache is optional or required, not both: asking for
-	// an existing cache with the other choice is an error. Not for fleet
-	// caches, nor for built-in kinds. A custom resource that may be
-	// missing when the manager is wired declares its scope
-	// (APIResource.Namespaced or ClusterScoped): discovery cannot tell it
-	// then. Default: required, and Start fails if the kind is not served.
+	// Optional lets the cache's kind, a custom resource, be absent (the
+	// Optional guarantee; README.md#optional-kinds): Start does not wait for
+	// it; the cache watches the CRD (get, list, watch on
+	// customresourcedefinitions), and while it waits holds nothing, with
+	// /readyz and ctrl_cache_waiting_for_crd naming the CRD. Objects of a
+	// deleted CRD are deleted (hooks run); objects only no longer served are
+	// forgotten. Asking for an existing cache with the other choice is an
+	// error. Not for fleet caches nor built-in kinds; a kind missing when wired
+	// must declare its scope. Default: required, and Start fails if the kind is
+	// not served.
 	Optional bool
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
-// one type, fed by a list-and-watch on the API server (one per namespace of
-// CacheOptions.Namespaces). All controllers, clients and indexes that ask
-// for the same type with the same [CacheOptions] share one Cache. A cache
-// that only controllers and their [Owns] and [Watches] use stops, and
-// lets its objects go, when the last of them is removed ([Controller.Stop],
-// [Unwatch]); one made by [NewCache] stays while the manager runs.
+// one type, fed by a list-and-watch (one per namespace). Everything that
+// asks for the same type and [CacheOptions] shares one Cache. A cache only
+// controllers use stops and lets its objects go when the last user is
+// removed ([Controller.Stop], [Unwatch]); one made by [NewCache] stays.
 //
-// Objects returned by Get, List and ByIndex are shared with the cache and
-// every other reader: never modify them; call DeepCopyObject first. They
-// carry their apiVersion and kind, which typed decoding drops. The
-// cache may lag the server: a write is visible here only once its watch
-// event has arrived. All methods are safe for concurrent use.
+// Objects from Get, List and ByIndex are shared: never modify them
+// (DeepCopyObject first). They carry their apiVersion and kind. The cache
+// may lag the server: a write shows once its watch event arrived. All
+// methods are safe for concurrent use.
 type Cache[T Object] struct {
 	mgr  *Manager
 	b    *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
 	opts CacheOptions
-	// scope is what the cache selects; its namespaces change with
-	// SetNamespaces, so they are read from namespaces (see currentScope).
+	// scope's namespaces change with SetNamespaces; read them from namespaces.
 	scope      scope
 	namespaces atomic.Pointer[[]string]
 	share      act.Share // the part of the objects this replica holds; nil: all
@@ -115,8 +88,7 @@ type Cache[T Object] struct {
 	// typeMeta is stamped on every object stored: typed decoding drops it.
 	typeMeta metav1.TypeMeta
 
-	// The inputs that decide the feeds (feeds.go), and the feeds, changed
-	// under rewire; feeds is read without it.
+	// feeds.go's inputs and the feeds change under rewire; feeds is read without it.
 	rewire    sync.Mutex
 	running   context.Context // set while the cache runs
 	runLog    logr.Logger
@@ -136,24 +108,19 @@ type Cache[T Object] struct {
 	handlers  []handler[T]
 	started   bool
 
-	// dispatch serializes the changes of every feed: handlers see one
-	// change at a time, in order, whichever watch it came from.
+	// dispatch serializes every feed's changes: handlers see one at a time, in order.
 	dispatch    sync.Mutex
 	dispatching atomic.Int32
 	log         logr.Logger // set by run
 }
 
-// handler receives a cache's changes, one at a time and in order, on the
-// goroutine of the watch they came from. It must not block.
+// handler receives changes in order on the watch's goroutine; it must not block.
 type handler[T Object] interface {
-	// changed receives one change from a watch.
 	changed(ev event[T])
-	// listed receives the additions and updates of a complete list at once
-	// (deletions come one at a time through changed).
+	// listed receives a complete list's additions and updates at once.
 	listed(evs []event[T])
 }
 
-// event is one change of a cached object.
 type event[T Object] struct {
 	kind eventKind
 	key  Key
@@ -169,26 +136,19 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
-	// forgotten: still on the server, but out of the cache's reach: its
-	// namespace is no longer watched, its member cluster left, its CRD no
-	// longer serves the cache's version, or its share moved to another
-	// replica. Neither a deletion nor an exit from a selector: no hook
-	// runs for it, and its finalizer stays for whoever holds it next.
+	// forgotten: out of the cache's reach (namespace unwatched, member gone,
+	// version not served, share moved). No hook runs; the finalizer stays.
 	forgotten
-	// joined: a member cluster's first list is in (key names the cluster
-	// only): a controller that watches a fleet reconciles its own objects
-	// then, since a new member may need what each of them produces.
+	// joined: a member's first list is in (key names the cluster only); fleet
+	// watchers reconcile their objects, which the new member may need.
 	joined
 )
 
 // NewCache returns the manager's cache of T for opts, creating it on first
-// use. A cache created before [Manager.Start] starts with the manager; one
-// created later starts at once. A cache made by NewCache is kept while the
-// manager runs: [Controller.Stop] and [Unwatch] stop and empty only the
-// caches that nothing else uses. It returns an error if T is not a known
-// resource or cannot be watched, if opts name a resource for a typed T, or
-// if the cache exists and is required where opts say optional, or the
-// reverse.
+// use; it starts with the manager, or at once if that runs, and is kept
+// while the manager runs. It returns an error if T is not a known resource
+// or cannot be watched, if opts name a resource for a typed T, or if the
+// cache exists and is required where opts say optional, or the reverse.
 func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	u := use[T]{pin: true}
 	if opts.Sharded {
@@ -197,8 +157,7 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	return makeCache(m, opts, u)
 }
 
-// newCache is NewCache with a first handler, registered before the cache
-// can start: for the manager's own caches, made while it runs and kept.
+// newCache is NewCache with a first handler, registered before the cache can start.
 func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
 	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
@@ -222,10 +181,9 @@ func (c *Cache[T]) Get(key Key) (T, bool) {
 }
 
 // List returns the cached objects in namespace ("" for all) that match
-// selector (nil for all), in no particular order; in a fleet cache, those
-// of every member. The objects are shared: do not modify them. Its cost
-// grows with the objects of the namespace, not with those of the whole
-// cache.
+// selector (nil for all), in no order; in a fleet cache, every member's.
+// They are shared: do not modify them. Its cost grows with the namespace's
+// objects, not the cache's.
 func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 	if !c.opts.Fleet {
 		return c.ListIn("", namespace, selector)
@@ -251,14 +209,12 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 	return out
 }
 
-// count returns how many objects the cache holds.
 func (c *Cache[T]) count() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.items.len()
 }
 
-// keys returns the keys of every cached object.
 func (c *Cache[T]) keys() []Key {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -269,12 +225,11 @@ func (c *Cache[T]) keys() []Key {
 	return keys
 }
 
-// SetTransform makes the cache pass every object through fn before storing
-// it, to drop fields nobody reads and save memory. fn may modify its argument
-// and must return the object to store; it must give the same result when
-// given its own output, because an object may pass through it twice. It
-// runs after managedFields are removed. It returns an error once the cache
-// has started or if a transform is already set.
+// SetTransform passes every object through fn, after managedFields are
+// removed, before storing it. fn may modify its argument and must return
+// the object to store; fn(fn(x)) must equal fn(x), since an object may
+// pass twice. It returns an error once the cache started or if a
+// transform is set.
 func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -290,23 +245,19 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	return nil
 }
 
-// SetWatchErrorHandler sets the function called with each error of the
-// cache's list and watch requests (the API server unreachable, a missing
-// CustomResourceDefinition, a forbidden list), once per failed request, in
-// addition to the manager's logging; a later call replaces it. A watch that
-// ends because its resourceVersion was compacted away (410 Gone) is not an
-// error here: the cache relists at once and counts it in
-// ctrl_cache_relists_total. fn is called on the cache's goroutines, one
-// call at a time per watch, and must not block.
+// SetWatchErrorHandler sets fn, called with each failed list or watch
+// request's error, besides the manager's logging; a later call replaces
+// it. A 410 Gone is not an error: the cache relists, counted in
+// ctrl_cache_relists_total. fn runs on the cache's goroutines, one call at
+// a time per watch, and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn
 	c.mu.Unlock()
 }
 
-// HasSynced reports whether the cache has completed its first list, or,
-// for an optional kind, found its CustomResourceDefinition missing: either
-// way it is in step with the server.
+// HasSynced reports whether the cache completed its first list or, for an
+// optional kind, found its CRD missing: in step with the server either way.
 func (c *Cache[T]) HasSynced() bool {
 	select {
 	case <-c.synced:
@@ -331,8 +282,7 @@ func (c *Cache[T]) WaitForSync(ctx context.Context) error {
 	}
 }
 
-// addHandler registers h for every change from now on. Handlers are added
-// while wiring, before the manager starts; see addLiveHandler for later.
+// addHandler registers h while wiring; see addLiveHandler for later.
 func (c *Cache[T]) addHandler(h handler[T]) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -343,8 +293,7 @@ func (c *Cache[T]) addHandler(h handler[T]) error {
 	return nil
 }
 
-// describe, with busy, notReady and Cache's other unexported methods in
-// this package, implements managedCache, the manager's view of a cache.
+// describe and the other unexported methods implement managedCache.
 func (c *Cache[T]) describe() string { return c.String() }
 
 func (c *Cache[T]) lastError() error {
@@ -361,8 +310,7 @@ func (c *Cache[T]) lastError() error {
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
 
-// notFound is the error a cached read returns for a missing object, with
-// the meaning apierrors.IsNotFound recognizes.
+// notFound is a cached read's missing object, for apierrors.IsNotFound.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
 }

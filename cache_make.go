@@ -10,7 +10,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// use is how a caller asks makeCache for a cache.
 type use[T Object] struct {
 	handler handler[T] // registered before the cache can start; nil: none
 	private string     // a cache shared with no other caller, under this name
@@ -20,8 +19,7 @@ type use[T Object] struct {
 	share   shareKind  // whether the manager's policy may split the objects
 }
 
-// shareKind says whether a cache's objects may be split among replicas:
-// a controller's own, or those it owns (Owns, CacheOptions.Sharded).
+// shareKind says whether objects may be split among replicas (own, or owned).
 type shareKind uint8
 
 const (
@@ -30,9 +28,7 @@ const (
 	relatedShare
 )
 
-// makeCache returns the cache of T for opts, made if need be. A cache with
-// a private name is shared with no other caller, and its objects pass
-// through trim before anything else sees them.
+// makeCache returns the cache of T for opts; a private one is shared with no one.
 func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], error) {
 	var b *binding.Binding[T]
 	var err error
@@ -149,7 +145,6 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	return c, nil
 }
 
-// cacheID identifies a cache: equal options give the same cache.
 type cacheID struct {
 	typ         reflect.Type
 	gvr         schema.GroupVersionResource

@@ -19,34 +19,22 @@ import (
 // ClientOptions configure a [Client]. The zero value serves a typed T.
 type ClientOptions struct {
 	// Resource names the resource a client of *unstructured.Unstructured
-	// reads and writes, a kind chosen at run time. It must be zero for
-	// other types, whose Go type names their resource. Default: none.
+	// serves. It must be zero for other types.
 	Resource APIResource
 }
 
-// Client reads and writes objects of type T. Reads come from the manager's
-// caches of T unless the client is [Client.Uncached]; writes go to the API
-// server. Every method returns errors that keep their API meaning through
-// wrapping: apierrors.IsNotFound, apierrors.IsConflict and friends work on
-// them. The objects it returns carry their apiVersion and kind. A key or
-// object without a namespace for a namespaced type is an error on every
-// method, never a NotFound. A Client is safe for concurrent use.
+// Client reads and writes objects of type T: reads from the manager's
+// caches unless [Client.Uncached], writes to the API server. Errors keep
+// their API meaning through wrapping (apierrors.IsNotFound...); objects
+// carry apiVersion and kind. A namespaced type's key or object without a
+// namespace is an error, never a NotFound. Safe for concurrent use.
 //
-// A cached read uses a cache of T that holds every object the read could
-// return: one without a selector whose namespaces include the read's. A
-// client never creates a cache: a read that no cache covers is an error
-// that says which cache to add, so that no program watches more than it
-// chose to.
-//
-// Writes made through a Client are tracked until the manager's caches of T
-// have observed them, which is what lets [Manager.WaitIdle] return only
-// after their consequences have been reconciled.
-//
-// With leader election, a write made under a reconcile's context (or one
-// derived from it) fails with [ErrLeadershipLost], without a request, once
-// this replica's leadership has ended ([CheckLeadership]); see
-// [LeaderElection]. A write under another context, such as
-// context.Background(), is not checked.
+// A cached read needs a cache of T with no selector covering its
+// namespace; a client never creates one: the error says which to add.
+// Writes are tracked until the caches observed them, for
+// [Manager.WaitIdle]. Under a reconcile's context, writes are fenced by
+// leadership (the One leader guarantee; [CheckLeadership]); under another
+// context, such as context.Background(), they are not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -55,14 +43,11 @@ type Client[T Object] struct {
 	uncached bool
 }
 
-// NewClient returns a client of T for the manager. It returns an error if T
-// is not a known resource, or no configured client serves it, or opts name
-// a resource for a typed T.
-//
-// A client reaches the manager's own cluster, and the members of its fleet
-// through [Client.InCluster] or keys that name their cluster. A type that only
-// members serve gets a client too; its use in the own cluster returns the
-// error that binding it there gave.
+// NewClient returns a client of T for the own cluster and fleet members
+// ([Client.InCluster], or keys naming a cluster); a type only members serve
+// errs in the own cluster as binding it there did. It returns an error if
+// T is not a known resource, nothing serves it, or opts name a resource
+// for a typed T.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	b, err := bind[T](m, opts.Resource)
 	if err == nil {
@@ -80,18 +65,16 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	return &Client[T]{m: m, b: &binding.Binding[T]{Info: info}, ownErr: err}, nil
 }
 
-// InCluster returns a client of T bound to cluster: a member of the fleet, or ""
-// for the manager's own. Its writes of objects (Create, Update, Apply, ...)
-// go to that cluster, and so do its reads and writes of keys that name no
-// cluster; a key that names one is always served by that one. In a
-// reconcile, [ClusterFrom] names the reconciled object's cluster.
+// InCluster returns a client of T bound to cluster, a fleet member or ""
+// for the own: object writes and keys that name no cluster go there; a key
+// that names one goes to that one. In a reconcile, [RequestFrom] names the
+// object's cluster.
 func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
 	return &in
 }
 
-// at fills in the client's cluster for a key that names none.
 func (c *Client[T]) at(key Key) Key {
 	if key.Cluster == "" {
 		key.Cluster = c.cluster
@@ -99,7 +82,6 @@ func (c *Client[T]) at(key Key) Key {
 	return key
 }
 
-// backend returns the backend of T in cluster.
 func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 	if cluster == "" {
 		if c.ownErr != nil {
@@ -114,7 +96,6 @@ func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 	return b.Backend, nil
 }
 
-// resource is the Resource option of T, for binding it in members.
 func (c *Client[T]) resource() APIResource { return resourceOption(c.b.Info) }
 
 // Uncached returns a client of T whose Get and List go to the API server
@@ -133,9 +114,7 @@ func (c *Client[T]) wrap(verb string, key Key, err error) error {
 	return &requestError{verb: verb, typ: c.b.Type, resource: c.b.GVR.GroupResource(), key: key, err: err}
 }
 
-// requestError is the error of a request about one object. It names the
-// object's resource and key, so that a controller can tell a NotFound of
-// the object it reconciles from any other (see Controller.vanished).
+// requestError names resource and key: see Controller.vanished.
 type requestError struct {
 	verb     string // "get", "create", "update status of", ...
 	typ      reflect.Type
@@ -150,12 +129,10 @@ func (e *requestError) Error() string {
 
 func (e *requestError) Unwrap() error { return e.err }
 
-// written reports whether the request wrote an object that should exist:
-// not a read, and not a create, whose NotFound is about its namespace.
+// written: not a read, nor a create (whose NotFound is about its namespace).
 func (e *requestError) written() bool { return e.verb != "get" && e.verb != "create" }
 
-// cache returns the cache of T that covers what covers reports, waiting for
-// it to sync, or an error that says which cache to add.
+// cache returns the synced cache of T that covers, or says which cache to add.
 func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T]) bool) (*Cache[T], error) {
 	caches := cachesOf(c.m, c.b)
 	var pick *Cache[T]
@@ -221,23 +198,21 @@ type ListParams struct {
 	Namespace string
 	// LabelSelector restricts the list to matching objects. Default: all.
 	LabelSelector labels.Selector
-	// FieldSelector restricts the list to objects whose fields match, as
-	// the API server supports them for the type. A cached list evaluates
-	// it on the cached objects by their field paths. Default: all.
+	// FieldSelector restricts the list to objects whose fields match, as the
+	// server supports them; a cached list evaluates it by field path. Default:
+	// all.
 	FieldSelector fields.Selector
-	// Limit, for an uncached list, is the page size: the list is read a
-	// page at a time with continue tokens, so the server never builds a
-	// huge response at once. Ignored for cached lists. Default: one page.
+	// Limit, for an uncached list, is the page size (continue tokens). Ignored
+	// for cached lists. Default: one page.
 	Limit int64
 	// Cluster lists a member cluster of the fleet. Default: the client's
 	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
-	// Index lists only the objects that the cache's index of this name
-	// (see [Cache.AddIndex]) files under IndexValue, in Namespace, or in
-	// every namespace if Namespace is "": controller-runtime's
-	// MatchingFields on a field index, with InNamespace. Its cost grows
-	// with the objects found, not with the namespace. Selectors apply
-	// after it. A cached list only. Default: no index.
+	// Index lists only the objects the cache's index of this name
+	// ([Cache.AddIndex]) files under IndexValue, in Namespace or all if "":
+	// controller-runtime's MatchingFields with InNamespace. Its cost grows with
+	// the objects found. Selectors apply after it. Cached lists only. Default:
+	// no index.
 	Index string
 	// IndexValue is the value looked up in Index.
 	IndexValue string
@@ -308,8 +283,7 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 	return objs, nil
 }
 
-// checkIndex returns an error that says how to add the index opts names,
-// if some cache covers the list but none of them has it.
+// checkIndex says how to add the index opts names, if a covering cache lacks it.
 func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[T]) bool) error {
 	var covering []*Cache[T]
 	for _, cc := range cachesOf(c.m, c.b) {
@@ -327,7 +301,6 @@ func (c *Client[T]) checkIndex(opts ListParams, what string, covers func(*Cache[
 		c.b.Info, what, opts.Index, describeScope(covering))
 }
 
-// listPages lists from the server, a page of opts.Limit at a time.
 func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error) {
 	lo := metav1.ListOptions{Limit: opts.Limit}
 	if opts.LabelSelector != nil {

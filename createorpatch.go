@@ -13,9 +13,8 @@ import (
 // Outcome says what [Client.CreateOrPatch] did.
 type Outcome string
 
-// The outcomes of CreateOrPatch. Patched means the object was patched, and
-// its status too if mutate changed it; StatusPatched means only the status
-// changed, and only the status subresource was patched.
+// The outcomes of CreateOrPatch. Patched: the object was patched (and its
+// status, if changed); StatusPatched: only the status subresource was.
 const (
 	Unchanged     Outcome = "unchanged"
 	Created       Outcome = "created"
@@ -23,19 +22,13 @@ const (
 	StatusPatched Outcome = "statusPatched"
 )
 
-// CreateOrPatch makes the object with key what mutate says: mutate receives
-// the cached object (a copy), or a new one with only its name and namespace
-// set, and changes it. A new object is created; a changed one is patched
-// with [Client.PatchFrom], so a concurrent change makes the write fail with
-// a conflict; an unchanged one is left alone. It returns the object as
-// written (or as it was) and what it did (controller-runtime's
-// controllerutil.CreateOrPatch). For a type whose status is a subresource,
-// a changed status is patched through the subresource after the object
-// (a new object's status is not written: the server ignores it on create).
-// If the object's patch succeeds and the status patch fails, it returns
-// the object as patched, Patched and the error. mutate must not
-// change the name or namespace. Without a cache of T that covers key, it
-// reads the server.
+// CreateOrPatch (controllerutil.CreateOrPatch) has mutate change a copy of
+// the cached object, or a new one with only name and namespace set (which
+// mutate must keep); it creates a new object, patches a changed one with
+// [Client.PatchFrom], then a changed status subresource (not on create),
+// and leaves an unchanged one alone. It returns the object as written and
+// the outcome; if only the status patch fails, the patched object, Patched
+// and the error. Without a cache covering key it reads the server.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if err := c.checkKey("create or patch", key); err != nil {
@@ -96,8 +89,7 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		op = Patched
 	}
 	if status != nil {
-		// The object's own patch, if any, did not touch the status: the
-		// status patch is made against the version it wrote.
+		// Against the version the object's own patch wrote.
 		patch, err := withResourceVersion(status, out.GetResourceVersion())
 		if err != nil {
 			return out, op, c.wrap("patch status of", key, err)

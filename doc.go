@@ -13,132 +13,116 @@
 //	_, err = ctrl.Owns[*corev1.Secret](c) // reconcile the owner when a Secret it controls changes
 //	err = mgr.Start(ctx)               // blocks until ctx is done
 //
-// There is no Scheme to register built-in types in: the type parameter is
-// the registration. A custom resource type is registered once with
-// [Register], by its group, version and resource. Tests run the same code
-// against client-go's fake clientset (Options.FakeClientset, and
-// ctrltest.NewFakeDynamic for custom resources) and wait with
-// [Manager.WaitIdle] instead of sleeping.
+// The type parameter is the registration, with no Scheme; custom resources
+// are registered once ([Register]). Tests use client-go's fakes
+// (Options.FakeClientset, FakeDynamic) and [Manager.WaitIdle].
 //
 // # Parts
 //
 //   - [Manager] runs caches and controllers, and owns the metrics, leader
 //     election and the HTTP endpoints.
-//   - [Cache] is a typed, indexed view of one type, fed by one watch that
-//     every user of the type shares.
+//   - [Cache] is a typed, indexed view of one type, fed by one shared watch.
 //   - [Client] reads from the cache and writes to the API server, typed.
 //   - [Controller] queues keys on changes and reconciles them with workers.
 //   - [Validate], [Default] and [Convert] register admission and conversion
-//     webhooks over your types, served by the manager over TLS.
+//     webhooks, served by the manager over TLS.
 //   - [Machine] declares the phases an object's status moves through;
 //     [NewMachine] runs it as a controller.
 //
 // # Guarantees
 //
-//   - Typed: a wiring mistake, such as an unknown type, a custom resource
-//     that was not registered, or a declared scope or status subresource
-//     that the server's discovery contradicts, is an error when wiring,
-//     naming the Go type.
-//   - Stingy: a key is never reconciled by two workers at once, and a key
+// Each guarantee is stated here once; other docs link to it. The reasoning
+// is in README.md#why-it-works-this-way.
+//
+//   - Typed: a wiring mistake (unknown type, unregistered custom resource,
+//     a scope or status subresource discovery contradicts) is an error
+//     when wiring, naming the Go type.
+//   - Stingy: a key is never reconciled by two workers at once; a key
 //     queued many times while waiting is reconciled once, with every cause
-//     ([CausesFrom]).
-//   - Live first: the keys of a list (the initial one, a relist, a takeover
-//     or a resync) enter the work queue a window at a time as workers take
-//     them, so a change that arrives meanwhile is reconciled before the
-//     rest of the list.
-//   - Fresh: reconcile gets its own deep copy of the latest cached object.
-//     The cache may lag the API server; a conflict on write is the signal to
-//     return the error and be called again with newer state. A NotFound on
-//     a write to the reconciled object itself, once the server confirms
-//     the object is gone, ends the reconcile quietly, without a retry.
+//     ([RequestFrom]).
+//   - Live first: a list's keys (initial, relist, takeover, resync) enter
+//     the queue a window at a time, so changes meanwhile go first.
+//   - Fresh: reconcile gets its own deep copy of the latest cached object,
+//     never older than this program's own writes to it through ctrl's
+//     clients (a key waits until the cache shows them). The cache may lag
+//     other writers: on a conflict, return the error to be called again
+//     with newer state. A NotFound on writing the reconciled
+//     object itself, once the server confirms it gone, ends the reconcile
+//     quietly, without a retry.
 //   - Persistent: an error or a panic requeues the key with backoff; the
 //     manager stops only when its context is done.
 //   - One leader: with leader election, a replica leads until a deadline on
 //     its own monotonic clock, RenewDeadline after its last successful
-//     renewal of the Lease began, which passes before any other replica may
-//     take over. Past it, even if it was paused (SIGSTOP, a frozen VM) and
-//     has not noticed, it takes no key, its reconciles are canceled, and its
-//     writes through ctrl's clients fail with [ErrLeadershipLost]. A replica
-//     that does not lead keeps its caches warm and queues nothing; when it
-//     takes over it reconciles every cached object once.
+//     renewal began, which passes before any other may take over (others
+//     wait LeaseDuration; the difference, 5 s by default, is the margin
+//     for a write sent just before the deadline), or at once when a
+//     renewal finds another holder. Past it,
+//     even if paused (SIGSTOP, a frozen VM), it takes no key, its
+//     reconciles are canceled, and its writes through ctrl's clients fail
+//     with [ErrLeadershipLost], which ends the reconcile without a retry or
+//     a failure counted. A replica that does not lead keeps its
+//     caches warm and queues nothing; on takeover it reconciles every
+//     cached object once.
 //   - One owner per object: with [Sharding], a replica reconciles an object
 //     (and runs its OnDelete and OnFinalize) only while it serves the
-//     object's part of the hash space, which it takes only after a quorum
-//     read finds no live replica claiming it, and gives up only once no
-//     reconcile of it runs any more. A move is neither a deletion nor a
-//     selector exit: no hook runs, the finalizer stays, and the next owner
-//     reconciles the object whatever its update filters. A replica whose
-//     membership ended is fenced as a lost leader is.
-//   - Observable: deletions reach [Controller.OnFinalize] hooks while the
-//     object still exists, across restarts and failovers, and
-//     [Controller.OnDelete] hooks once after it is gone, for deletions seen
-//     while leading. An object that only stops matching a cache's selector
-//     is not deleted: OnDelete does not see it, and the controller's
-//     finalizer on it is still run. An object a cache only stops reaching
-//     (its namespace no longer watched, its member cluster gone, its
-//     CustomResourceDefinition no longer serving the version) is
-//     forgotten: no hook runs for it.
-//   - Resilient: when the API server goes away, caches retry at least every
-//     second and a half (or after the server's Retry-After) and say so in
-//     one log line, and in one more when they are back; after the server
-//     was unreachable they spread their relists over two seconds, so a
-//     fleet does not list at once. A connection that dies silently is noticed within twice
-//     Options.ConnectionCheck (6 s). A watch whose position was compacted
-//     away (410 Gone) relists, turning missed changes and deletions into
-//     events. Reconciles that fail because the manager's own requests got
-//     no answer from an API server wait for that server instead of the
-//     retry budget, and are retried within two seconds of its return; they
-//     are summarized in the log, not dumped. Any other error, such as an
-//     outside service that cannot be reached, is retried with backoff.
-//   - Answered: every webhook request gets an answer. A review that cannot
-//     be read is refused with 400 and a message; a webhook function's
-//     error, panic, or overrun of the request's timeout denies that request
-//     with a status the API server shows the user; the server never crashes.
+//     object's part of the hash space, taken only after a quorum read finds
+//     no live replica claiming it, given up only once none of its
+//     reconciles runs. A move is no deletion nor selector exit: no hook
+//     runs, the finalizer stays, and the next owner reconciles the object
+//     whatever its update filters. An ended membership is fenced as a lost
+//     leader is. The share of a replica that stopped is taken at once, of
+//     one that died LeaseDuration after its last renewal began; a joining
+//     replica disturbs no other objects.
+//   - Observable: deletions reach [Controller.OnFinalize] while the object
+//     exists, across restarts and failovers, and [Controller.OnDelete] once
+//     after it is gone, if seen while leading. An object that only leaves a
+//     selector is not deleted: no OnDelete, and its finalizer still runs.
+//     One a cache only stops reaching (namespace unwatched, member gone,
+//     version no longer served) is forgotten: no hook runs.
+//   - Resilient: while the API server is away, caches retry at least every
+//     1.5 s (or after Retry-After), log once when it goes and once when it
+//     is back, then spread relists over two seconds. A silently dead
+//     connection is noticed within twice Options.ConnectionCheck. A 410
+//     Gone relists, turning missed changes into events. Reconciles that
+//     failed for lack of an answer from the server wait for it, outside the
+//     retry budget, are retried within two seconds of its return, and are
+//     summarized in the log. Other errors are retried with backoff.
+//   - Answered: every webhook request gets an answer: 400 for an
+//     unreadable review; a denial the API server shows the user for a
+//     webhook function's error, panic, or timeout overrun; no crash.
 //   - Once: a state machine's move is written once or not at all, from the
-//     state its step saw (the write carries that resourceVersion), and is
-//     followed by its Event; a deleted object's finalizer stays until the
-//     machine's cleanup path has ended.
-//   - Bounded: a cache decodes only what it keeps: managedFields only when
-//     kept, and of a projection that names its fields ([Project]) only
-//     those. In a container with a memory limit the collector paces itself
-//     by four fifths of that limit ([Options.MemoryLimit]) instead of by
-//     twice the heap, so a cache that fits is neither killed for the
-//     garbage beside it nor collected every few thousand events.
-//   - Told: a list or watch the server forbids is reported at once, in one
-//     log line and in /readyz, naming the RBAC rule to add; it holds up
-//     only the controllers that use that cache. [Manager.RBACRules] lists
-//     the rules the manager's own work needs.
-//   - Testable: the fakes hold a deletion while finalizers remain, as the
-//     API server does, so finalizers run in unit tests; [Manager.WaitIdle]
-//     returns once everything is reconciled, or names each failing key
-//     with its last error.
+//     state its step saw (the write carries its resourceVersion), then its
+//     Event; a deleted object's finalizer stays until the cleanup path
+//     ended.
+//   - Bounded: a cache decodes only what it keeps (managedFields only when
+//     kept; a [Project] projection's named fields only). In a container
+//     with a memory limit the collector paces by four fifths of it
+//     ([Options.MemoryLimit]), not by twice the heap.
+//   - Told: a list or watch the server forbids is reported at once, in a
+//     log line and /readyz, naming the RBAC rule to add, and holds up only
+//     the controllers using that cache. [Manager.RBACRules] lists the
+//     manager's own needs.
+//   - Testable: the fakes hold deletions while finalizers remain, so
+//     finalizers run in unit tests; [Manager.WaitIdle] returns once all is
+//     reconciled, or names each failing key with its last error.
 //   - Optional: a kind declared optional (CacheOptions.Optional) may be
-//     missing: the manager starts and runs without it, and its cache
-//     lists once its CustomResourceDefinition is Established, empties
-//     when it is deleted (its objects' deletions seen first), and waits
-//     for it again, saying so once, without a request or a restart.
+//     missing: the manager runs; the cache lists once its CRD is
+//     Established, empties when it is deleted (deletions seen first), and
+//     waits again, saying so once, with no restart.
 //   - Rewirable: while the manager runs, controllers stop
 //     ([Controller.Stop]), [Owns] and [Watches] come and go ([Unwatch]),
-//     and caches change namespaces ([Cache.SetNamespaces]); a cache that
-//     nothing uses any more stops and lets its objects go.
-//   - Compatible: metrics carry controller-runtime's names and labels; the
-//     ctrl_cache_* metrics add watch state, relists and blind time.
-//   - Guarded: metrics are served over HTTPS only to clients whose token
-//     the API server authenticates and whose user it allows to get the
-//     path, unless plain HTTP is chosen; the HTTPS servers speak HTTP/2 only
-//     when asked; a manager with webhooks starts only if something serves
-//     them.
+//     caches change namespaces ([Cache.SetNamespaces]); an unused cache
+//     stops and lets its objects go.
+//   - Compatible: metrics carry controller-runtime's names and labels;
+//     ctrl_cache_* add watch state, relists and blind time.
+//   - Guarded: metrics go over HTTPS only to tokens the API server
+//     authenticates and authorizes, unless plain HTTP is chosen; HTTP/2
+//     only when asked; webhooks must be served for Start to succeed.
 //
 // # Reading objects
 //
-// Objects in a cache are shared by every reader and must not be modified;
-// [Cache.Get], [Cache.List] and [Cache.ByIndex] return them as they are, for
-// speed; Cache.Get(key) says whether the object is cached. [Client.Get] and
-// [Client.List] return copies, wait for the cache to sync, and fail with an
-// error (apierrors.IsNotFound for a missing object) that names the type and
-// key. Managed fields are removed from cached objects (of protobuf, not
-// even decoded) unless CacheOptions.KeepManagedFields is set. Objects from
-// caches and clients carry their apiVersion and kind, which client-go's
-// typed decoding drops (a stamp of two strings, no allocation);
-// [ReferenceOf] builds a corev1.ObjectReference to any of them.
+// [Cache] reads return shared objects, never to be modified; [Client]
+// reads return copies, wait for the sync, and fail with errors naming type
+// and key (apierrors.IsNotFound for a missing object). Both carry
+// apiVersion and kind ([ReferenceOf]).
 package ctrl

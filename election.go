@@ -23,28 +23,12 @@ import (
 // its controllers; the others keep their caches synced so that a takeover
 // reconciles at once. The defaults are controller-runtime's.
 //
-// Leadership is a deadline on the leader's own monotonic clock:
-// RenewDeadline after the start of its last successful renewal of the
-// Lease. Past it the replica does not lead, whatever the network says: its
-// reconciles are canceled, its workers take no key, and its writes through
-// ctrl's clients and its Events fail with [ErrLeadershipLost], also when
-// the process was paused (SIGSTOP, a long GC pause, a frozen VM) and its
-// timers have not fired yet. Another replica may take over only
-// LeaseDuration after it saw that renewal, so the difference,
-// LeaseDuration - RenewDeadline (5 s by default), is the margin within
-// which a write sent just before the deadline must reach the API server.
-// A renewal that finds another holder ends leadership at once.
-//
-// Writes a reconcile makes outside ctrl's clients (another client, an
-// external system) are not checked for it. Make them with the reconcile's
-// context, and call [CheckLeadership] right before each: the context is
-// canceled at the deadline, but after a pause a moment late, while
-// CheckLeadership reads the clock. No check can fence a write that leaves
-// the process just before a pause and reaches its server after another
-// replica took over; where that matters, make writes conditional on what
-// was read, as [Client.Update] and [Client.PatchFrom] do with the
-// object's resourceVersion: a write based on state that another leader
-// changed since fails with a conflict, whatever the timing.
+// Leadership is a deadline on the leader's own clock: see "One leader"
+// in the package's guarantees. Writes a reconcile makes outside ctrl's
+// clients are not fenced: make them with the reconcile's context and call
+// [CheckLeadership] right before each. No check fences a write already on
+// the wire when a pause begins; make such writes conditional on what was
+// read, as [Client.Update] and [Client.PatchFrom] do.
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string

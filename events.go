@@ -9,15 +9,11 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Recorder emits Kubernetes Events about objects of type T, the ones
-// `kubectl describe` shows. Events go through client-go's event recorder,
-// which aggregates repeats and rate-limits spam, and are sent in the
-// background: emitting never blocks and never fails the caller. A Recorder
-// may be created before or after [Manager.Start]; events emitted before
-// Start or after it returns are dropped. With leader election or sharding,
-// so are events emitted while this replica does not lead, and those not yet
-// sent when it loses the lead ([ErrLeadershipLost]). A Recorder is safe for
-// concurrent use.
+// Recorder emits Events about objects of T through client-go's recorder
+// (aggregating, rate-limited), in the background, never blocking or
+// failing. Events emitted before Start, after it returns, while not
+// leading, or unsent when the lead is lost are dropped. It may be made
+// before or after [Manager.Start]; it is safe for concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager
 	info    binding.Info
@@ -46,7 +42,7 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 
 // InCluster returns a recorder of the same events in cluster, a member of the
 // fleet ("" for the manager's own): events about an object belong in its
-// cluster ([ClusterFrom]).
+// cluster ([RequestFrom]).
 func (r *Recorder[T]) InCluster(cluster string) *Recorder[T] {
 	in := *r
 	in.cluster = cluster
@@ -65,8 +61,7 @@ func (r *Recorder[T]) Eventf(obj T, eventType, reason, format string, args ...an
 	if rec == nil || !r.m.acting() {
 		return
 	}
-	// A reference built from the binding: client-go's recorder uses it as it
-	// is, with no Scheme to look the type up in.
+	// Built from the binding: the recorder needs no Scheme then.
 	ref := reference(r.info.GVK(), obj)
 	rec.Eventf(&ref, eventType, reason, format, args...)
 }

@@ -4,15 +4,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
-// Write expectations let WaitIdle wait for the consequences of a program's
-// own writes. A write through a Client returns before the watch event that
-// reports it reaches the cache; until it does, the cache does not show the
-// write and no controller has reacted to it. Each cache that will see the
-// write records an expectation, keyed by the object the server returned
-// (a create with generateName learns its name only then), and the store
-// settles it when the event arrives.
-
-// expectation is a write through a [Client] that the cache has not observed.
+// expectation is a Client's write not yet observed, keyed by the object the server
+// returned: WaitIdle waits for it.
 type expectation struct {
 	rv       string // observed once the object, or the feed, reaches this version
 	deleting bool   // observed once the object is gone or has a deletionTimestamp
@@ -20,9 +13,7 @@ type expectation struct {
 	writes   int    // fake backends: events still to come
 }
 
-// observe settles the expectation for key given the object's new state
-// (present false: it is gone), seen by a feed of a fake backend or not.
-// Called with c.mu held.
+// observe settles key's expectation (present false: gone). Under c.mu.
 func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	e, ok := c.expect[key]
 	if !ok {
@@ -41,7 +32,6 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 	delete(c.expect, key)
 }
 
-// seen reports whether obj reflects the write that e expects.
 func seen[T Object](e expectation, obj T) bool {
 	if e.gone {
 		return false
@@ -59,9 +49,7 @@ func newer(a, b string) bool {
 	return err != nil || cmp >= 0
 }
 
-// expectWrite is called before a write through a Client to the object with
-// key. It returns the function to call with the write's outcome: the object
-// the server returned (for a delete: deleted true, and no object).
+// expectWrite returns what to call with the write's outcome (deleted: no object).
 func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	c.mgr.activity.Add(1) // a write in flight: an idle check running now is void
 	f := c.feedOf(key)
@@ -78,13 +66,8 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		e := expectation{deleting: deleted}
 		switch {
 		case !deleted && removedBy(obj):
-			// The write left an object being deleted without finalizers
-			// or grace period: the server deleted it (as its registry's
-			// ShouldDeleteDuringUpdate says), and replied with the object
-			// as the request left it, at the resourceVersion it had,
-			// which the cache may already hold. Only its removal settles
-			// this. (If the server kept it, the reply is newer than the
-			// cache: see below.)
+			// The server deleted it (ShouldDeleteDuringUpdate) and replied
+			// at a version the cache may hold: only its removal settles this.
 			key = KeyOf(obj).InCluster(key.Cluster)
 			e.rv, e.gone = obj.GetResourceVersion(), true
 		case !deleted:
@@ -101,10 +84,8 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		case (deleted || e.gone) && !cached:
 		case cached && seen(e, cur):
 		case !deleted && !e.gone && f.lastRV != "" && newer(f.lastRV, e.rv):
-			// Events arrive in resourceVersion order: the feed is past
-			// this write. This happens when removing the last finalizer
-			// deletes the object and its DELETED event beats the reply.
-			// A feed that has not listed yet is past nothing.
+			// Events come in resourceVersion order: the feed is past this
+			// write (its DELETED beat the reply). An unlisted feed is past nothing.
 		case !deleted && !e.gone && !cached && c.scope.selects(obj) == notSelected:
 			// Outside the cache's selector: no event will come.
 		default:
@@ -114,19 +95,14 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 	}
 }
 
-// removedBy reports whether a write that returned obj left an object being
-// deleted without finalizers or grace period, which the server (and a fake
-// taught by binding.DeleteLikeServer) then removes.
+// removedBy: deleted with no finalizers nor grace, which the server then removes.
 func removedBy[T Object](obj T) bool {
 	return obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 &&
 		(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0)
 }
 
 // expectFakeWrite counts a write to a fake, which sends the event before
-// the write returns: count first, take it back if the write failed. A fake
-// does not generate names, so the request's key is the object's. A write
-// that left an object being deleted without finalizers is settled only by
-// the object's removal, which the fake sends after the write's own event.
+// the write returns: count first, take it back if the write failed.
 func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	c.mu.Lock()
 	e := c.expect[key]
@@ -159,11 +135,8 @@ func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	}
 }
 
-// settlePassed drops the expectations of writes the feeds have seen past
-// without the object: writes that took it out of the cache's selector in a
-// way this side could not tell, whose events the server never sends. The
-// feeds' positions advance with every event and bookmark. Called with c.mu
-// held.
+// settlePassed drops expectations of writes the feeds have passed without
+// the object (it left the selector unseen: no event comes). Under c.mu.
 func (c *Cache[T]) settlePassed() {
 	for k, e := range c.expect {
 		if e.rv == "" || e.gone { // the object's own removal settles it

@@ -12,26 +12,14 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Which feeds a cache runs is a function of its inputs: its namespaces,
-// the member clusters engaged (a fleet cache), whether its CRD serves its
-// version (an optional cache), and what its share selects (a split among
-// replicas). Whatever changes an input calls refeed, which computes the
-// feeds the inputs want and moves the running ones there: a feed that
-// stays is not touched, keeps its resourceVersion and lists nothing; one
-// whose selection changed lists again, not older than where it was; one
-// no longer wanted stops, and the objects no feed reaches any more are
-// removed as gone says.
-
-// feedKey names a feed: one namespace ("" for all) of one cluster ("" for
-// the manager's own).
+// feedKey names a feed: one namespace ("" all) of one cluster ("" the own).
 type feedKey struct{ cluster, namespace string }
 
 func (k feedKey) covers(key Key) bool {
 	return key.Cluster == k.cluster && (k.namespace == "" || k.namespace == key.Namespace)
 }
 
-// wanted returns the feeds the cache's inputs call for, with the binding
-// of each one's cluster. Called with c.rewire held.
+// wanted returns the feeds the inputs call for. Called with c.rewire held.
 func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	out := map[feedKey]*binding.Binding[T]{}
 	namespaces := c.currentScope().namespaces
@@ -54,12 +42,12 @@ func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	return out
 }
 
-// refeed moves the feeds to those the inputs want, and starts them if
-// the cache runs: before, they are planned, so that writes made before the
-// cache runs are expected by the feed that will list them; the objects
-// that no wanted feed reaches any more are removed as removals of kind
-// gone. It returns once the feeds it stopped have returned. Called with
-// c.rewire held, by whoever changed an input.
+// refeed moves the feeds to those the inputs want (namespaces, members,
+// the CRD, the share), with c.rewire held, and starts them if the cache
+// runs; before, they are planned, so that a write made earlier is expected
+// by the feed that lists it. A feed that stays is untouched; a changed
+// selection relists, never older than where it was; unwanted feeds stop
+// and objects no feed reaches are removed as gone.
 func (c *Cache[T]) refeed(gone eventKind) {
 	c.refeeding.Store(true)
 	defer c.refeeding.Store(false)
@@ -143,8 +131,7 @@ func (f *feed[T]) halt() {
 	}
 }
 
-// stopFeeds stops every feed, keeping what the cache holds: the cache
-// stops. Called with c.rewire held.
+// stopFeeds stops every feed, keeping what the cache holds. Under c.rewire.
 func (c *Cache[T]) stopFeeds() {
 	for _, f := range c.feedMap() {
 		f.halt()
@@ -153,8 +140,7 @@ func (c *Cache[T]) stopFeeds() {
 	c.feeds.Store(nil)
 }
 
-// feedMap returns the running feeds. It takes no lock: the store reads it
-// under the cache's lock.
+// feedMap takes no lock: the store reads it under the cache's lock.
 func (c *Cache[T]) feedMap() map[feedKey]*feed[T] {
 	if p := c.feeds.Load(); p != nil {
 		return *p
@@ -162,7 +148,6 @@ func (c *Cache[T]) feedMap() map[feedKey]*feed[T] {
 	return nil
 }
 
-// ownFeeds returns the running feeds of the manager's own cluster.
 func (c *Cache[T]) ownFeeds() []*feed[T] {
 	var out []*feed[T]
 	for k, f := range c.feedMap() {
@@ -173,7 +158,6 @@ func (c *Cache[T]) ownFeeds() []*feed[T] {
 	return out
 }
 
-// feedOf returns the running feed that watches key, or nil.
 func (c *Cache[T]) feedOf(key Key) *feed[T] {
 	feeds := c.feedMap()
 	if f := feeds[feedKey{key.Cluster, key.Namespace}]; f != nil {
@@ -232,8 +216,7 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 	}
 }
 
-// feedSynced records that a feed of the own cluster completed its first
-// list: the cache has synced once every feed has.
+// feedSynced: the cache has synced once every own-cluster feed has listed.
 func (c *Cache[T]) feedSynced() {
 	for _, f := range c.ownFeeds() {
 		if !f.isSynced.Load() {
@@ -243,13 +226,11 @@ func (c *Cache[T]) feedSynced() {
 	c.markSynced()
 }
 
-// markSynced records that the cache is in step with the server: every feed
-// listed, or, for an optional kind, the server serves none.
+// markSynced: every feed listed, or an optional kind's server serves none.
 func (c *Cache[T]) markSynced() {
 	c.syncOnce.Do(func() { close(c.synced) })
 }
 
-// engage adds member mb's cluster to a fleet cache.
 func (c *Cache[T]) engage(mb *member) error {
 	b, err := bindWith[T](c.mgr, mb.bindings, mb.clients, resourceOption(c.b.Info))
 	if err != nil {
@@ -262,8 +243,7 @@ func (c *Cache[T]) engage(mb *member) error {
 	return nil
 }
 
-// disengage takes the member cluster name out of a fleet cache: its
-// objects are forgotten, not deleted, so no hook hears of them.
+// disengage forgets a member's objects: no hook hears of them.
 func (c *Cache[T]) disengage(name string) {
 	c.rewire.Lock()
 	defer c.rewire.Unlock()
@@ -273,15 +253,12 @@ func (c *Cache[T]) disengage(name string) {
 	}
 }
 
-// SetNamespaces changes the namespaces the cache holds, before the manager
-// starts or while it runs. The objects of an added namespace are listed,
-// and reach the cache's controllers and handlers as any list does; those
-// of a removed namespace are forgotten: no [Controller.OnDelete] or
-// [Controller.OnFinalize] runs for them. No namespaces, or "", is every
-// namespace. The caches of the [Owns] of the cache's controllers follow;
-// a [Watches] source keeps its own. It blocks until the watches of removed
-// namespaces have stopped ([Manager.WaitIdle] waits for the lists of added
-// ones). It returns an error for a cluster-scoped kind or a fleet cache.
+// SetNamespaces changes the cache's namespaces, before or while the
+// manager runs ("" or none: all): added ones are listed as any list is;
+// removed ones' objects are forgotten (no hook runs). Its controllers'
+// [Owns] caches follow; [Watches] sources do not. It blocks until removed
+// watches stopped ([Manager.WaitIdle] waits for added lists), and returns
+// an error for a cluster-scoped kind or a fleet cache.
 func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	switch {
 	case !c.b.Namespaced:
@@ -314,6 +291,5 @@ func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	return nil
 }
 
-// rescoper is a handler that follows its cache's namespaces: a controller,
-// for the caches of its Owns.
+// rescoper follows its cache's namespaces: a controller, for its Owns.
 type rescoper interface{ rescoped(namespaces []string) }

@@ -9,11 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// finalizeStep adds the controller's finalizer to a live object, or runs the
-// finalize hook and removes the finalizer from one being deleted. done
-// reports that reconcile is not to be called; after adding the finalizer,
-// reconcile goes on with the patched object, which *obj is set to. *obj is
-// the reconcile's copy of cached, the cache's object when it began.
+// finalizeStep adds the finalizer, or finalizes a deleted object. done: do not
+// reconcile; otherwise *obj is the patched object.
 func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (done bool, err error) {
 	o := *obj
 	has := slices.Contains(o.GetFinalizers(), c.finalizer)
@@ -30,22 +27,16 @@ func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (don
 	case !has:
 		return true, nil // being deleted, and not waiting for us
 	case !c.cache.holds(keyFrom(ctx, o), cached):
-		// A write of ours, such as the removal of the finalizer by the
-		// reconcile before this one, is not in the cache yet, or the
-		// cache has moved past the state this reconcile read (that
-		// removal, observed since): finalizing this older state would run
-		// finalize again. The event queues the key (updates of objects
-		// being deleted pass every filter, and deletions are always
-		// queued).
+		// Our own write (such as the last finalizer removal) is not cached
+		// yet, or the cache moved past this state: finalizing it would run
+		// finalize again. Its event queues the key.
 		return true, nil
 	}
 	return true, c.runFinalizer(ctx, o)
 }
 
-// runFinalizer calls finalize on obj and removes the finalizer once it
-// succeeds. A removal that finds the object gone succeeds. A removal that
-// fails (a conflict, an outage) is retried without calling finalize again
-// for the same object.
+// runFinalizer finalizes, then removes the finalizer (gone counts); a failed
+// removal is retried without finalizing the same object again.
 func (c *Controller[T]) runFinalizer(ctx context.Context, obj T) error {
 	key := keyFrom(ctx, obj)
 	c.mu.Lock()
@@ -72,9 +63,7 @@ func (c *Controller[T]) runFinalizer(ctx context.Context, obj T) error {
 	return err
 }
 
-// setFinalizer adds or removes the controller's finalizer with a patch from
-// obj that carries its resourceVersion: a concurrent change makes it fail
-// with a conflict instead of dropping another controller's finalizer.
+// setFinalizer patches with obj's resourceVersion: never drops another's finalizer.
 func (c *Controller[T]) setFinalizer(ctx context.Context, obj T, add bool) (T, error) {
 	changed := obj.DeepCopyObject().(T)
 	if add {
@@ -85,15 +74,11 @@ func (c *Controller[T]) setFinalizer(ctx context.Context, obj T, add bool) (T, e
 	return c.client.PatchFrom(ctx, obj, changed)
 }
 
-// bury hands the tombstone of key, if any, to the hook it was kept for:
-// OnDelete for a deletion, the finalizer for an object that left the
-// cache's selector carrying it. A removal the cache could not tell apart
-// (the object vanished from a relist of a selective cache, a field
-// selector this side cannot evaluate, or a sharded cache's label) is told
-// apart by reading the server: an object that is still there and still in
-// the user's selector but another replica's now was forgotten, not left,
-// and no hook runs. On failure the tombstone stays for the retry, unless a
-// newer one came.
+// bury hands key's tombstone to its hook: OnDelete for a deletion, the
+// finalizer for an object that left the selector carrying it. A removal
+// the cache could not classify is classified by reading the server (an
+// object still selected but another replica's was forgotten: no hook). On
+// failure the tombstone stays for the retry, unless a newer one came.
 func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache bool) error {
 	c.mu.Lock()
 	ts, had := c.tombstones[key]

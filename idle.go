@@ -7,34 +7,19 @@ import (
 	"time"
 )
 
-// WaitIdle blocks until the manager is idle, or ctx is done, or the manager
-// has stopped. It is meant for tests and examples, in place of sleeps; give
-// ctx a deadline, so that a controller that never settles fails the test
-// with what it is doing instead of hanging it.
+// WaitIdle blocks until the manager is idle, ctx is done (give it a
+// deadline), or the manager stopped: for tests, instead of sleeps. Idle:
+// every cache synced and controller started (leading, with leader
+// election); every write through this manager's [Client]s observed by the
+// caches of its type (a last-finalizer removal, by the removal); no event
+// being dispatched, key queued or waiting for a server, or reconcile
+// running; no requeue due within requeueWithin (not a timeout).
 //
-// Idle means: Start has synced every cache and started every controller
-// (with leader election: this replica leads); every write made through a
-// [Client] of this manager has been observed by the caches of its type (a
-// write that removed the last finalizer of an object being deleted, by its
-// removal from them); no event is being dispatched; every work queue is
-// empty; no key waits for the API server to come back; no reconcile is
-// running; and no requeue is due within requeueWithin.
-//
-// requeueWithin is how far ahead a scheduled reconcile counts as work still
-// to do: a requeue (Result.RequeueAfter, or the retry of a failed
-// reconcile) due within it keeps the manager busy, and WaitIdle waits for
-// it; one due later does not. It is not a timeout: ctx bounds the wait.
-//
-// WaitIdle returns nil once the manager is idle and no key is failing. A
-// key is failing while its last reconcile returned an error (not a
-// [Terminal] one) and it waits for its retry. If the manager is idle but
-// keys are failing, their retries being due beyond requeueWithin, WaitIdle
-// returns an error that names each failing key with its last error; if ctx
-// ends first, the error says what was still busy and names the failing keys
-// too. The reconcile errors are wrapped: errors.Is and errors.As find them.
-//
-// Writes made with other clients are not tracked: wait for their effect on
-// the server or in a cache instead.
+// It returns nil once idle with no key failing (its last reconcile
+// returned a non-[Terminal] error and it awaits a retry); otherwise an
+// error naming each failing key with its last error (wrapped for errors.Is
+// and errors.As) and, if ctx ended, what was busy. Writes through other
+// clients are not tracked.
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:
@@ -67,7 +52,6 @@ func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) err
 	}
 }
 
-// failing names the failing keys of every controller, or returns nil.
 func (m *Manager) failing() error {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
@@ -90,9 +74,8 @@ func (m *Manager) stoppedErr() error {
 	return errors.New("ctrl: WaitIdle: manager stopped")
 }
 
-// busy checks every condition of WaitIdle between two reads of the
-// activity counter, so that the conditions held at one instant. It says
-// what is busy, or returns "".
+// busy checks WaitIdle's conditions between two reads of the activity
+// counter, so they held at one instant. It says what is busy, or "".
 func (m *Manager) busy(requeueWithin time.Duration) string {
 	before := m.activity.Load()
 	m.mu.Lock()
@@ -123,8 +106,7 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 	return ""
 }
 
-// busy says why the cache is not idle, or returns "": a write made through
-// a Client not yet observed, or an event being dispatched.
+// busy: a Client's write not yet observed, or an event being dispatched.
 func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
@@ -149,8 +131,7 @@ func (c *Cache[T]) busy() string {
 		switch {
 		case f.isSynced.Load():
 		case k.cluster == "" && c.HasSynced():
-			// A feed started while the cache runs (a namespace added, a
-			// CRD back, a new share) lists before the cache is in step.
+			// A feed started later (new namespace, CRD, share) must list.
 			busy := fmt.Sprintf("%s: listing namespace %q", where, k.namespace)
 			if err := f.lastErr.Load(); err != nil {
 				busy += ": " + (*err).Error()
@@ -180,7 +161,6 @@ func (c *Cache[T]) busy() string {
 	return ""
 }
 
-// busy says why the controller is not idle, or returns "".
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 	if !c.active.Load() {
 		if waiting := c.waitingFor(); waiting != "" {

@@ -2,22 +2,18 @@ package ctrl
 
 import "fmt"
 
-// index files objects under the values its function returns, and under
-// their namespaces: a lookup within one namespace touches only the objects
-// there, and one across all namespaces touches every object with the value.
+// index files objects under their values and namespaces, so a lookup in
+// one namespace touches only the objects there.
 type index[T Object] struct {
 	fn     func(T) []string
 	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
-// AddIndex adds an index named name. fn returns the values under which an
-// object is found by [Cache.ByIndex] and by a [Client]'s List with
-// ListOptions.Index; it must be fast, must not block, and must not modify
-// the object. The values of a namespaced object are filed under its
-// namespace too, as controller-runtime's field indexes are: a lookup finds
-// them within one namespace or across all, with no namespace encoded in
-// the values. Objects already cached are indexed at once. It returns an
-// error if the name is taken.
+// AddIndex adds an index named name: fn returns the values under which
+// [Cache.ByIndex] and [ListParams].Index find an object, fast, without
+// blocking or modifying it. A namespaced object's values are filed under
+// its namespace too, as controller-runtime's field indexes. Cached objects
+// are indexed at once. It returns an error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
@@ -35,17 +31,16 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	return nil
 }
 
-// ByIndex returns the cached objects in namespace ("" for all namespaces;
-// in a fleet cache, of every member) that the index named name files under
-// value, in no particular order. The objects are shared: do not modify
-// them; [Client.List] with ListOptions.Index returns copies. Its cost grows
-// with the objects it returns. It returns an error if there is no such
-// index, or if a namespace is given for a cluster-scoped type.
+// ByIndex returns the cached objects in namespace ("" for all; in a fleet
+// cache, every member's) that index name files under value, in no order.
+// They are shared: do not modify them; [Client.List] with
+// [ListParams].Index returns copies. Its cost grows with the objects
+// returned. It returns an error if there is no such index, or if a
+// namespace is given for a cluster-scoped type.
 func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
 	return c.byIndex(namespace, name, value, nil)
 }
 
-// byIndex is ByIndex for the keys that keep accepts (nil: all).
 func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) ([]T, error) {
 	if namespace != "" && !c.b.Namespaced {
 		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
@@ -77,7 +72,6 @@ func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) (
 	return out, nil
 }
 
-// hasIndex reports whether the cache has an index named name.
 func (c *Cache[T]) hasIndex(name string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

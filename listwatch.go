@@ -18,10 +18,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
-// feed is one list-and-watch of a cache (one namespace of one cluster),
-// and the store its reflector writes to (store.go). refeed starts and
-// stops feeds; a feed never changes what it selects: a new selection is a
-// new feed.
+// feed is one list-and-watch of a cache (one namespace of one cluster) and
+// its reflector's store. A new selection is a new feed (see refeed).
 type feed[T Object] struct {
 	c      *Cache[T]
 	b      *binding.Binding[T] // of the feed's cluster
@@ -44,9 +42,8 @@ type feed[T Object] struct {
 	done chan struct{} // closed when run returns
 }
 
-// run lists and watches until ctx is done. A feed whose share is not
-// known yet waits; one whose share holds nothing removes what the cache
-// held of it, and waits.
+// run lists and watches until ctx is done; while its share is unknown or
+// empty it waits (empty: after removing what it held).
 func (f *feed[T]) run(ctx context.Context) {
 	switch v := f.view; {
 	case v != nil && !v.Ready:
@@ -63,7 +60,6 @@ func (f *feed[T]) run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// watch lists and watches the feed's namespace until ctx is done.
 func (f *feed[T]) watch(ctx context.Context) {
 	c := f.c
 	log := c.runLog
@@ -123,8 +119,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 				connected.Set(0)
 			}
 		},
-		// An optional kind's 404s are its CRD's coming and going, which
-		// the cache reports itself.
+		// An optional kind reports its CRD's 404s itself.
 		Quiet: func(err error) bool { return c.opt != nil && apierrors.IsNotFound(err) },
 		OnError: func(err error) {
 			if apierrors.IsNotFound(err) {
@@ -189,16 +184,14 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
-		// A fake replays changes made between its list and its watch, but
-		// not deletions: a cache that reported sync after its list would
-		// miss deletions made right after WaitForSync returned.
+		// A fake does not replay deletions between list and watch: sync
+		// only once the watch is open.
 		f.markSynced()
 	}
 	return w, err
 }
 
-// report logs what a watch finds wrong in the cache's wiring but decodes
-// nonetheless.
+// report logs wiring problems a watch finds but decodes anyway.
 func (f *feed[T]) report(err error) {
 	f.c.log.Error(err, "cache decodes objects wrongly", "cluster", f.key.cluster, "namespace", f.key.namespace)
 }
@@ -213,7 +206,6 @@ func (f *feed[T]) markSynced() {
 	}
 }
 
-// forgetMetrics deletes the feed's series: its member left the fleet.
 func (f *feed[T]) forgetMetrics() {
 	if f.labels == nil {
 		return

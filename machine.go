@@ -18,68 +18,47 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
-// A state machine keeps an object's progress in a phase of its status. The
-// user declares the states, the moves each state's step may make, and where
-// cleanup starts; the machine runs one step per reconcile and writes each
-// move to the status subresource with the object's resourceVersion, so that
-// a move is written once or not at all, never from stale state.
-
 // Machine declares a state machine over the phase S, a string type such as
 // BucketPhase, kept in the status of objects of type T. Run it with
 // [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
 // Each reconcile makes at most one move. An object with no phase enters
-// Initial. An object in a state with a Step runs it: the step does the
-// state's work and returns where to go next, which must be one of the
-// state's To; a step that fails stays in its state and is retried with
-// backoff. An object in a state without a Step rests there until its spec
-// changes (see [State].SpecChanged) or it is deleted.
+// Initial. In a state with a Step, the step does the state's work and
+// returns where to go next, one of the state's To; a failing step stays
+// and is retried with backoff. A state without a Step rests until the spec
+// changes ([State].SpecChanged) or the object is deleted.
 //
-// Each move sets the phase, status.observedGeneration, and the machine's
-// condition (type Condition) with the move's reason and message, and writes
-// them, with whatever else the step changed in the status, through the
-// status subresource. The write carries the resourceVersion of the object
-// the step saw: if the object changed meanwhile, the write fails with a
-// conflict and the reconcile runs again on the newer object, so a move is
-// never written twice nor over a change the step did not see. Once
-// written, the move is reported by an Event about the object and counted
-// in the ctrl_machine_* metrics.
-//
-// Steps must be idempotent: a step runs again when the process dies
-// between its work and the write of its move, and when its write conflicts.
+// A move sets the phase, status.observedGeneration and the condition, and
+// writes them with the step's status changes under the Once guarantee. Steps
+// must be idempotent: a step reruns if the process dies before its write,
+// or its write conflicts.
 type Machine[T Object, S ~string] struct {
-	// Initial is the state an object enters when its phase is empty: a new
-	// object. The move's reason is "Created". Required.
+	// Initial is entered by an object with no phase, reason "Created".
+	// Required.
 	Initial S
-	// States declares every state and what it does. A state's name is the
-	// default reason of the moves into it, so it must be a valid condition
-	// reason, such as Provisioning. Required.
+	// States declares every state. A name is the default reason of moves
+	// into it, so a valid condition reason, such as Provisioning. Required.
 	States map[S]State[T, S]
 	// Phase returns a pointer to the object's phase, a field of its status:
 	// func(b *Bucket) *BucketPhase { return &b.Status.Phase }. Required.
 	Phase func(T) *S
-	// Conditions returns a pointer to the object's status conditions.
-	// Required.
+	// Conditions returns a pointer to the status conditions. Required.
 	Conditions func(T) *[]metav1.Condition
-	// ObservedGeneration returns a pointer to the object's
-	// status.observedGeneration, which every status write sets to the
-	// generation it acted on. Required.
+	// ObservedGeneration returns a pointer to status.observedGeneration, which
+	// every status write sets to the generation it acted on. Required.
 	ObservedGeneration func(T) *int64
-	// Condition is the type of the condition the machine keeps in the
-	// object's status: True in the states marked [State].Ready, False in
-	// the others, with the reason and message of the last move, and, as
-	// its lastTransitionTime, the time the object entered its state.
-	// Default: "Ready".
+	// Condition is the type of the machine's condition: True in [State].Ready
+	// states, False in others, with the last move's reason and message, and
+	// the time the object entered its state as lastTransitionTime. Default:
+	// "Ready".
 	Condition string
-	// Finalizer, a qualified name such as "example.com/cleanup", makes
-	// cleanup part of the machine: the machine adds the finalizer before
-	// an object's first move, and when the object is deleted, moves it to
-	// Deleting (reason "Deleting") from whatever state it is in. The states
-	// reachable from Deleting form the cleanup path, which shares no state
-	// with those reachable from Initial; the finalizer is removed, letting
-	// the deletion complete, only once the path reaches a state without a
-	// Step. Default: none: a deleted object goes at once, wherever it
-	// stands.
+	// Finalizer, such as "example.com/cleanup", makes cleanup part of the
+	// machine: it is added before an object's first move; a deleted object
+	// moves to Deleting (reason "Deleting") from any state. The states
+	// reachable from Deleting form the cleanup path, sharing no state with
+	// those reachable from Initial; the finalizer is removed once the path
+	// reaches a state without a Step. Default: none: a deleted object goes at
+	// once.
 	Finalizer string
 	// Deleting is the first state of the cleanup path. Required with
 	// Finalizer, and only with it.
@@ -88,22 +67,18 @@ type Machine[T Object, S ~string] struct {
 
 // State declares one state of a [Machine].
 type State[T Object, S ~string] struct {
-	// Step does the state's work on obj, a copy it may change, and says
-	// what comes next. Changes it makes to obj's status are written with
-	// its move, or alone if it stays; other changes are not written.
-	// Default: none: the object rests in this state.
+	// Step does the state's work on obj, a copy, and says what comes next.
+	// Its status changes are written with its move (or alone if it stays),
+	// no other changes. Default: none: the object rests here.
 	Step func(ctx context.Context, obj T) (Next[S], error)
-	// To lists the states Step may move to. A move to any other state is
-	// refused with a terminal error that names both states, and the object
-	// stays where it is. Default: none.
+	// To lists the states Step may move to; another is refused with a
+	// terminal error naming both, and the object stays. Default: none.
 	To []S
-	// Ready marks a state in which the object has what its spec asks for:
-	// the machine's condition is True in it. Default: false.
+	// Ready marks a state where the spec is met: the condition is True.
 	Ready bool
-	// SpecChanged is the state an object in this state moves to when its
-	// spec changes, that is when metadata.generation passes
-	// status.observedGeneration, with the reason "SpecChanged"; for
-	// example from Ready back to Provisioning. It need not be in To.
+	// SpecChanged is where an object in this state moves, with reason
+	// "SpecChanged", when metadata.generation passes status.observedGeneration
+	// (such as from Ready back to Provisioning); it need not be in To.
 	// Default: none: the object stays, and Step sees the new spec.
 	SpecChanged S
 }
@@ -113,46 +88,32 @@ type State[T Object, S ~string] struct {
 type Next[S ~string] struct {
 	// To is the state to move to. Default: stay.
 	To S
-	// Reason is the move's reason, in the condition and the Event: an
-	// UpperCamelCase word. Default: the name of To.
+	// Reason is the move's UpperCamelCase reason, in condition and Event.
+	// Default: the name of To.
 	Reason string
-	// Message says what happened, for people. Default: "entered <To>
-	// from <state>".
+	// Message says what happened. Default: "entered <To> from <state>".
 	Message string
-	// Warning makes the move's Event a Warning, for moves into failure
-	// states. Default: a Normal Event.
+	// Warning makes the move's Event a Warning. Default: Normal.
 	Warning bool
 	// RequeueAfter, if positive and the object stays, runs the step again
-	// after this long, unless a change runs it sooner. Default: only a
-	// change runs it again.
+	// after this long unless a change runs it sooner. Default: only a change.
 	RequeueAfter time.Duration
 }
 
 // NewMachine returns a controller named name that runs machine on the
-// objects of type T. Wire it further like any [Controller]: [Owns] and
-// [Watches] make changes to other objects run the step of the object they
-// map to.
+// objects of type T; wire it further like any [Controller].
 //
-// The controller reconciles an object when it is created, when its phase,
-// generation or observedGeneration changes, and while it is being deleted;
-// status and metadata changes by others that touch none of these do not run
-// a step, and [Controller.FilterUpdates] adds to this list. A reconcile
-// that finds a write this program made to the object not yet in the cache
-// waits for it instead of stepping from the older state. Do not use the
-// controller's OnFinalize: the machine owns its finalizer. An object that
-// leaves the cache's selector (ControllerOptions.Cache) carrying the
-// finalizer keeps it. ControllerOptions.UnsafeDisableDeepCopy is ignored:
-// each step gets its own copy.
-//
-// Moves are reported as Events from component name, and counted in
-// ctrl_machine_objects (objects per state, read from the controller's cache
-// at each scrape), ctrl_machine_transitions_total and
-// ctrl_machine_state_duration_seconds, labeled with name and declared
-// states only.
-//
-// It returns an error if machine is incomplete or inconsistent (naming what
-// is wrong), if T has no status subresource, if Events cannot be written, or
-// for the reasons of [NewController].
+// It reconciles an object when it is created, when its phase, generation or
+// observedGeneration changes ([Controller.FilterUpdates] adds more), and
+// while it is deleted. A reconcile that finds this program's own write not
+// yet cached waits for it. The machine owns its finalizer: do not use
+// OnFinalize; an object leaving the selector keeps it.
+// ControllerOptions.UnsafeDisableDeepCopy is ignored. Moves are Events
+// from component name and counted in ctrl_machine_objects,
+// ctrl_machine_transitions_total and ctrl_machine_state_duration_seconds,
+// labeled with name and declared states. It returns an error if machine is
+// incomplete or inconsistent (naming what is wrong), T has no status
+// subresource, Events cannot be written, or as [NewController] does.
 func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
 	d, err := machine.compile()
 	if err != nil {
@@ -208,20 +169,14 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	return c, nil
 }
 
-// Reconcile runs one reconcile of the machine on obj without a manager, for unit
-// tests: it makes the move the machine would make, or runs the step of
-// obj's state, and returns the object as the API server would hold it
-// afterwards: obj with the machine's finalizer added or removed and the new
-// status, but none of a step's changes outside the status. It also returns
-// the Result the reconcile would return, and its error, if any. obj itself
-// is not changed. Steps run as they would in a controller, with ctx; their
-// clients, if any, do make requests. No Event is emitted and nothing is
-// counted. Set metadata.generation by hand to play a spec change, and
-// metadata.deletionTimestamp to play a deletion.
-//
-// Calling Step until the phase stops changing runs obj to a resting state.
-// On error the returned object still holds what was written before it
-// failed, such as the finalizer added before a step that failed.
+// Reconcile runs one reconcile of the machine on obj without a manager, for
+// unit tests, and returns the object as the server would then hold it
+// (finalizer and status written, a step's other changes not), the Result
+// and the error; obj is not changed. Steps run with ctx and their clients
+// make requests; no Event is emitted, nothing counted. Set
+// metadata.generation or deletionTimestamp to play a spec change or a
+// deletion. Calling Reconcile until the phase stops changing runs obj to
+// rest. On error the object holds what was written before the failure.
 func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {
@@ -231,18 +186,15 @@ func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) 
 	return out, res, err
 }
 
-// machine is a Machine that passed its checks.
 type machine[T Object, S ~string] struct {
 	Machine[T, S]
 	names   []S        // the states, sorted
 	cleanup map[S]bool // the states reachable from Deleting
 }
 
-// conditionReason is the format of metav1.Condition's reason.
 var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
-// compile checks m and returns it ready to run, with its own copy of the
-// states, or an error that lists every problem.
+// compile checks m and copies its states, or lists every problem.
 func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	var errs []string
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
@@ -314,8 +266,7 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	return d, nil
 }
 
-// reachable returns the states reachable from start through To, and
-// through SpecChanged if specChanges is set.
+// reachable follows To, and SpecChanged if specChanges is set.
 func reachable[T Object, S ~string](states map[S]State[T, S], start S, specChanges bool) map[S]bool {
 	seen := map[S]bool{}
 	for next := []S{start}; len(next) > 0; next = next[1:] {

@@ -35,62 +35,35 @@ import (
 // FakeClientset and FakeDynamic to run against client-go's fakes. The zero
 // value of every other field means its default.
 type Options struct {
-	// Config reaches a real API server: the manager's own cluster, the hub
-	// of a fleet, where the caches and clients that name no member cluster
-	// work, and where leader election's and sharding's Leases live.
-	// Built-in types travel as protobuf, custom resources as JSON. A
-	// positive QPS (with Burst) limits the
-	// requests per second that all of the manager's requests share; zero
-	// QPS means no limit on this side: API Priority and Fairness, on since
-	// Kubernetes 1.29, queues and sheds load on the server, fairly between
-	// clients, and answers 429 with Retry-After, which the client honours.
-	// A limit of 20 requests/s (controller-runtime's default) makes 200
-	// creates take 8.5 s against a local server that serves them in 0.4 s
-	// without it (BenchmarkCreate200). A manager whose every cache is a
-	// fleet's (Options.ClusterProvider, CacheOptions.Fleet) may leave Config and
-	// the fakes unset: it has no cluster of its own, and cannot elect a
-	// leader or shard.
+	// Config reaches the manager's own cluster (a fleet's hub; where Leases
+	// live). Built-ins travel as protobuf, custom resources as JSON. A positive QPS
+	// (with Burst) limits all the manager's requests; zero: no client-side
+	// limit (README.md#no-client-side-rate-limit). A manager with only fleet
+	// caches may leave it and the fakes unset, and cannot elect or shard.
 	Config *rest.Config
-	// FakeClientset serves built-in types in tests: pass client-go's
-	// fake.NewClientset(objects...). It takes precedence over Config for
-	// built-in types. The fake does not replay deletions made between a
-	// cache's list and its watch, so ctrl reports a cache synced only once
-	// its watch is open.
-	//
-	// Client-go's fakes delete an object at once; ctrl adds reactors to
-	// this one and to FakeDynamic so that they delete as the API server
-	// does, whoever deletes: an object with finalizers gets a
-	// deletionTimestamp and stays, writes keep that timestamp, and the
-	// write that removes its last finalizer removes it. So
-	// [Controller.OnFinalize] runs in a unit test. Reactors a test adds
-	// with PrependReactor, before NewManager or after, run first.
+	// FakeClientset serves built-in types in tests, before Config: pass
+	// fake.NewClientset(objects...). A cache over it syncs once its watch is
+	// open. It and FakeDynamic delete as the API server does, finalizers
+	// holding deletions (the Testable guarantee). Reactors a test adds with
+	// PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
-	// FakeDynamic serves custom resources and *unstructured.Unstructured in
-	// tests: pass ctrltest.NewFakeDynamic(objects...), which serves every
-	// type registered with [Register]. It takes precedence over Config for
-	// them. Client-go's own constructors need the list kind of every
-	// resource the fake lists: dynamicfake.NewSimpleDynamicClient knows
-	// none of a custom resource's, and
-	// NewSimpleDynamicClientWithCustomListKinds needs them in a map; a
-	// cache of a resource whose list kind the fake lacks makes Start fail.
+	// FakeDynamic serves custom resources and unstructured objects in tests,
+	// before Config: pass ctrltest.NewFakeDynamic(objects...). A cache of a
+	// resource whose list kind the fake lacks makes Start fail.
 	FakeDynamic dynamic.Interface
 
 	// Namespace restricts caches of namespaced types to one namespace.
 	// Default: all namespaces.
 	Namespace string
-	// Logger receives the manager's logs, and each reconcile's logger is
-	// derived from it. In tests, ctrltest.Logger(t) writes them to the
-	// test's output. Default: logs are discarded.
+	// Logger receives the manager's logs, and each reconcile's logger
+	// derives from it (in tests, ctrltest.Logger(t)). Default: discarded.
 	Logger logr.Logger
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
 	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply, so that `kubectl get -o yaml --show-managed-fields`
-	// tells which program set a field, and server-side apply tells two
-	// programs apart. Default: the program's name, as client-go's user
-	// agent takes it (the base name of os.Args[0]), or "ctrl" if that is
-	// empty.
+	// Patch and Apply. Default: the base name of os.Args[0], as client-go's
+	// user agent takes it, or "ctrl" if that is empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -98,55 +71,23 @@ type Options struct {
 	// ShutdownTimeout bounds how long Start waits, once its context is done,
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
-	// Compression asks the API server to gzip its responses. Off by
-	// default, as kube-controller-manager and kube-scheduler run: on the
-	// networks controllers usually sit on (in the cluster, next to the
-	// API server) gzip costs CPU on both sides and saves bytes nobody
-	// waits for. Measured on a 20,000-object watch, decompression was a
-	// fifth of the controller's CPU, and the server sustained 15% more
-	// writes without it. Turn it on for a controller far from its server,
-	// over a slow or metered link, where bytes cost more than CPU: large
-	// lists shrink severalfold. Default: off.
+	// Compression asks the API server to gzip its responses: worth it over a
+	// slow or metered link, a CPU cost in the cluster (see
+	// README.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
-	// without a frame from the server before ctrl sends it an HTTP/2 ping,
-	// and how long the ping may take. A connection that fails the check is
-	// closed: its watches and requests fail and are retried on a new
-	// connection, so a connection that a load balancer or firewall dropped
-	// silently costs seconds, not the minute of client-go's defaults (30 s,
-	// then 15 s): a dead connection is noticed in twice this time. A busy
-	// connection is never pinged; an idle one is pinged 20 times a minute at
-	// the default (a ping is 17 bytes each way). A busy watch (128 events
-	// within a second) reads from an HTTP/1.1 connection of its own: no
-	// HTTP/2 frames, window updates or hand-off between goroutines, which
-	// halves the CPU per event of a cache that keeps little of each object.
-	// Such a connection cannot be pinged: the watch goes back to the shared
-	// connection, resuming where it was, once no event came for this long,
-	// so a dead connection of its own is noticed within this time.
-	// Negative: client-go's defaults, every watch on the shared connection.
-	// Default: 3 seconds.
+	// without a frame before ctrl pings it, and how long the ping may take; a
+	// failed connection is closed and its requests retried on a new one. A
+	// busy watch's own HTTP/1.1 connection returns to the shared one after
+	// this long without an event (README.md#connection-checks). Negative:
+	// client-go's defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
-	// MemoryLimit is the memory the process may use, in bytes: Start sets
-	// it as the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit,
-	// which counts the heap, stacks and the runtime's own memory), for the
-	// whole process, and turns off the collector's proportional pacing
-	// unless the GOGC environment variable is set. The collector then runs
-	// when the process nears the limit, not each time its heap has doubled:
-	// a cache small beside the limit is collected rarely, trading the memory
-	// it is allowed for CPU; one that nears it is collected as often as it
-	// must to stay under it, at up to half the CPU, instead of being killed
-	// at twice its heap. The process's memory grows toward the limit, which
-	// is what monitoring then shows; a program that shares its container
-	// with other large processes, or runs several managers, sets it itself.
-	// The GOMEMLIMIT environment variable, when set, wins: the runtime's
-	// settings are left alone. Negative: leave them alone too. Default:
-	// with Options.Config (not the fakes), four fifths of the memory limit
-	// of the container the process runs in (cgroup v2 memory.max, v1
-	// memory.limit_in_bytes, the smallest of its cgroup and the cgroup's
-	// ancestors), the fifth left for what the runtime does not count (the
-	// binary's pages, memory outside Go) and its overshoot; none outside a
-	// container with a limit.
+	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
+	// limit, turning off proportional GC pacing unless GOGC is set
+	// (README.md#memory-limit). GOMEMLIMIT, when set, wins; negative leaves
+	// the runtime alone. Default: with Options.Config (not fakes), four
+	// fifths of the smallest cgroup memory limit of the container, if any.
 	MemoryLimit int64
 
 	// ClusterProvider finds the member clusters of a fleet, which caches with
@@ -154,48 +95,36 @@ type Options struct {
 	// directly with [Manager.Engage]. Default: none.
 	ClusterProvider Provider
 
-	// Sharding splits the objects of every controller among the replicas,
-	// instead of LeaderElection's taking turns; see [Sharding]. A controller
-	// with ControllerOptions.Unsharded is run whole by every replica.
-	// Default: off.
+	// Sharding splits every controller's objects among the replicas ([Sharding]),
+	// except with ControllerOptions.Unsharded. Default: off.
 	Sharding Sharding
 
 	// LeaderElection makes replicas take turns. Default: off.
 	LeaderElection LeaderElection
 
-	// MetricsAddress serves Prometheus metrics at /metrics, such as
-	// ":8443". By default it serves them as the kubebuilder scaffold does:
-	// over HTTPS, only to clients that send a bearer token the API server
-	// authenticates (a TokenReview) and whose user it authorizes to get the
-	// path (a SubjectAccessReview for nonResourceURLs ["/metrics"], verbs
-	// ["get"]); MetricsServing changes that. The manager's identity then
-	// needs to create tokenreviews and subjectaccessreviews. The API
-	// server's answers are cached: a token's for a minute, an allowed
-	// access for five, a denied one for 30 seconds. Default: off. It needs
-	// the default registry or a Registerer that is also a Gatherer.
+	// MetricsAddress serves Prometheus metrics at /metrics, such as ":8443",
+	// by default over HTTPS to bearer tokens the API server authenticates
+	// whose user may get nonResourceURL /metrics (the manager creates
+	// tokenreviews and subjectaccessreviews; answers cached a minute, five
+	// if allowed, 30 s if denied). It needs the default registry or a
+	// Registerer that is a Gatherer. Default: off.
 	MetricsAddress string
-	// MetricsServing says how MetricsAddress serves: where its certificate
-	// is, or plain HTTP by explicit choice. Default: HTTPS with
-	// authentication and authorization, and a self-signed certificate.
+	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
-	// HealthAddress serves /healthz (the process is alive) and /readyz
-	// (every cache has synced, and every required kind is still served;
-	// the optional kinds that wait for their CRD are listed), such as
-	// ":8081", over plain HTTP to anyone: kubelet's probes carry no
-	// credentials. Default: off.
+	// HealthAddress serves /healthz (alive) and /readyz (every cache synced,
+	// every required kind still served; optional kinds waiting for their CRD
+	// listed), such as ":8081", over plain HTTP to anyone. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
-	// WebhookAddress serves the admission and conversion webhooks
-	// ([Validate], [Default], [Convert]) over TLS as Options.TLS says, such
-	// as ":9443", and adds a check that it completes a TLS handshake to
-	// /readyz. Start fails if webhooks are registered and neither this nor
-	// [Manager.WebhookHandler] serves them. Default: off.
+	// WebhookAddress serves the webhooks ([Validate], [Default], [Convert])
+	// over TLS as Options.TLS says, such as ":9443", and adds a TLS handshake
+	// check to /readyz. Start fails if webhooks are registered and neither
+	// this nor [Manager.WebhookHandler] serves them. Default: off.
 	WebhookAddress string
-	// WebhookCertDir holds the webhook server's certificate and key as
-	// tls.crt and tls.key, as a kubernetes.io/tls Secret mounts them. Start
-	// fails if they cannot be read; when they change, the next TLS
-	// handshake serves the new pair. Default:
+	// WebhookCertDir holds the webhook certificate and key as tls.crt and
+	// tls.key. Start fails if they cannot be read; a changed pair is served
+	// from the next handshake. Default:
 	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
 	WebhookCertDir string
 	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
@@ -205,10 +134,7 @@ type Options struct {
 }
 
 // FakeClientset is what ctrl needs of client-go's fake clientsets, such as
-// the *fake.Clientset of k8s.io/client-go/kubernetes/fake: it runs actions
-// through the fake's reactors and object tracker. Real API servers are
-// reached through Options.Config, which needs no clientset, so a program
-// links only the API groups it uses.
+// *fake.Clientset: it runs actions through the fake's reactors and tracker.
 type FakeClientset interface {
 	Invokes(action clienttesting.Action, defaultReturnObj runtime.Object) (runtime.Object, error)
 	InvokesWatch(action clienttesting.Action) (watch.Interface, error)
@@ -254,7 +180,6 @@ type Manager struct {
 	grants      grants         // RBAC verbs the manager's own work needs
 }
 
-// managedCache is the manager's view of a cache.
 type managedCache interface {
 	describe() string
 	run(ctx context.Context, log logr.Logger)
@@ -270,7 +195,6 @@ type managedCache interface {
 	release()                                    // empties it once it stopped for good
 }
 
-// managedController is the manager's view of a controller.
 type managedController interface {
 	name() string
 	prepare()                                // freezes wiring, creates the queue
@@ -365,27 +289,19 @@ func NewManager(opts Options) (*Manager, error) {
 // Options.Registerer was set.
 func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 
-// Start runs the manager: it opens the HTTP endpoints, starts every cache,
-// waits until each has listed its objects, and starts every controller's
-// workers (with leader election: once this replica holds the Lease; until
-// then its caches stay warm). It blocks until ctx is done or a fatal error
-// occurs.
+// Start opens the HTTP endpoints, starts every cache, waits for their first
+// lists, and starts the controllers' workers (with leader election, once
+// leading). It blocks until ctx is done or a fatal error occurs. On
+// shutdown, controllers stop taking keys; running reconciles get up to
+// Options.ShutdownTimeout (then are canceled) while the Lease is renewed;
+// then the Lease is released and caches and servers stop. A lost
+// leadership cancels reconciles at once ([LeaderElection]).
 //
-// Shutdown happens in this order: the controllers stop taking keys; Start
-// waits up to Options.ShutdownTimeout for running reconciles to return
-// (their context is canceled when that time is up), while the Lease is
-// still renewed; the Lease is released, so another replica takes over at
-// once; the caches stop; the HTTP servers stop. If leadership is lost,
-// running reconciles are canceled at once, since another replica may be
-// starting, and Start waits for them as above; see [LeaderElection].
-//
-// Start returns nil after a shutdown requested through ctx; otherwise the
-// error: an address that cannot be bound, a cache that did not sync within
-// Options.SyncTimeout (named by type), a resource the server does not
-// serve, a lost Lease (wrapping [ErrLeadershipLost], unless
-// LeaderElection.StandbyOnLoss makes the replica stand by instead), or a
-// shutdown that timed out. Reconcile errors never stop the manager. Start
-// may be called once.
+// Start returns nil after a shutdown through ctx, otherwise the error: an
+// address that cannot be bound, a cache unsynced after Options.SyncTimeout
+// (named by type), an unserved resource, a lost Lease (wrapping
+// [ErrLeadershipLost], unless LeaderElection.StandbyOnLoss), or a shutdown
+// timeout. Reconcile errors never stop it. Start may be called once.
 func (m *Manager) Start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {

@@ -11,19 +11,15 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// lead runs the controllers until stop is done, then stops them. stop
-// carries the terms the controllers run for; ctx is Start's: if stop
-// ended without ctx (a term ended, a fatal error), running reconciles are
-// canceled at once instead of finishing. After a lost Lease with
-// LeaderElection.StandbyOnLoss, the controllers are paused, to start
-// again, instead of shut down.
+// lead runs the controllers until stop (their terms) is done, then stops
+// them; if stop ended without ctx (Start's), running reconciles are
+// canceled at once. With LeaderElection.StandbyOnLoss a lost Lease pauses
+// them instead.
 func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(stop))
 	defer cancelReconciles()
-	// Leading before the controllers start, since their first reconciles
-	// may emit Events, which are sent only while this replica leads; and
-	// said to observers after, so that one that waits for the change, then
-	// for idleness, finds every object queued.
+	// Leading before the controllers start (Events need it); observers
+	// told after, so waiting then finds every object queued.
 	m.leadership.begin(reconcileCtx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
@@ -54,7 +50,6 @@ func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) err
 	return errors.Join(errs...)
 }
 
-// fatal stops Start with err, unless it is already stopping.
 func (m *Manager) fatal(err error) {
 	m.mu.Lock()
 	fail := m.fail
@@ -64,8 +59,7 @@ func (m *Manager) fatal(err error) {
 	}
 }
 
-// startCache runs a cache on the manager's running context. Called with
-// m.mu held.
+// startCache runs c on the manager's running context. Under m.mu.
 func (m *Manager) startCache(c managedCache) {
 	m.wg.Add(1)
 	ctx, stop := context.WithCancel(m.running) // stopped alone when released
@@ -79,10 +73,7 @@ func (m *Manager) startCache(c managedCache) {
 	}()
 }
 
-// waitForSync waits for every cache's first list. A resource the server
-// does not serve fails at once, since waiting will not help. A cache the
-// server forbids to list or watch is not waited for: it said why, and its
-// controllers wait for it while the others start.
+// waitForSync fails at once on an unserved resource; forbidden caches are not awaited.
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
 	timer := time.NewTimer(m.opts.SyncTimeout)
 	defer timer.Stop()

@@ -19,19 +19,12 @@ import (
 	"github.com/typedctrl/ctrl/internal/crd"
 )
 
-// An optional kind (CacheOptions.Optional) is a custom resource whose
-// CustomResourceDefinition may come and go. Its cache follows the CRD, which
-// a private cache watches by name: it runs feeds while the CRD is
-// Established and serves the cache's version, and none otherwise, so that a
-// missing CRD costs one idle watch, not a list every second. The CRD is
-// read as *unstructured.Unstructured, cut down to the few fields read here,
-// so that ctrl needs no apiextensions module and keeps no schemas.
-
 // crdResource is where the API server serves CustomResourceDefinitions.
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
 	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
-// optional is what an optional cache knows of its CRD.
+// optional is what a cache knows of its CRD, watched by name, unstructured and
+// trimmed (no apiextensions module): a missing CRD costs one idle watch.
 type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string
@@ -44,7 +37,6 @@ type optional struct {
 	gauge   prometheus.Gauge
 }
 
-// checkOptional returns an error if a cache of info cannot be optional.
 func checkOptional(m *Manager, info binding.Info, opts CacheOptions) error {
 	switch {
 	case opts.Fleet:
@@ -75,8 +67,6 @@ func newOptional(m *Manager, info binding.Info) *optional {
 // acted on it yet.
 func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
 
-// watchCRD makes the private cache that watches the CRD of an optional
-// cache's kind.
 func (c *Cache[T]) watchCRD() error {
 	o := c.opt
 	crds, err := makeCache(c.mgr, CacheOptions{
@@ -91,7 +81,6 @@ func (c *Cache[T]) watchCRD() error {
 	return nil
 }
 
-// lastError is why the CRD cannot be watched, if it cannot.
 func (o *optional) lastError() error {
 	select {
 	case <-o.ready:
@@ -101,7 +90,6 @@ func (o *optional) lastError() error {
 	}
 }
 
-// kicker wakes an optional cache when its CRD changes.
 type kicker struct{ o *optional }
 
 func (k kicker) kick() {
@@ -115,10 +103,8 @@ func (k kicker) kick() {
 func (k kicker) changed(event[*unstructured.Unstructured])  { k.kick() }
 func (k kicker) listed([]event[*unstructured.Unstructured]) { k.kick() }
 
-// follow runs the cache's feeds while its CRD serves the cache's version,
-// until ctx is done: it starts them when the CRD is Established, and when
-// the CRD goes, stops them and removes what they held. Each change of state
-// is logged once.
+// follow runs the cache's feeds while its CRD is Established and serves
+// the version, until ctx is done; each change of state is logged once.
 func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	o := c.opt
 	select {
@@ -138,10 +124,8 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		def, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crd.State(def, o.version)
 		if serving != "" && (!served || def.GetUID() != serving) {
-			// A CRD is removed only after the API server has deleted
-			// every object of it, which the feeds have mostly seen: what
-			// they still hold was deleted too. A CRD that only stopped
-			// serving the version leaves its objects on the server.
+			// A removed CRD's objects were all deleted first; one that only
+			// stopped serving the version leaves them on the server.
 			gone := forgotten
 			if def == nil || def.GetUID() != serving {
 				gone, why = deleted, "deleted"
@@ -184,8 +168,6 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 	}
 }
 
-// users returns the names of the controllers the cache's handlers serve,
-// sorted.
 func (c *Cache[T]) users() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -200,10 +182,8 @@ func (c *Cache[T]) users() []string {
 }
 
 // Served reports whether the API server serves the cache's kind, as far as
-// the cache knows: false while an optional cache waits for its
-// CustomResourceDefinition, or while the last list or watch of a required
-// one found the resource gone (404). A reconcile that works with another
-// project's kind when it is installed, and without it otherwise, asks here.
+// the cache knows: false while an optional cache waits for its CRD, or
+// while a required one's last list or watch got 404.
 func (c *Cache[T]) Served() bool {
 	if c.opt != nil {
 		return c.opt.waiting.Load() == nil && c.HasSynced()
@@ -216,8 +196,7 @@ func (c *Cache[T]) Served() bool {
 	return true
 }
 
-// waitingForCRD says, for /readyz, that an optional cache waits for its
-// CRD, or returns "".
+// waitingForCRD says, for /readyz, that the cache waits for its CRD, or "".
 func (c *Cache[T]) waitingForCRD() string {
 	o := c.opt
 	if o == nil {
@@ -237,11 +216,9 @@ func (c *Cache[T]) waitingForCRD() string {
 	return line
 }
 
-// crdName is the name of the CRD that would serve info's resource.
 func crdName(info binding.Info) string { return info.GVR.Resource + "." + info.GVR.Group }
 
-// notServedError names the CustomResourceDefinition that a list or watch
-// answered with 404 points at.
+// notServedError names the CRD a 404 points at.
 func (c *Cache[T]) notServedError(err error) error {
 	if err == nil || !apierrors.IsNotFound(err) || c.b.Builtin || c.b.GVR.Group == "" {
 		return err

@@ -10,18 +10,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// An outage of an API server is not an object's failure: a reconcile that
-// fails because its requests to the API server got no answer waits for
-// the server instead of spending its backoff and the shared retry budget.
-// Only this manager's own requests to a cluster's API server can say so:
-// they are tagged where they are made (Client's requests), with the
-// cluster they went to. Any other error, such as a call to an outside
-// service that failed to connect, is an ordinary failure, retried with
-// backoff, whatever its type.
-
-// outageLog summarizes the reconciles of a controller that fail because
-// the API server is unreachable: an outage fails every reconcile, and a line
-// each would bury the logs.
+// outageLog summarizes outage failures: a line each would bury the logs.
 type outageLog struct {
 	mu     sync.Mutex
 	count  int       // failures since the last summary
@@ -31,11 +20,9 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until the API server of cluster, which its
-// reconcile could not reach, answers again: an outage is not the object's
-// failure, so neither the key's backoff nor the shared retry budget is
-// touched. The manager releases the keys waiting for a cluster when a
-// cache's watch of it comes back or its probe gets an answer.
+// waitForServer parks key until cluster's server answers again, outside
+// its backoff and the retry budget (the Resilient guarantee). Only the
+// manager's own requests, tagged with their cluster, signal an outage.
 func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++
@@ -58,9 +45,7 @@ func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.mgr.awaitServer()
 }
 
-// releaseWaiting queues the keys of cluster waiting for its server, spread
-// over a window that grows with their number: up to a second for a
-// thousand keys, two at most.
+// releaseWaiting spreads cluster's keys over a second per thousand, two at most.
 func (c *Controller[T]) releaseWaiting(cluster string) {
 	n := c.q.waitingFor(cluster)
 	if n == 0 {
@@ -73,10 +58,7 @@ func (c *Controller[T]) releaseWaiting(cluster string) {
 	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// The queue keeps the keys that wait for a server beside its workqueue.
-
-// waitForServer parks key until the API server of cluster answers again;
-// see release. It reports whether key was not already waiting.
+// waitForServer reports whether key was not already waiting; see release.
 func (q *queue) waitForServer(key Key, cluster string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -85,17 +67,15 @@ func (q *queue) waitForServer(key Key, cluster string) bool {
 	return !was
 }
 
-// release queues every key waiting for the server of cluster, each after a
-// random delay within window, so that a fleet of controllers does not
-// retry in lockstep the moment the server is back. It returns how many it
-// released.
+// release queues the keys waiting for cluster's server, each after a
+// random delay within window, so a fleet does not retry in lockstep. It
+// returns how many it released.
 func (q *queue) release(cluster string, window time.Duration) int {
 	type retry struct {
 		key Key
 		d   time.Duration
 	}
-	// Each key is due before it stops waiting, so that the idle check
-	// never sees it in neither place.
+	// Due before it stops waiting: the idle check always sees it somewhere.
 	q.mu.Lock()
 	retries := make([]retry, 0, len(q.waiting))
 	now := time.Now()
@@ -118,9 +98,7 @@ func (q *queue) release(cluster string, window time.Duration) int {
 	return len(retries)
 }
 
-// dropWaiting forgets the keys of cluster, a member that left, waiting for
-// a server, and returns how many. Keys of other clusters that wait for its
-// server stay: release queues them.
+// dropWaiting forgets the waiting keys of cluster, a member that left.
 func (q *queue) dropWaiting(cluster string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -167,9 +145,8 @@ func (q *queue) waitingClusters() []string {
 	return out
 }
 
-// awaitServer makes sure something will tell the waiting keys that the
-// server is back: a cache's watch reconnecting does, and the probe covers
-// the case where no watch broke.
+// awaitServer makes sure something tells the waiting keys the server is
+// back: the probe, for when no watch broke.
 func (m *Manager) awaitServer() {
 	m.mu.Lock()
 	ctx := m.running
@@ -180,8 +157,6 @@ func (m *Manager) awaitServer() {
 	m.probe.Start(ctx, m.wg.Go, probe.Funcs{Waited: m.clustersWaited, Ready: m.serverReady, Answered: m.serverAnswered})
 }
 
-// serverAnswered releases every controller's keys waiting for cluster's
-// API server.
 func (m *Manager) serverAnswered(cluster string) {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
@@ -206,8 +181,7 @@ func (m *Manager) clustersWaited() []string {
 	return out
 }
 
-// serverReady reports whether cluster's API server answers. Fakes are
-// always ready; a member that left never is.
+// serverReady: fakes are always ready; a member that left never is.
 func (m *Manager) serverReady(ctx context.Context, cluster string) bool {
 	cfg, hc := m.clients.Config, m.clients.HTTP
 	if cluster != "" {

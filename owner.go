@@ -12,27 +12,19 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Owns makes controller c reconcile the controlling owner of each object of
-// type O that changes (is created, updated or deleted: a deleted child
-// reconciles its owner, which may create it again): the object named by
-// O's ownerReference with controller=true whose kind is T's. Set that reference with
-// [SetControllerReference]. Updates pass only if one of changed reports
-// true (none: every update passes), for example [GenerationChanged] to
-// ignore status writes on owned Deployments. O is given, T is inferred:
+// Owns makes c reconcile the controlling owner of T's kind
+// ([SetControllerReference]) of each object of type O created, updated or
+// deleted; updates pass only if one of changed (if any) reports true, such
+// as [GenerationChanged]. O is given, T is inferred:
 //
 //	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns the cache of O that it watches, the one a [Client] of O reads
-// from, so that an index added to it ([Cache.AddIndex]) is on the objects
-// whose changes reach the controller. The objects of O are watched in the
-// namespaces of c's cache, and follow them when they change
-// ([Cache.SetNamespaces]): Owns then moves to the cache of the new
-// namespaces, and the indexes of the one it leaves come along. An
-// existing cache of O for those namespaces is used, optional
-// ([CacheOptions.Optional]) or not, else a required one is made. Owns may
-// be called while the manager runs: the owners of the objects already
-// cached are reconciled. [Unwatch] removes it. It returns an error if O is
-// not a known, watchable resource, a filter is nil, or c was stopped.
+// It returns the cache of O it watches, which a [Client] of O reads, to add
+// indexes to. It follows the namespaces of c's cache, indexes included,
+// using an existing cache of O, optional or not, or making a required one.
+// Called while running, it reconciles the owners of cached objects.
+// [Unwatch] removes it. It returns an error if O is not a known, watchable
+// resource, a filter is nil, or c was stopped.
 func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
@@ -80,8 +72,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 	return owned, nil
 }
 
-// ownedOptions are the options of the cache of an Owns: the controller's
-// namespaces (nil: all), for a namespaced controller.
+// ownedOptions: the controller's namespaces (nil: all), if namespaced.
 func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOptions, error) {
 	opts := CacheOptions{Fleet: c.cache.opts.Fleet}
 	if c.cache.b.Namespaced {
@@ -93,8 +84,6 @@ func ownedOptions[O, T Object](c *Controller[T], namespaces []string) (CacheOpti
 	return opts, nil
 }
 
-// ownedShare says whether the objects the controller owns may be split
-// among replicas as its own are.
 func (c *Controller[T]) ownedShare() shareKind {
 	if c.cache.share != nil {
 		return relatedShare
@@ -102,7 +91,6 @@ func (c *Controller[T]) ownedShare() shareKind {
 	return noShare
 }
 
-// ownerHandler queues the controlling owner of each changed object.
 type ownerHandler[O Object] struct {
 	to          target
 	group, kind string
@@ -112,7 +100,6 @@ type ownerHandler[O Object] struct {
 	log         logr.Logger
 }
 
-// owner returns the key of obj's controlling owner, if it is of the kind.
 func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 	ref := metav1.GetControllerOfNoCopy(obj)
 	if ref == nil || ref.Kind != h.kind {
@@ -158,14 +145,12 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
 
-// SetControllerReference makes owner the controller of obj: it adds an
-// ownerReference with controller=true and blockOwnerDeletion=true, so that
-// [Owns] maps changes of obj to owner and the garbage collector deletes obj
-// with owner. An *unstructured.Unstructured owner names its kind itself, in
-// its apiVersion and kind, and is namespaced if it has a namespace. It
-// returns an error if obj already has another controller, if owner is
-// namespaced and obj is in another namespace or cluster-scoped, or if O is
-// not a known resource.
+// SetControllerReference adds to obj an ownerReference to owner with
+// controller=true and blockOwnerDeletion=true: [Owns] maps obj's changes to
+// owner, and the garbage collector deletes obj with owner. An unstructured
+// owner names its kind itself and is namespaced if it has a namespace. It
+// returns an error if obj has another controller, if owner is namespaced
+// and obj is not in its namespace, or if O is not a known resource.
 func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	gvk, namespaced, err := ownerKind(owner)
 	if err != nil {
@@ -191,9 +176,6 @@ func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	return nil
 }
 
-// ownerKind returns the kind of owner and whether it is namespaced: from
-// its type, or from an *unstructured.Unstructured itself, since that type
-// serves every kind.
 func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 	if u, ok := any(owner).(*unstructured.Unstructured); ok {
 		gvk := u.GroupVersionKind()

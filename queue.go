@@ -9,45 +9,29 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// RateLimiter decides how long a key waits before it is retried after an
-// error. It is client-go's workqueue rate limiter over [Key]; any of
-// client-go's limiters (workqueue.NewTypedItemExponentialFailureRateLimiter,
-// workqueue.NewTypedMaxOfRateLimiter, ...) can be used.
+// RateLimiter decides how long a key waits before a retry after an error: any of
+// client-go's typed workqueue rate limiters over [Key].
 type RateLimiter = workqueue.TypedRateLimiter[Key]
 
 // DefaultRateLimiter returns the limiter controllers use unless
-// ControllerOptions.RateLimiter is set, the same as controller-runtime's:
-// the larger of a per-key exponential backoff from 5 ms to 1000 s and an
-// overall token bucket of 10 retries per second with a burst of 100.
-//
-// The per-key backoff keeps one broken object from spinning; the bucket
-// protects the API server from a controller whose every reconcile fails at
-// once, as after a bad rollout. Its cost is that N keys failing together
-// are retried over about N/10 seconds. That is why a controller does not
-// pass it the failures that only mean the API server was unreachable, nor
-// conflicts: an outage would otherwise book every key's retry into the
-// future (10,000 keys: a quarter of an hour after a five-second outage).
-// Those keys wait for the server instead and are retried within a second
-// or two of it answering again; conflicts are retried after a per-key
-// backoff alone.
+// ControllerOptions.RateLimiter is set, controller-runtime's: the larger of
+// a per-key exponential backoff from 5 ms to 1000 s and a token bucket of
+// 10 retries per second, burst 100. Failures that only mean the API server
+// was unreachable do not go through it (they wait for the server), and
+// conflicts get the per-key backoff alone; see README.md#retries.
 func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }
 
-// queue is a controller's work queue: client-go's delaying workqueue of
-// keys, which de-duplicates keys and never hands the same key to two workers
-// at once, plus what the workqueue cannot carry: the causes of each queued
-// key, the backlog of listed keys, the keys waiting for the API server, and
-// the bookkeeping the idle check needs (keys in processing, and when the
-// earliest delayed key is due).
+// queue is client-go's delaying workqueue (no key to two workers at once), plus
+// causes, the backlog, keys waiting for a server, and what the idle check needs.
 type queue struct {
 	workqueue.TypedDelayingInterface[Key]
 	limiter   RateLimiter // errors
 	conflicts RateLimiter // conflicts: per-key backoff, no shared budget
 
-	// processing counts keys handed out by Get and not yet Done. It changes
-	// inside the workqueue's lock, together with the queue itself (see
-	// counting), so Len() == 0 && processing == 0 is exact.
+	// processing counts keys handed out and not yet Done; it changes under the
+	// workqueue's lock (see counting), so Len() == 0 && processing == 0 is exact.
 	processing atomic.Int64
 
 	mu       sync.Mutex
@@ -56,15 +40,8 @@ type queue struct {
 	waiting  map[Key]string    // keys waiting for an API server: the cluster's
 	released map[Key]time.Time // keys the server's return released, and when
 
-	// The backlog holds the keys of objects that a list added or changed
-	// (the initial list above all, a relist, a resync) until the queue has
-	// room for them: at most backlogWindow keys wait in the queue, and the
-	// rest come in as workers take keys. Changes that arrive meanwhile go
-	// straight into the queue, so they are served before the rest of the
-	// list, and the workqueue's own sets and maps, which never shrink, stay
-	// the size of the window instead of growing to the size of the list.
-	// workqueue_depth counts the backlog too; workqueue_queue_duration_seconds
-	// starts when a key enters the queue proper.
+	// The backlog holds listed keys until the queue has room (the Live first guarantee),
+	// keeping the workqueue's never-shrinking maps small. workqueue_depth counts it.
 	backlogMu  sync.Mutex
 	backlog    []batch
 	backlogLen atomic.Int64 // keys in the backlog, stored after they are in the queue
@@ -73,14 +50,10 @@ type queue struct {
 	fair *fairness // with more than one worker; under mu
 }
 
-// fairness keeps the keys of one cluster from taking every worker: a member
-// cluster whose API server is slow makes its reconciles slow, and they
-// would otherwise hold every worker in turn, and keep the other clusters'
-// keys waiting behind them. Once a controller has had keys of member
-// clusters, and while members are engaged, a key handed out while its
-// cluster already has limit reconciles running is set aside instead of
-// reconciled, and queued again (with its causes) when a reconcile of its
-// cluster ends. The other clusters always have workers - limit workers.
+// fairness keeps one slow member cluster from holding every worker: once a
+// member's key was queued, a key whose cluster already runs limit
+// reconciles is set aside, and queued again (with its causes) when one of
+// them ends. The other clusters always have workers - limit workers.
 type fairness struct {
 	limit   int
 	fleet   atomic.Bool      // a key of a member cluster was queued
@@ -90,17 +63,14 @@ type fairness struct {
 	order   map[string][]Key // keys set aside per cluster, oldest first
 }
 
-// capped reports whether the limit applies now.
 func (s *fairness) capped() bool { return s.fleet.Load() && s.members() > 0 }
 
-// delayed is a key added with a delay: when it is due and why.
 type delayed struct {
 	at     time.Time
 	reason Reason
 }
 
-// batch is keys that entered the backlog together, with their cause. When
-// self is set each key's cause names the key's own object.
+// batch is keys that entered the backlog together; self: each caused by its own object.
 type batch struct {
 	keys  []Key
 	cause Cause
@@ -130,7 +100,6 @@ func newQueue(name string, workers int, members func() int, limiter RateLimiter,
 	return q
 }
 
-// add queues key for cause.
 func (q *queue) add(key Key, cause Cause) {
 	q.mu.Lock()
 	q.noteLocked(key, cause)
@@ -142,7 +111,6 @@ func (q *queue) noteLocked(key Key, cause Cause) {
 	q.causesLocked(key).add(cause)
 }
 
-// causesLocked returns the causes recorded for a queued key, making them.
 func (q *queue) causesLocked(key Key) *Causes {
 	cs := q.causes[key]
 	if cs == nil {
@@ -155,7 +123,6 @@ func (q *queue) causesLocked(key Key) *Causes {
 	return cs
 }
 
-// addBacklog adds keys to the backlog, and as many to the queue as fit.
 func (q *queue) addBacklog(b batch) {
 	if len(b.keys) == 0 {
 		return
@@ -168,11 +135,9 @@ func (q *queue) addBacklog(b batch) {
 	q.refill()
 }
 
-// refill moves keys from the backlog into the queue while it holds fewer than
-// backlogWindow, taking from every batch in turn: the lists of several
-// clusters, or a relist and a resync, share the room fairly. Workers call
-// it before they wait for a key, so a backlog never waits on an empty
-// queue.
+// refill moves backlog keys into the queue while it holds fewer than
+// backlogWindow, from every batch in turn (fair between lists). Workers
+// call it before waiting, so a backlog never waits on an empty queue.
 func (q *queue) refill() {
 	if q.backlogLen.Load() == 0 {
 		return
@@ -216,17 +181,14 @@ func (q *queue) refill() {
 	q.backlogLen.Add(int64(-moved))
 }
 
-// addDepth changes workqueue_depth by n, when the metric can.
 func (q *queue) addDepth(n int) {
 	if g, ok := q.depth.(interface{ Add(float64) }); ok {
 		g.Add(float64(n))
 	}
 }
 
-// counting wraps the queue's metrics to count keys in processing. The
-// workqueue observes the queue latency of a key when Get hands it out and
-// the work duration when Done is called, both under its lock: the one place
-// where taking a key out of the queue and counting it are one step.
+// counting counts keys in processing inside the workqueue's metric calls,
+// made under its lock: the one place where hand-out and count are one step.
 type counting struct {
 	workqueue.MetricsProvider
 	processing *atomic.Int64
@@ -261,7 +223,6 @@ func (s step) Observe(v float64) {
 	s.HistogramMetric.Observe(v)
 }
 
-// addAfter adds key once d has passed, for reason.
 func (q *queue) addAfter(key Key, d time.Duration, reason Reason) {
 	if d <= 0 {
 		q.add(key, Cause{Reason: reason})
@@ -276,28 +237,24 @@ func (q *queue) addAfter(key Key, d time.Duration, reason Reason) {
 	q.AddAfter(key, d)
 }
 
-// retry adds key after the limiter's delay for it.
 func (q *queue) retry(key Key) { q.addAfter(key, q.limiter.When(key), ReasonRetry) }
 
 // retryConflict adds key after its own backoff, spending no shared budget.
 func (q *queue) retryConflict(key Key) { q.addAfter(key, q.conflicts.When(key), ReasonRetry) }
 
-// forget clears the key's retry history.
 func (q *queue) forget(key Key) {
 	q.limiter.Forget(key)
 	q.conflicts.Forget(key)
 }
 
-// queued is what the queue knows of a key it hands out.
 type queued struct {
 	causes   *Causes
 	released time.Time // when the server's return released it, if it did
 }
 
-// get hands out the next key and what the queue knows of it. A delayed key
-// handed out at or after its due time has been delivered, so its due entry
-// is dropped and its reason joins the causes. Keys that fairness sets aside
-// are not handed out. Every key handed out is given back with done.
+// get hands out the next key and what the queue knows of it (a due delayed
+// key's reason joins its causes), skipping keys fairness sets aside. Every
+// key handed out is given back with done.
 func (q *queue) get() (Key, queued, bool) {
 	for {
 		q.refill()
@@ -347,14 +304,10 @@ func (q *queue) get() (Key, queued, bool) {
 	}
 }
 
-// done gives back a key that get handed out. Keys set aside go back into
-// the queue first, so the queue is never empty while some wait.
+// done gives back a key; keys set aside are queued first, so none waits on an empty queue.
 func (q *queue) done(key Key) {
-	// Keys are set aside only once a member's key was queued (fleet never
-	// goes back), so until then nothing is counted and done is the
-	// workqueue's alone. Keys handed out before that moment and done after
-	// it count their cluster low for a while: by at most the workers busy
-	// then.
+	// Until a member's key was queued nothing is counted (fleet never goes
+	// back); keys handed out before then count their cluster low, briefly.
 	if s := q.fair; s != nil && s.fleet.Load() {
 		var back []Key
 		capped := s.capped()
@@ -388,7 +341,6 @@ func (q *queue) done(key Key) {
 	q.Done(key)
 }
 
-// restoreLocked records again what the queue knew of a key set aside.
 func (q *queue) restoreLocked(key Key, it queued) {
 	cs := q.causesLocked(key)
 	cs.merge(it.causes)
@@ -399,7 +351,6 @@ func (q *queue) restoreLocked(key Key, it queued) {
 	}
 }
 
-// asideLen returns how many keys are set aside.
 func (q *queue) asideLen() int {
 	if q.fair == nil {
 		return 0
@@ -409,7 +360,6 @@ func (q *queue) asideLen() int {
 	return len(q.fair.aside)
 }
 
-// merge adds what the queue learned of a key later to what it knew.
 func (it *queued) merge(later queued) {
 	it.causes.merge(later.causes)
 	if it.released.IsZero() {
@@ -417,7 +367,6 @@ func (it *queued) merge(later queued) {
 	}
 }
 
-// dueAt returns when key is due, if it waits for a delay.
 func (q *queue) dueAt(key Key) (time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -425,7 +374,6 @@ func (q *queue) dueAt(key Key) (time.Time, bool) {
 	return d.at, ok
 }
 
-// dueWithin reports whether a delayed key is due within d from now.
 func (q *queue) dueWithin(d time.Duration) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

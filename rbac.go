@@ -17,19 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// What the manager may do. A cache the server forbids to list or watch
-// cannot sync, or cannot follow changes: the API server answered, so it is
-// no outage, and retrying will not help until someone grants the
-// permission. Such a cache says so at once, in one log line that names
-// the verb, resource, namespace and the RBAC rule to add (and again every
-// minute while it lasts), and in /readyz; its controllers wait for it, and
-// the others run. RBACRules says, before deploying, which rules the
-// manager's own work needs.
-
-// forbiddenReminder spaces out the log lines of a refusal that lasts.
+// A forbidden list or watch is no outage: retrying will not help until the
+// permission is granted, so it is reported at once (the Told guarantee) and
+// every forbiddenReminder while it lasts.
 const forbiddenReminder = time.Minute
 
-// denials are the verbs the server refuses a feed now.
 type denials struct {
 	mu       sync.Mutex
 	m        map[string]*denial
@@ -45,7 +37,6 @@ func (d *denials) start(ctx context.Context, log logr.Logger) {
 	d.mu.Unlock()
 }
 
-// denial is a verb the server refuses a feed.
 type denial struct {
 	err    error // the server's answer, last seen
 	since  time.Time
@@ -53,9 +44,7 @@ type denial struct {
 	count  int
 }
 
-// access records the outcome of a list or watch of the feed: a refusal
-// is logged at once and every minute while it lasts, and a permission that
-// comes after a refusal once. Other errors are not about permission.
+// access logs a refusal at once and every minute, a permission after a refusal once.
 func (f *feed[T]) access(verb string, err error) {
 	forbidden := apierrors.IsForbidden(err)
 	if err != nil && !forbidden {
@@ -91,10 +80,8 @@ func (f *feed[T]) access(verb string, err error) {
 	}
 }
 
-// probeList asks for one object, once, before the first streamed list: a
-// cache that lists by watching (client-go's streaming lists) never lists
-// otherwise, and a missing list permission would go unnoticed until the
-// day it falls back to listing.
+// probeList asks for one object before the first streamed list: a cache
+// that lists by watching would otherwise miss a missing list permission.
 func (f *feed[T]) probeList(ctx context.Context) {
 	f.denied.mu.Lock()
 	probed := f.denied.probed
@@ -106,10 +93,8 @@ func (f *feed[T]) probeList(ctx context.Context) {
 	}
 }
 
-// recheckList asks for one object every forbiddenReminder while the server
-// refuses the feed its list, until it allows it: a cache whose watch works
-// lists no more, and would otherwise neither remind nor notice the
-// permission coming.
+// recheckList asks for one object every forbiddenReminder while the list is
+// refused: a cache whose watch works lists no more and would not notice.
 func (f *feed[T]) recheckList() {
 	t := time.NewTicker(forbiddenReminder)
 	defer t.Stop()
@@ -133,8 +118,7 @@ func (f *feed[T]) recheckList() {
 	}
 }
 
-// forbidden returns the error of the feed's refusal, if the server refuses
-// it a verb now: the list first.
+// forbidden returns the feed's refusal now, the list's first, or nil.
 func (f *feed[T]) forbidden() error {
 	for _, verb := range []string{"list", "watch"} {
 		if err := f.forbiddenTo(verb); err != nil {
@@ -144,7 +128,6 @@ func (f *feed[T]) forbidden() error {
 	return nil
 }
 
-// forbiddenTo returns the error of the feed's refusal of verb, or nil.
 func (f *feed[T]) forbiddenTo(verb string) error {
 	f.denied.mu.Lock()
 	defer f.denied.mu.Unlock()
@@ -154,8 +137,7 @@ func (f *feed[T]) forbiddenTo(verb string) error {
 	return nil
 }
 
-// forbiddenErr says what the server refuses the feed and which rule to add,
-// wrapping its answer.
+// forbiddenErr names the refusal and the rule to add, wrapping the answer.
 func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 	gr := f.b.GVR.GroupResource()
 	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%q]}`, gr.Group, gr.Resource, verb)
@@ -174,8 +156,7 @@ func (f *feed[T]) forbiddenErr(verb string, d *denial) error {
 	return fmt.Errorf("forbidden to %s %s%s: add the rule %s to %s bound to the manager's identity: %w", verb, gr, where, rule, to, d.err)
 }
 
-// forbidden returns why the server refuses the cache a list or watch of
-// its own cluster, or nil.
+// forbidden returns why the own cluster refuses the cache a list or watch, or nil.
 func (c *Cache[T]) forbidden() error {
 	for _, f := range c.ownFeeds() {
 		if err := f.forbidden(); err != nil {
@@ -185,8 +166,7 @@ func (c *Cache[T]) forbidden() error {
 	return nil
 }
 
-// notReady says why the cache is not ready, or returns "": it has not
-// synced yet, or the server forbids it to watch.
+// notReady says why the cache is not ready (unsynced, or forbidden to watch), or "".
 func (c *Cache[T]) notReady() string {
 	if !c.HasSynced() {
 		if err := c.forbidden(); err != nil {
@@ -208,8 +188,7 @@ func (c *Cache[T]) notReady() string {
 	return ""
 }
 
-// warning says what the server refuses a cache that is ready nonetheless:
-// a cache that lists by watching, refused the list, or "".
+// warning says what the server refuses a ready cache (a list it watched around), or "".
 func (c *Cache[T]) warning() string {
 	if c.notReady() != "" {
 		return ""
@@ -220,8 +199,7 @@ func (c *Cache[T]) warning() string {
 	return ""
 }
 
-// grants are the RBAC verbs the manager's own work needs beyond its caches:
-// group and resource to verbs.
+// grants are the RBAC verbs the manager needs beyond its caches.
 type grants struct {
 	mu    sync.Mutex
 	verbs map[schema.GroupResource]map[string]bool
@@ -242,22 +220,15 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 	}
 }
 
-// RBACRules returns the RBAC rules that what the manager does itself needs,
-// as wired so far, in its own cluster: list and watch for each of its
-// caches (those of controllers, Owns and Watches included); get, create and
-// update of Leases for leader election or sharding (and delete, for
-// sharding), and patch of the sharded objects, which label mode labels;
-// create, update and patch of
-// Events for recorders; patch of the objects whose finalizers a controller
-// or machine owns; patch of the status of a machine's objects; create of
-// TokenReviews and SubjectAccessReviews for metrics served securely. The
-// webhook server needs none: the API server calls it.
-// Put them in a ClusterRole (or, for a manager of one namespace, a Role
-// there, plus the Lease's namespace), and add the verbs of the writes and
-// uncached reads your reconciles make, which the manager cannot know.
-//
-// The rules are sorted by group and resource, one rule per resource. Call
-// it after wiring; it is safe for concurrent use.
+// RBACRules returns the rules the manager's own work needs in its own
+// cluster, as wired so far, one per resource, sorted: list and watch per
+// cache; Leases (get, create, update; delete for sharding) and patch of
+// the objects sharding's label mode labels; Events (create, update, patch)
+// for recorders; patch of objects whose finalizers a controller or machine
+// owns and of machines' status; create of TokenReviews and
+// SubjectAccessReviews for secure metrics. Add your reconciles' writes and
+// uncached reads (the webhook server needs none). Call it after wiring;
+// safe for concurrent use.
 func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	m.mu.Lock()
 	caches := slices.Clone(m.cacheList)
@@ -287,8 +258,6 @@ func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	return rules
 }
 
-// groupResource returns the resource the cache lists and watches, and
-// whether it does so in the manager's own cluster.
 func (c *Cache[T]) groupResource() (schema.GroupResource, bool) {
 	return c.b.GVR.GroupResource(), !c.opts.Fleet
 }

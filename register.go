@@ -9,23 +9,15 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// APIResource says where and how the API server serves a type: its group,
-// version and plural resource name, its kind, and what discovery cannot be
-// asked about in tests: its scope, and whether it has a status subresource.
-// It registers a custom resource type with [Register], and names the
-// resource of an *unstructured.Unstructured or *metav1.PartialObjectMetadata
-// cache or client (CacheOptions.Resource, ClientOptions.Resource).
-//
-// Leave Namespaced, ClusterScoped and Status unset, and a manager with
-// Options.Config learns them from the API server's discovery when it first
-// binds the type (NewCache, NewController, NewClient), once per group and
-// version: the CustomResourceDefinition says them. A value set that the
-// server contradicts is an error then, naming the field and the server's
-// answer. Fakes have no discovery: there an unset scope is namespaced, and
-// an unset Status means a status subresource if the Go type has a status
-// field (always, for *unstructured.Unstructured); so do the member clusters
-// of a fleet. Set them for a cluster-scoped type on the fakes or in a fleet,
-// or to wire without reaching the server.
+// APIResource says where the API server serves a type (group, version,
+// plural resource, kind) and what tests cannot discover (scope, status
+// subresource): for [Register], CacheOptions.Resource and
+// ClientOptions.Resource. With Options.Config, unset Namespaced,
+// ClusterScoped and Status are learned from discovery when the type is
+// first bound; a set value the server contradicts is an error naming the
+// field and the answer. Fakes and fleet members have no discovery: unset
+// means namespaced, with a status subresource if the Go type has a status
+// field (always for unstructured).
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
@@ -33,16 +25,14 @@ type APIResource struct {
 	// Kind defaults to the name of the Go type; *unstructured.Unstructured
 	// and *metav1.PartialObjectMetadata need it set.
 	Kind string
-	// Namespaced declares that objects live in namespaces, as a
-	// CustomResourceDefinition with `scope: Namespaced` says; ClusterScoped
-	// that they do not (`scope: Cluster`). Set one at most. Default:
-	// learned from discovery; namespaced on the fakes.
+	// Namespaced declares namespaced objects (CRD `scope: Namespaced`),
+	// ClusterScoped the opposite (`scope: Cluster`); set one at most. Default:
+	// from discovery; namespaced on the fakes.
 	Namespaced, ClusterScoped bool
-	// Status declares a status subresource, as a CustomResourceDefinition
-	// with `subresources: {status: {}}` has: UpdateStatus, PatchStatus and
-	// status applies use it. Without one they fail with an error that says
-	// so, and never reach the server. Default: learned from discovery; on
-	// the fakes, whether the Go type has a status field.
+	// Status declares a status subresource (CRD `subresources: {status: {}}`):
+	// UpdateStatus, PatchStatus and status applies use it, and fail without
+	// reaching the server if there is none. Default: from discovery; on the
+	// fakes, whether the Go type has a status field.
 	Status bool
 }
 
@@ -58,7 +48,6 @@ func (r APIResource) info(t reflect.Type) binding.Info {
 	}
 }
 
-// check rejects contradictory fields.
 func (r APIResource) check() error {
 	if r.Namespaced && r.ClusterScoped {
 		return fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", schema.GroupResource{Group: r.Group, Resource: r.Resource})
@@ -66,7 +55,6 @@ func (r APIResource) check() error {
 	return nil
 }
 
-// resourceInfo is r as a binding's resource option: nil for the zero r.
 func resourceInfo[T Object](r APIResource) *binding.Info {
 	if r == (APIResource{}) {
 		return nil
@@ -75,17 +63,13 @@ func resourceInfo[T Object](r APIResource) *binding.Info {
 	return &i
 }
 
-// apiResource is the APIResource of a binding's Info, with what it knows
-// of the scope and status subresource declared.
 func apiResource(i binding.Info) APIResource {
 	return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource, Kind: i.Kind,
 		Namespaced: i.Namespaced && !i.ScopeUnknown, ClusterScoped: !i.Namespaced && !i.ScopeUnknown,
 		Status: i.Status && !i.StatusUnknown}
 }
 
-// resourceOption is the Resource option that binds a type as info says:
-// its resource for the types that serve one named at run time, none for
-// the others.
+// resourceOption names the resource only for types that serve one named at run time.
 func resourceOption(info binding.Info) APIResource {
 	if info.Type == binding.UnstructuredType || info.Type == binding.MetadataType {
 		return apiResource(info)
@@ -93,8 +77,7 @@ func resourceOption(info binding.Info) APIResource {
 	return APIResource{}
 }
 
-// resolve returns the Info of T as the manager's own cluster serves it:
-// what its registration left unsaid learned as a binding learns it.
+// resolve returns T's Info as the own cluster serves it.
 func resolve[T Object](m *Manager) (binding.Info, error) {
 	info, err := binding.Lookup[T]()
 	if err != nil || !info.ScopeUnknown && !info.StatusUnknown {
@@ -107,16 +90,13 @@ func resolve[T Object](m *Manager) (binding.Info, error) {
 	return b.Info, nil
 }
 
-// Register records that the API server serves the custom resource type T as
-// r: its group, version and resource; the rest is learned from the server
-// (see [APIResource]). T is a pointer to a struct that embeds
-// metav1.TypeMeta and metav1.ObjectMeta with JSON tags like a generated
-// type, and implements DeepCopyObject (controller-gen writes it; see the
-// README's "A custom resource"); nothing else is needed: no clientset, no
-// scheme. Call it
-// once, before creating managers that use T, for example in an init
-// function. Registering T again with the same r does nothing; with another
-// r, or for a built-in type, it returns an error.
+// Register records that the API server serves the custom resource type T
+// as r (see [APIResource]). T is a pointer to a struct that embeds
+// metav1.TypeMeta and metav1.ObjectMeta with JSON tags and implements
+// DeepCopyObject (see README.md#a-custom-resource); no clientset or scheme
+// is needed. Call it once before creating managers that use T, such as in
+// an init function. Registering T again with the same r does nothing; with
+// another r, or for a built-in type, it returns an error.
 func Register[T Object](r APIResource) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("ctrl: Register %s: %w", reflect.TypeFor[T](), err)
@@ -137,38 +117,21 @@ func MustRegister[T Object](r APIResource) {
 	}
 }
 
-// Project makes P a projection of the API type T, for caches that hold many
-// large objects: a [Cache], [Controller] or [Client] of P reads the objects
-// of T from the server and keeps only what fn returns for each, so its
-// memory is that of the small P, and the type checker stops a reconcile from
-// reading a field the cache does not hold. P is a pointer to a struct with
-// TypeMeta and ObjectMeta (fn sets the metadata the controller reads: at
-// least the name and namespace; ownerReferences for [Owns]; the
-// resourceVersion) and a DeepCopyObject method. fn must copy what it keeps
-// rather than point into the object it is given, so that nothing of that
-// object stays alive: the object itself is reused for the next one, so
-// the address of a field of it must not be kept. fn must accept its own
-// output's source again (an object may be projected twice). Clients of P
-// read only; write through a client of T.
+// Project makes P a projection of the API type T: a [Cache], [Controller]
+// or [Client] of P reads T and keeps only what fn returns, so memory is
+// P's and the compiler stops reads of fields not kept. P is a pointer to a
+// struct with TypeMeta, ObjectMeta and DeepCopyObject; fn sets the
+// metadata read (name, namespace, resourceVersion; ownerReferences for
+// [Owns]), copies what it keeps (its argument is reused), and accepts an
+// object twice. Clients of P read only.
 //
-// fields names what fn reads of T besides its metadata, by JSON path
-// ("spec.nodeName", "status.conditions"). The server still sends whole
-// objects, but a cache decodes only metadata and these fields of a built-in
-// type, which travels as protobuf, skipping the rest unread: the CPU and
-// garbage of an event are then those of what fn reads. fn sees every other
-// field empty, so a field it reads that fields does not name is a mistake
-// no compiler catches: a cache projects the first object of each watch
-// both from the fields named and from the whole object, and logs an error
-// naming P and the object when the two differ. No fields: fn sees whole
-// objects. Project returns an
-// error for a path T does not have, and for fields of a custom resource,
-// which travels as JSON and is decoded whole.
-//
-// For metadata alone, no projection is needed: use
-// *metav1.PartialObjectMetadata with CacheOptions.Resource, and the server
-// sends metadata only. Call Project once per P, before creating managers
-// that use it, for example in an init function; again with the same T and
-// fields it does nothing.
+// fields names, by JSON path ("spec.nodeName"), what fn reads of a
+// built-in T besides metadata: only those are decoded and fn sees others
+// empty; the first object of each watch is projected both ways and a
+// difference logged. No fields: whole objects. It returns an error for a
+// path T lacks, or fields of a custom resource (decoded whole). For
+// metadata alone use *metav1.PartialObjectMetadata. Call it once per P
+// before creating managers; again with the same T and fields is a no-op.
 func Project[T, P Object](fn func(T) P, fields ...string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())

@@ -7,14 +7,8 @@ import (
 	"slices"
 )
 
-// Wiring may change while the manager runs: a controller stops, an Owns or
-// Watches is added or removed, a cache's namespaces change. Caches are
-// counted by their users (controllers, Owns and Watches, optional caches of
-// their CRD's cache); one that nobody uses any more stops and forgets its
-// objects, unless NewCache made it, which holds it for the manager's life.
-
-// cacheRefs is what the manager keeps of a cache: its identity, its users,
-// and how to stop it. Under Manager.mu.
+// cacheRefs: a cache's identity, users, and stop; an unpinned cache nobody uses
+// stops and forgets its objects. Under Manager.mu.
 type cacheRefs struct {
 	id       cacheID
 	users    int
@@ -24,7 +18,6 @@ type cacheRefs struct {
 	done     chan struct{}      // closed when its run returns
 }
 
-// hold counts one more user, or pins the cache.
 func (r *cacheRefs) hold(pin bool) {
 	if pin {
 		r.pinned = true
@@ -35,8 +28,7 @@ func (r *cacheRefs) hold(pin bool) {
 
 func (c *Cache[T]) refsOf() *cacheRefs { return &c.refs }
 
-// use counts one more user of a cache that exists. It returns an error if
-// the cache was released: nobody used it any more, and it stopped.
+// use counts one more user; it returns an error if the cache was released.
 func (m *Manager) use(c managedCache) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -48,9 +40,7 @@ func (m *Manager) use(c managedCache) error {
 	return nil
 }
 
-// unuse counts one user less of c. A cache that nobody uses any more, and
-// that NewCache did not make, is taken out of the manager, stopped, and
-// emptied. It blocks until the cache's goroutines have returned.
+// unuse counts one user less; an unused unpinned cache is stopped and emptied.
 func (m *Manager) unuse(c managedCache) {
 	m.mu.Lock()
 	r := c.refsOf()
@@ -76,8 +66,7 @@ func (m *Manager) unuse(c managedCache) {
 	m.activity.Add(1)
 }
 
-// rekey files c under its scope now, so that NewCache with its new
-// namespaces finds it, unless another cache has them.
+// rekey files c under its new scope, unless another cache has it.
 func (m *Manager) rekey(c managedCache, scope string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -91,9 +80,7 @@ func (m *Manager) rekey(c managedCache, scope string) {
 	}
 }
 
-// release empties a cache that stopped for good: its objects, indexes and
-// pending writes go, its metrics too, and an optional cache lets its CRD's
-// cache go.
+// release empties a cache stopped for good, and lets an optional one's CRD cache go.
 func (c *Cache[T]) release() {
 	c.rewire.Lock()
 	c.stopFeeds()
@@ -119,9 +106,7 @@ func (c *Cache[T]) release() {
 	}
 }
 
-// addLiveHandler registers h for every change from now on and hands it
-// the objects cached now as one list, so that it hears of every object
-// whether it was added before the cache started, while it runs, or after.
+// addLiveHandler registers h and hands it the cached objects as one list.
 func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -139,7 +124,6 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	}
 }
 
-// copyIndexes adds the indexes of c that to lacks to to.
 func (c *Cache[T]) copyIndexes(to *Cache[T]) {
 	c.mu.RLock()
 	fns := make(map[string]func(T) []string, len(c.indexes))
@@ -161,33 +145,25 @@ func (c *Cache[T]) removeHandler(h handler[T]) {
 	c.mu.Unlock()
 }
 
-// link is an Owns or a Watches of a controller: a handler on another
-// cache. Under the controller's mu.
+// link is an Owns or a Watches: a handler on another cache. Under the controller's mu.
 type link struct {
 	src    managedCache
 	remove func() // takes the handler off src
-	// follow, for Owns, moves the handler to the cache of the controller's
-	// new namespaces, and returns the cache it left, for Manager.unuse.
+	// follow, for Owns, moves to the new namespaces' cache and returns the old one.
 	follow func(namespaces []string) managedCache
 }
 
-// Stop stops the controller for good, before the manager starts or while
-// it runs: changes no longer queue its keys, its workers take no more keys
-// and end once their running reconciles have returned, its queue goes, its
-// [Owns] and [Watches] are removed, and the caches that nothing else uses
-// (not those made by [NewCache]) stop and forget their objects; stopped
-// before [Manager.Start], its name may be given to another controller.
-//
-// A reconcile still running when ctx is done has its context canceled,
-// and Stop returns an error that counts them; they end as soon as they
-// honour their context. Stop blocks until its reconciles have returned or
-// ctx is done. A second call returns nil at once. It is safe for
+// Stop stops the controller for good, before or while the manager runs:
+// nothing is queued, workers end after their reconciles, its queue, [Owns]
+// and [Watches] go, and unused caches (not [NewCache]'s) stop and forget
+// their objects; stopped before Start, its name may be reused. It blocks
+// until its reconciles returned or ctx is done, then cancels them and
+// returns an error counting them. A second call returns nil. Safe for
 // concurrent use.
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
-	// m.mu first, as Start takes it to prepare controllers: a controller
-	// is prepared before this (it has a queue to stop) or never.
+	// m.mu first, as Start takes it to prepare controllers.
 	m.mu.Lock()
 	c.mu.Lock()
 	if c.removed.Load() {
@@ -224,9 +200,7 @@ func (c *Controller[T]) Stop(ctx context.Context) error {
 	return err
 }
 
-// halt stops the workers of q, if the controller was prepared, and waits
-// for them until ctx is done; then it cancels the reconciles still
-// running.
+// halt stops q's workers, waits until ctx is done, then cancels running reconciles.
 func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 	if q == nil {
 		return nil // never prepared: nothing runs
@@ -254,8 +228,7 @@ func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 		c, q.processing.Load(), context.Cause(ctx))
 }
 
-// addLink records an Owns or Watches; it returns an error if the
-// controller was stopped, after taking the handler off again.
+// addLink records l, or takes its handler off again if the controller was stopped.
 func (c *Controller[T]) addLink(l *link) error {
 	c.mu.Lock()
 	removed := c.removed.Load()
@@ -271,18 +244,15 @@ func (c *Controller[T]) addLink(l *link) error {
 	return nil
 }
 
-// Unwatch removes the [Owns] and [Watches] of controller c whose source is
-// a cache of O: those of the caches from, or, with none given, every one
-// of type O. From then on changes of those objects queue nothing for c,
-// and a cache that nothing uses any more (not one made by [NewCache])
-// stops and forgets its objects. O is given or inferred:
+// Unwatch removes c's [Owns] and [Watches] of the caches from, or of every
+// cache of O; unused caches (not [NewCache]'s) then stop and forget their
+// objects. O is given or inferred:
 //
 //	err := ctrl.Unwatch[*corev1.Secret](c)  // every Owns and Watches of Secrets
 //	err = ctrl.Unwatch(c, nodes)             // the Watches of the cache nodes
 //
-// It may be called before the manager starts or while it runs, and blocks
-// until the released caches have stopped. It returns an error if c has no
-// such Owns or Watches.
+// Callable before or while the manager runs; it blocks until released
+// caches stopped, and returns an error if c has no such Owns or Watches.
 func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	c.wiring.Lock()
 	c.mu.Lock()
@@ -310,8 +280,7 @@ func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	return nil
 }
 
-// rescoped moves the caches of the controller's Owns to the namespaces
-// its own cache holds now.
+// rescoped moves the caches of the controller's Owns to its new namespaces.
 func (c *Controller[T]) rescoped(namespaces []string) {
 	if !c.cache.b.Namespaced {
 		return

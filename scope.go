@@ -13,16 +13,14 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// scope is what a cache selects: namespaces (none: all), and label and field
-// selectors (nil: everything).
+// scope is what a cache selects: namespaces (none: all) and selectors (nil: all).
 type scope struct {
 	namespaces []string
 	labels     labels.Selector
 	fields     fields.Selector
 }
 
-// newScope normalizes a cache's options: the manager's namespace by default,
-// none for cluster-scoped types, sorted and unique, empty selectors as nil.
+// newScope defaults, sorts and dedups namespaces; empty selectors become nil.
 func newScope(info binding.Info, managerNS string, opts CacheOptions) scope {
 	var sc scope
 	if info.Namespaced {
@@ -68,8 +66,7 @@ func (s scope) String() string {
 	return strings.Join(parts, " ")
 }
 
-// selective reports whether the cache has a selector, so that an object
-// can leave it while it exists: the user's, or its share's label.
+// selective: objects may leave the cache while they exist (a selector, a share label).
 func (c *Cache[T]) selective() bool {
 	if c.scope.labels != nil || c.scope.fields != nil {
 		return true
@@ -77,7 +74,6 @@ func (c *Cache[T]) selective() bool {
 	return c.share != nil && c.share.View().Label != nil
 }
 
-// selection is what a scope says of an object.
 type selection uint8
 
 const (
@@ -87,11 +83,9 @@ const (
 )
 
 // selects says whether obj is in the scope's selectors (namespaces aside).
-// Labels are decided exactly; metadata.name and metadata.namespace too.
-// Other fields are read from the object by their path, which is how the API
-// server defines nearly all of them, but not all (an Event's "source" is
-// source.component): a field selector that does not match on this side is
-// unsure, never notSelected.
+// Other fields than metadata's are read by path, which the server does not
+// always do (an Event's "source"): a field mismatch is unsure, never
+// notSelected.
 func (s scope) selects(obj Object) selection {
 	if s.labels != nil && !s.labels.Matches(labels.Set(obj.GetLabels())) {
 		return notSelected
@@ -133,7 +127,6 @@ func (s scope) selects(obj Object) selection {
 	return unsure
 }
 
-// currentScope returns what the cache selects now.
 func (c *Cache[T]) currentScope() scope {
 	sc := c.scope
 	if ns := c.namespaces.Load(); ns != nil {
@@ -142,8 +135,7 @@ func (c *Cache[T]) currentScope() scope {
 	return sc
 }
 
-// covers reports whether the cache holds every object that could have key:
-// no selector, key's namespace watched, and key's cluster the cache's.
+// covers: no selector, key's namespace watched, key's cluster the cache's.
 func (c *Cache[T]) covers(key Key) bool {
 	ns := c.currentScope().namespaces
 	return c.coversCluster(key.Cluster) && c.scope.labels == nil && c.scope.fields == nil &&
@@ -151,8 +143,6 @@ func (c *Cache[T]) covers(key Key) bool {
 		(c.share == nil || c.share.HoldsAll(key.Namespace))
 }
 
-// coversNamespace reports whether the cache holds every object in ns (""
-// for all namespaces) of cluster.
 func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	if !c.coversCluster(cluster) || c.scope.labels != nil || c.scope.fields != nil {
 		return false
@@ -167,8 +157,7 @@ func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
 	return ns != "" && slices.Contains(namespaces, ns)
 }
 
-// coversCluster reports whether the cache holds objects of cluster: its own
-// for an ordinary cache, an engaged member for a fleet cache.
+// coversCluster: own cluster for an ordinary cache, an engaged member for a fleet's.
 func (c *Cache[T]) coversCluster(cluster string) bool {
 	if !c.opts.Fleet {
 		return cluster == ""
@@ -178,7 +167,6 @@ func (c *Cache[T]) coversCluster(cluster string) bool {
 	return c.members[cluster] != nil
 }
 
-// describeScope lists the caches of a type for an error message.
 func describeScope[T Object](caches []*Cache[T]) string {
 	if len(caches) == 0 {
 		return "none"

@@ -11,8 +11,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/serve"
 )
 
-// listen binds the manager's HTTP endpoints, so that a taken port is an
-// error from Start rather than a log line.
+// listen binds first, so a taken port is an error from Start.
 func (m *Manager) listen() (*serve.Servers, error) {
 	gatherer, err := m.gatherer()
 	if err != nil {
@@ -54,16 +53,10 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is what /readyz says: ready once every cache has synced and
-// none is forbidden to list or watch (internal/serve adds the webhook
-// server's TLS handshake); otherwise each cache that is not ready, a line
-// each, with why. A cache that synced stays ready while its watch
-// reconnects after an API server outage: restarting the process would not
-// bring the server back, and the cache resumes where it stopped. A
-// required kind that the server stopped serving (its
-// CustomResourceDefinition was deleted) is not ready: the manager cannot
-// do its work. An optional kind that waits for its CRD is listed, and
-// ready.
+// readiness is /readyz: ready once every cache synced and none is
+// forbidden, else a line per cache with why. Synced caches stay ready
+// through an outage (a restart would not help); a required kind no longer
+// served is not ready; an optional kind waiting for its CRD is ready.
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
@@ -89,16 +82,13 @@ func (m *Manager) readiness() (ready bool, body string) {
 	for _, line := range optional {
 		fmt.Fprintln(&w, line)
 	}
-	// A cache that lists by watching works without the list permission,
-	// until it must fall back to listing: reported, not a reason to
-	// restart the process.
+	// A cache that lists by watching works without list: reported only.
 	for _, c := range caches {
 		if warn := c.warning(); warn != "" {
 			fmt.Fprintf(&w, "%s: %s\n", c.describe(), warn)
 		}
 	}
-	// Members of a fleet come and go; one that is down is reported, not a
-	// reason to restart the process.
+	// A member that is down is reported, not a reason to restart.
 	m.mu.Lock()
 	fleet := slices.Clone(m.fleetCaches)
 	m.mu.Unlock()
@@ -120,9 +110,8 @@ type Addresses struct {
 	Webhook string // Options.WebhookAddress
 }
 
-// Addresses returns where the manager's HTTP endpoints listen. Start binds
-// them before it waits for the caches, so they are known as soon as the
-// health endpoint answers.
+// Addresses returns where the manager's HTTP endpoints listen; Start binds
+// them before waiting for the caches.
 func (m *Manager) Addresses() Addresses {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -14,36 +14,21 @@ import (
 	"github.com/typedctrl/ctrl/internal/serve"
 )
 
-// Secure serving: the manager's HTTPS servers (metrics and webhooks) and
-// who may read its metrics. Metrics are served as the kubebuilder scaffold
-// serves them: over HTTPS, to clients the API server authenticates and
-// authorizes, so that a port of a scaffolded operator keeps its scrape
-// configuration and its RBAC.
-
-// MetricsServing says how Options.MetricsAddress serves metrics. The zero
-// value serves them over HTTPS, with a self-signed certificate, to clients
-// whose bearer token the API server authenticates (a TokenReview) and
-// authorizes to get the path (a SubjectAccessReview for a non-resource URL),
-// as controller-runtime's metrics/filters.WithAuthenticationAndAuthorization
-// does.
+// MetricsServing says how Options.MetricsAddress serves. The zero value: HTTPS,
+// self-signed, authenticated and authorized as the kubebuilder scaffold does.
 type MetricsServing struct {
-	// Insecure serves plain HTTP to anyone who reaches the address: no
-	// TLS, no authentication, no authorization. For a proxy in front that
-	// does them, or an address only trusted clients reach. Default: off.
+	// Insecure serves plain HTTP to anyone who reaches the address, for a
+	// proxy in front or trusted clients. Default: off.
 	Insecure bool
-	// CertDir holds the serving certificate and key as tls.crt and
-	// tls.key, as a kubernetes.io/tls Secret mounts them (cert-manager
-	// writes them so). Start fails if they cannot be read; when they
-	// change, the next TLS handshake serves the new pair. Default: a
-	// certificate for localhost made in memory at Start, as the scaffold
-	// serves without cert-manager: a scraper then skips verification
-	// (Prometheus' insecure_skip_verify), and still needs its token.
+	// CertDir holds the certificate and key as tls.crt and tls.key. Start
+	// fails if they cannot be read; a changed pair is served from the next
+	// handshake. Default: a localhost certificate made at Start, which
+	// scrapers do not verify (insecure_skip_verify) but still send a token.
 	CertDir string
 }
 
-// TLSOptions configure the TLS of the manager's HTTPS servers: the webhook
-// server and the metrics server. The zero value accepts TLS 1.2 and 1.3
-// with Go's cipher suites, over HTTP/1.1.
+// TLSOptions configure the webhook and metrics servers' TLS. The zero value: TLS
+// 1.2 and 1.3, Go's cipher suites, HTTP/1.1.
 type TLSOptions struct {
 	// MinVersion is the lowest TLS version accepted, such as
 	// tls.VersionTLS13. Default: tls.VersionTLS12.
@@ -52,14 +37,11 @@ type TLSOptions struct {
 	// tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256; Go does not let TLS
 	// 1.3's be chosen. Default: Go's.
 	CipherSuites []uint16
-	// HTTP2 offers HTTP/2. It is off by default, as in the kubebuilder
-	// scaffold since the HTTP/2 advisories of 2023 (CVE-2023-44487 rapid
-	// reset, CVE-2023-39325): the API server calls webhooks, and
-	// Prometheus scrapes, over HTTP/1.1 as well. Default: off.
+	// HTTP2 offers HTTP/2 (see README.md#http2-off-by-default). Default:
+	// off.
 	HTTP2 bool
 }
 
-// check returns an error for a version or cipher suite Go does not know.
 func (o TLSOptions) check() error {
 	if v := o.MinVersion; v != 0 && (v < tls.VersionTLS10 || v > tls.VersionTLS13) {
 		return fmt.Errorf("Options.TLS.MinVersion %#04x is not a TLS version: use a constant such as tls.VersionTLS13", v)
@@ -76,9 +58,7 @@ func (o TLSOptions) check() error {
 	return nil
 }
 
-// metricsEndpoint returns how Start serves metrics. Its reviews go
-// through the manager's own clients: its rate limits, its connections,
-// and, in tests, its fake clientset's reactors.
+// metricsEndpoint's reviews use the manager's clients (in tests, the fake's reactors).
 func (m *Manager) metricsEndpoint(gatherer prometheus.Gatherer) (serve.Metrics, error) {
 	s := m.opts.MetricsServing
 	out := serve.Metrics{Address: m.opts.MetricsAddress, Gatherer: gatherer, Insecure: s.Insecure, CertDir: s.CertDir}

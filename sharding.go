@@ -21,50 +21,17 @@ import (
 )
 
 // Sharding splits the objects of a program's controllers among its
-// replicas, so that N replicas share the work and each caches about 1/N of
-// the objects. Each replica holds a membership Lease; every replica
-// computes the same split of the objects among the live members and takes
-// its share, publishing in its Lease what it claims. There is no
-// coordinator: Kubernetes itself is the engine, with Leases and selected
-// lists and watches, and no other store.
+// replicas, each reconciling and caching about 1/N of them, with a
+// membership Lease each and no coordinator (README.md#sharding). Its
+// guarantees are the package's "One owner per object".
 //
-// Objects are placed by the 64-bit FNV-1a hash of their UID, or, with
-// ByNamespace, of their namespace, so that all the objects of a namespace
-// share a replica. Where the API server offers it (the
-// ShardedListAndWatch feature, alpha since Kubernetes 1.36), each replica
-// lists and watches its share only (ListOptions.ShardSelector), and
-// sharding writes nothing to any object. Elsewhere, or with ByLabel, each
-// object carries a label (shard.ctrl.dev/<Ring>) with its part of the
-// space, written once by the replica that serves it, and caches select on
-// that. The mode is the whole ring's, decided at the start, logged, and
-// shown in /readyz and ctrl_shard_mode.
-//
-// Guarantees, for each sharded controller:
-//   - One owner: no two replicas reconcile an object at once, nor run its
-//     OnDelete or OnFinalize. A replica serves a part of the space only
-//     after claiming it in its Lease and reading, with a quorum read, that
-//     no live replica claims it; it gives a part up only after no
-//     reconcile of its objects runs any more (they are canceled at once),
-//     and then publishes that. A replica whose membership ended (see
-//     RenewDeadline) may still be running a reconcile that ignores its
-//     canceled context, but every write it makes through ctrl's clients
-//     fails with [ErrLeadershipLost], and its share is taken only
-//     LeaseDuration after its last renewal began.
-//   - A move is neither a deletion nor a selector exit: the replica that
-//     gives an object up calls neither OnDelete nor OnFinalize, and leaves
-//     its finalizer for the next owner; moves pass every update filter,
-//     since the next owner lists the objects it takes.
-//   - No orphans: the share of a replica that stops cleanly is taken as
-//     soon as it has stopped (its Lease is deleted); that of one that died,
-//     once its Lease expires, LeaseDuration after its last renewal began,
-//     however long ago the others started; then its objects are listed and
-//     reconciled by their new owners.
-//   - No stop-the-world: a replica that joins takes its share as the
-//     others give it up; the rest of the objects are not disturbed.
-//
-// The clocks of the replicas must agree to within LeaseDuration -
-// RenewDeadline: a replica judges another's Lease expired from the
-// renewTime written by the other's clock (see [LeaderElection]).
+// Objects are placed by the FNV-1a hash of their UID, or namespace with
+// ByNamespace. Where the server offers ShardedListAndWatch (alpha since
+// 1.36) replicas list and watch their share only and write nothing;
+// elsewhere, or with ByLabel, objects carry a label shard.ctrl.dev/<Ring>
+// that caches select on. The ring's mode is decided at start, logged, and
+// shown in /readyz and ctrl_shard_mode. The replicas' clocks must agree to
+// within LeaseDuration - RenewDeadline.
 type Sharding struct {
 	// Ring names the ring: the replicas of one program that share its
 	// objects. Their Leases are named <Ring>.<identity> and labeled
@@ -73,42 +40,33 @@ type Sharding struct {
 	// Namespace of the Leases. Default: Options.Namespace, or "default".
 	Namespace string
 	// Identity of this replica: a DNS label, unique among the replicas
-	// running at once; see [Manager.Identity] and [IdentityFrom]. Default:
+	// running at once; see [Manager.Identity] and [Request]. Default:
 	// the host name, cut to fit, and a random suffix.
 	Identity string
-	// ByNamespace places objects by their namespace instead of their UID:
-	// every object of a namespace is served by one replica, and the caches
-	// a sharded controller owns ([Owns]) hold the objects of this
-	// replica's namespaces only, where the API server can select by hash.
-	// It needs list and watch on namespaces, whose names are shared out
-	// one by one. Default: by UID.
+	// ByNamespace places objects by namespace instead of UID: one replica
+	// serves all of a namespace, and caches a sharded controller [Owns] hold
+	// only its namespaces' objects where the server selects by hash. It needs
+	// list and watch on namespaces. Default: by UID.
 	ByNamespace bool
-	// ByLabel selects each replica's objects by the shard label even where
-	// the API server could select them by hash: for clusters where
-	// ShardedListAndWatch, alpha, is not trusted, or not on in every API
-	// server (the mode is decided once, from one answer). Default: by hash
-	// where the server offers it.
+	// ByLabel selects by label even where the server could by hash (the mode is
+	// decided from one server's answer). Default: by hash where offered.
 	ByLabel bool
 	// LeaseDuration is how long the others wait, after a replica last
 	// renewed its Lease, before taking its share. Default: 15 s, or 1.5
 	// times RenewDeadline if only that is set.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long a replica may act after the start of its
-	// last successful renewal: past it, it stops reconciling (its
-	// reconciles are canceled and its writes through ctrl's clients fail)
-	// and Start returns an error wrapping [ErrLeadershipLost]. Default:
-	// two thirds of LeaseDuration (10 s).
+	// RenewDeadline is how long a replica may act after the start of its last
+	// successful renewal; past it, it is fenced as a lost leader is (see the
+	// One leader guarantee) and Start returns an error wrapping
+	// [ErrLeadershipLost]. Default: two thirds of LeaseDuration (10 s).
 	RenewDeadline time.Duration
-	// RetryPeriod is how often Leases are renewed, and how often a replica
-	// looks at the ring when nothing changed; it also looks when another
-	// member's Lease is due to expire. Default: two fifteenths of
-	// LeaseDuration (2 s).
+	// RetryPeriod is how often Leases are renewed and the ring is looked at
+	// (also when another member's Lease is due to expire). Default: two
+	// fifteenths of LeaseDuration (2 s).
 	RetryPeriod time.Duration
 }
 
-// newSharding makes this replica's membership of the ring opts.Sharding
-// names (internal/shard), and the caches it reads: the ring's Leases, and
-// with ByNamespace the namespaces, metadata only.
+// newSharding joins the ring and caches its Leases (and namespaces), metadata only.
 func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 	sh := opts.Sharding
 	if opts.LeaderElection.Name != "" {
@@ -186,7 +144,6 @@ func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 	return member, nil
 }
 
-// cmpOr returns the first of values that is not "".
 func cmpOr(values ...string) string {
 	for _, v := range values {
 		if v != "" {
@@ -196,14 +153,11 @@ func cmpOr(values ...string) string {
 	return ""
 }
 
-// trimToName keeps what the ring reads of a namespace: its name.
 func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
 }
 
-// shareOf asks the manager's policy for the share of a cache of b's type
-// in scope sc, that *made is (once made): a controller's own objects, or,
-// with related, objects a controller owns.
+// shareOf asks the policy for a cache's share (related: of owned objects).
 func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope, made **Cache[T]) (act.Share, error) {
 	t := act.Type{Name: b.Info.String(), Namespaced: b.Namespaced, Related: related}
 	if !related {
@@ -230,8 +184,7 @@ func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope
 	return s, nil
 }
 
-// labeler watches the objects of a cache that carry no shard label yet,
-// metadata only, in the cache's scope, and follows its namespaces.
+// labeler watches, metadata only, the cache's objects that carry no shard label yet.
 type labeler[T Object] struct {
 	c     *Cache[T]
 	cache *Cache[*metav1.PartialObjectMetadata]
@@ -261,7 +214,6 @@ func newLabeler[T Object](m *Manager, c *Cache[T], req labels.Requirement, poke 
 	return l, nil
 }
 
-// trimForLabeler keeps what the labeler reads of an object.
 func trimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
@@ -288,8 +240,7 @@ func (l *labeler[T]) Release() {
 	l.c.mgr.unuse(l.cache)
 }
 
-// The labeler is a handler of the cache it labels for: it hears nothing
-// of its changes, and follows its namespaces.
+// The labeler hears none of its cache's changes; it follows its namespaces.
 func (l *labeler[T]) changed(event[T])  {}
 func (l *labeler[T]) listed([]event[T]) {}
 func (l *labeler[T]) rescoped(namespaces []string) {
@@ -302,7 +253,6 @@ func (l *labeler[T]) rescoped(namespaces []string) {
 	l.poke()
 }
 
-// poker is a handler that wakes the ring's loop on every change.
 type poker[T Object] func()
 
 func (p poker[T]) changed(event[T])  { p() }

@@ -7,15 +7,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// A feed is the store its reflector writes to: it applies each change to
-// the cache's items and indexes under the lock, then dispatches it to the
-// handlers outside the lock, on the reflector's goroutine. There is no
-// intermediate queue: the handlers only compute keys and add them to work
-// queues.
+// A feed is its reflector's store: changes apply under the lock, then go
+// to the handlers on the reflector's goroutine, with no queue between.
 
-// Transformer lets the reflector prepare the objects of a streamed initial
-// list as they arrive, before Replace, so that a projection's full objects
-// and stripped managedFields never accumulate.
+// Transformer prepares a streamed list's objects as they arrive, so full objects
+// and managedFields never accumulate.
 func (f *feed[T]) Transformer() cache.TransformFunc {
 	c := f.c
 	c.mu.RLock()
@@ -32,15 +28,11 @@ func (f *feed[T]) Transformer() cache.TransformFunc {
 	}
 }
 
-// prepare turns what the reflector hands over into the object to store:
-// projected, if the server sends another type, given its apiVersion and
-// kind, then transformed. An object may be prepared twice (a streamed
-// list's are), which projections and transforms must allow.
+// prepare projects, stamps and transforms; an object may be prepared twice.
 func (f *feed[T]) prepare(obj any) (T, error) {
 	t, ok := obj.(T)
 	if ok && f.c.transform != nil && f.b.Fake() {
-		// A fake may hand one object to the watches of several caches of
-		// its resource: a transform in place must work on a copy.
+		// A fake shares one object among several caches' watches.
 		t = t.DeepCopyObject().(T)
 	}
 	if !ok && f.b.Project != nil {
@@ -99,11 +91,8 @@ func (f *feed[T]) Update(obj any) error {
 	return nil
 }
 
-// Delete removes an object. The API server also sends a deletion for an
-// object that stopped matching the cache's selector, and in both cases the
-// object it sends is the last state that matched: in a selective cache a
-// deletion is only a removal, which the controller tells apart by reading
-// the server (see Controller.bury).
+// Delete removes an object. In a selective cache it may have only left the
+// selector; the controller tells them apart (Controller.bury).
 func (f *feed[T]) Delete(obj any) error {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -125,7 +114,6 @@ func (f *feed[T]) Delete(obj any) error {
 	return nil
 }
 
-// remove deletes a prepared object and dispatches its removal.
 func (f *feed[T]) remove(t T, kind eventKind) {
 	c := f.c
 	c.dispatch.Lock()
@@ -142,8 +130,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 			idx.remove(key, old)
 		}
 	}
-	// A removal of any kind settles a wait for the object's removal: the
-	// cache no longer holds it.
+	// Any removal settles a wait for the object's removal.
 	c.observe(key, t, kind != deleted && !c.expect[key].gone, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
@@ -153,10 +140,8 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	}
 }
 
-// drop removes the cached objects whose keys match, as removals of kind,
-// and dispatches them: removals that no watch reports, because the cache
-// stops watching where the objects are (kind forgotten) or their resource
-// went away with its CustomResourceDefinition (deleted).
+// drop removes and dispatches the cached objects whose keys match, as
+// removals of kind: those no watch reports (forgotten, or CRD deleted).
 func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -189,10 +174,8 @@ func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	}
 }
 
-// Replace installs a complete list of the feed's namespace: the first one,
-// or a relist after the watch was lost. Objects whose resourceVersion did
-// not change produce no event; objects missing from the list are removed
-// with their last known state.
+// Replace installs a complete list of the feed's namespace. Unchanged
+// objects produce no event; missing ones are removed in their last state.
 func (f *feed[T]) Replace(list []any, rv string) error {
 	c := f.c
 	c.dispatch.Lock()
@@ -285,12 +268,9 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 func (f *feed[T]) Resync() error { return nil }
 
 // Bookmark and UpdateResourceVersion record how far the watch has seen, so
-// that a write the cache will never see (it is outside the selector) is not
-// waited for past this point.
-//
-// A bookmark, which the server sends about once a minute, also settles the
-// expectations the feed has passed: so that they do not wait for a
-// WaitIdle to drop them, in a program that never calls it.
+// writes it will never see are not waited for past it. A bookmark (about
+// once a minute) also settles passed expectations, for programs that never
+// call WaitIdle.
 func (f *feed[T]) Bookmark(rv string) error {
 	f.UpdateResourceVersion(rv)
 	f.c.mu.Lock()
@@ -299,8 +279,6 @@ func (f *feed[T]) Bookmark(rv string) error {
 	return nil
 }
 
-// serves reports whether this replica holds obj: always, unless the cache
-// holds a share of its objects.
 func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }
 
 func (f *feed[T]) UpdateResourceVersion(rv string) {

@@ -19,25 +19,16 @@ import (
 	"github.com/typedctrl/ctrl/internal/webhook"
 )
 
-// Validator holds the functions of a validating admission webhook for
-// objects of T; register it with [Validate]. Each function admits the
-// object by returning nil and denies it by returning an error:
+// Validator holds the functions of a validating admission webhook for T
+// ([Validate]). nil admits; an API status error (apierrors.NewInvalid...)
+// passes as it is; a *field.Error or field.ErrorList's ToAggregate()
+// becomes 422 Invalid, one cause per field; any other error, 403 Forbidden.
 //
-//   - an API status error, such as one from apierrors.NewInvalid or
-//     apierrors.NewForbidden, is passed on as it is: its code, reason and
-//     causes;
-//   - field errors, a *field.Error or the ToAggregate() of a
-//     field.ErrorList, become 422 Invalid with one cause per field, which
-//     kubectl lists under the object's name;
-//   - any other error becomes 403 Forbidden with its message.
-//
-// A nil function admits its operation without a call, and the webhook's
-// configuration leaves that operation out. Each call gets objects decoded
-// from the request for it alone. Calls may run concurrently. ctx ends at the
-// request's timeout; a function still running then is left to finish on its
-// own and the request is denied, as it is when the function panics. ctx
-// carries the manager's logger with the request's uid and the webhook's
-// path (logr.FromContext). Call [AdmissionWarning] to add warnings to the answer.
+// A nil function admits without a call and is left out of the
+// configuration. Calls may run concurrently, each with its own objects.
+// ctx ends at the request's timeout (see the Answered guarantee) and
+// carries the logger with the request's uid and path. [AdmissionWarning]
+// adds warnings.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -47,47 +38,35 @@ type Validator[T Object] struct {
 	Delete func(ctx context.Context, obj T) error
 }
 
-// Validate registers v as the validating admission webhook of T, served at
-// /validate-<group with dashes>-<version>-<kind>, as controller-runtime
-// names it ("/validate-example-com-v1-widget"), unless [WebhookOptions]
-// choose another path or name. T is a built-in type or one registered with
-// [Register]. It returns an error if T has a validating webhook already,
-// if no function of v is set, if the path or name is taken or invalid, if
-// more than one WebhookOptions is given, or, wrapping [ErrStarted], if the
-// manager has started. The webhooks are served on Options.WebhookAddress;
-// [Manager.WebhookConfigurations] tells the API server to call them.
+// Validate registers v as the validating webhook of T (built-in or
+// [Register]ed), at /validate-<group with dashes>-<version>-<kind> as
+// controller-runtime names it, unless [WebhookOptions] say otherwise. It
+// returns an error if T has one, v sets no function, the path or name is
+// taken or invalid, more than one WebhookOptions is given, or, wrapping
+// [ErrStarted], the manager started.
 func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) error {
 	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete}, opts)
 }
 
-// WebhookOptions choose where an admission webhook ([Validate], [Default])
-// is served and what its configuration calls it, so that a program whose
-// webhook manifests exist, such as a kubebuilder project's, keeps their
-// paths and names. The zero value means the defaults.
+// WebhookOptions choose an admission webhook's path and configuration name,
+// such as an existing kubebuilder project's. The zero value means the
+// defaults.
 type WebhookOptions struct {
-	// Path is the URL path the webhook is served at, such as
-	// "/validate-example-com-v1-widget". Default:
+	// Path is the URL path of the webhook. Default:
 	// /validate-<group with dashes>-<version>-<kind> for [Validate],
-	// /mutate-... for [Default], as controller-runtime and kubebuilder
-	// name them.
+	// /mutate-... for [Default], as kubebuilder names them.
 	Path string
-	// Name is the webhook's name in its ValidatingWebhookConfiguration or
-	// MutatingWebhookConfiguration: a DNS subdomain of three segments at
-	// least, such as kubebuilder's "vwidget.kb.io", unique among the
-	// webhooks of its configuration. Default:
+	// Name is the webhook's name in its configuration: a DNS subdomain of at
+	// least three segments, such as "vwidget.kb.io", unique in it. Default:
 	// "<version>.<resource>.<group>", such as "v1.widgets.example.com".
 	Name string
 }
 
-// Default registers f as the defaulting (mutating) admission webhook of T,
-// served at /mutate-<group with dashes>-<version>-<kind>. f is called on
-// creates and updates with the object to store, and changes it in place;
-// ctrl sends the API server a JSON patch of the changes, and leaves alone the
-// fields T does not know. An error from f denies the request, as for a
-// [Validator]. [WebhookOptions] may choose its path and name. It returns an
-// error if T has a defaulting webhook already, if f is nil, if the path or
-// name is taken or invalid, or, wrapping [ErrStarted], if the manager has
-// started.
+// Default registers f as the defaulting (mutating) webhook of T, at
+// /mutate-<group with dashes>-<version>-<kind>, called on creates and
+// updates to change the object in place; the API server gets a JSON patch,
+// which leaves fields T does not know alone. Errors deny as for a
+// [Validator]. It returns errors as [Validate] does.
 func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
 		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
@@ -112,25 +91,16 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], op
 }
 
 // Convert registers the conversion between A and B, two versions of one
-// custom resource, each registered with [Register] with the same group,
-// resource and kind. toB converts an A into a B, toA a B into an A; each
-// gets a new destination that already carries a copy of the source's
-// metadata and fills in the rest. A field that exists in only one version
-// is usually kept in an annotation of the other, so that a round trip loses
-// nothing. ctx ends at the request's timeout and carries the manager's
-// logger with the request's uid and the webhook's path
-// (logr.FromContext); calls may run concurrently.
-//
-// The conversion webhook is served at /convert. For three versions or
-// more, register each with a hub version: a conversion between two spokes
-// goes through the hub, along the shortest chain of registered pairs. A
-// conversion that changes the name, namespace or uid fails. The API server
-// calls the webhook once the CustomResourceDefinition's spec.conversion
-// says so: see [Manager.WebhookConfigurations].
-//
+// custom resource registered with [Register] with the same group, resource
+// and kind. toB and toA fill in a destination that carries a copy of the
+// source's metadata; ctx ends at the request's timeout and carries the
+// logger; calls may run concurrently. Served at /convert; with three
+// versions or more, spokes convert through a hub along the shortest chain
+// of registered pairs. A conversion that changes name, namespace or uid
+// fails. See [Manager.WebhookConfigurations] for the CRD's spec.conversion.
 // It returns an error if A and B are not two versions of one custom
-// resource, if a function is nil, if the pair is registered already, or,
-// wrapping [ErrStarted], if the manager has started.
+// resource, a function is nil, the pair is registered, or, wrapping
+// [ErrStarted], the manager started.
 func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
@@ -143,20 +113,16 @@ func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B
 	return m.addWebhook("Convert", func(s *webhook.Server) error { return webhook.AddConversion(s, a, b, toB, toA) })
 }
 
-// AdmissionWarning adds msg to the warnings of the admission request that
-// ctx belongs to: kubectl prints them, and client-go logs them. Call it
-// from a [Validator]'s function or a [Default] function. Anywhere else,
-// such as in a reconcile, there is no request to answer: msg goes to the
-// context's logger (logr.FromContext) instead, at V(1). Keep messages
-// short: the API server truncates long ones.
+// AdmissionWarning adds msg to the warnings of the admission request of ctx
+// (kubectl prints them), from a [Validator] or [Default] function.
+// Elsewhere it logs msg to ctx's logger at V(1). The API server truncates
+// long messages.
 func AdmissionWarning(ctx context.Context, msg string) {
 	if !webhook.Warn(ctx, msg) {
 		logr.FromContextOrDiscard(ctx).V(1).Info("AdmissionWarning outside an admission request", "warning", msg)
 	}
 }
 
-// webhooks is the manager's webhook server, made on first use. The zero
-// value is ready.
 type webhooks struct {
 	once   sync.Once
 	server *webhook.Server
@@ -164,8 +130,6 @@ type webhooks struct {
 	handed atomic.Bool // WebhookHandler was called: the program serves them
 }
 
-// webhookServer returns the manager's webhook server, registering its
-// metrics on first use.
 func (m *Manager) webhookServer() (*webhook.Server, error) {
 	m.webhooks.once.Do(func() {
 		reg := m.opts.Registerer
@@ -182,7 +146,6 @@ func (m *Manager) webhookServer() (*webhook.Server, error) {
 	return m.webhooks.server, m.webhooks.err
 }
 
-// addWebhook registers a webhook through add unless the manager started.
 func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -199,14 +162,11 @@ func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error
 	return nil
 }
 
-// WebhookHandler returns the handler of the manager's webhooks, the one
-// Start serves on Options.WebhookAddress: for tests that serve it with
-// net/http/httptest, or programs that serve it themselves. It routes by
-// path, takes only POST requests of application/json, answers a review it
-// cannot read with 400 and a message, and never panics. It is safe for
-// concurrent use, and webhooks registered later are served too. A call
-// tells Start that the program serves the webhooks: without it, a manager
-// with webhooks and no Options.WebhookAddress fails to start.
+// WebhookHandler returns the handler Start serves on
+// Options.WebhookAddress, for tests or programs that serve it themselves.
+// It routes by path, takes only POSTs of application/json, is safe for
+// concurrent use, and serves webhooks registered later. Calling it tells
+// Start the webhooks are served, so Options.WebhookAddress may be unset.
 func (m *Manager) WebhookHandler() http.Handler {
 	m.webhooks.handed.Store(true)
 	s, err := m.webhookServer()
@@ -218,9 +178,7 @@ func (m *Manager) WebhookHandler() http.Handler {
 	return s
 }
 
-// webhookEndpoint returns how Start serves the webhooks; no address when
-// they are off. Webhooks that nothing would serve fail Start: the API
-// server would fail every request they are configured for.
+// webhookEndpoint fails Start for webhooks nothing serves: every request would fail.
 func (m *Manager) webhookEndpoint() (serve.Webhook, error) {
 	if m.opts.WebhookAddress == "" {
 		if s := m.webhooks.server; s != nil && !s.Empty() && !m.webhooks.handed.Load() {
@@ -243,44 +201,36 @@ func webhookCertDir(opts Options) string {
 	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 }
 
-// WebhookTarget says where the API server reaches the manager's webhook
-// server: a URL, for tests and servers outside the cluster, or a Service.
-// Set one of them.
+// WebhookTarget says where the API server reaches the webhook server: set
+// a URL (tests, servers outside the cluster) or a Service.
 type WebhookTarget struct {
 	// URL is the webhook server's base URL, such as
 	// "https://127.0.0.1:9443"; each webhook's path is appended.
 	URL string
-	// Service is the Service in front of the webhook server; each
-	// webhook's path is set on a copy. Its port defaults to 443.
+	// Service fronts the webhook server; each webhook's path is set on a copy.
+	// Its port defaults to 443.
 	Service *admissionregistrationv1.ServiceReference
-	// CABundle holds the PEM certificates that verify the webhook server's
-	// certificate, such as the one [WriteWebhookCerts] returns. cert-manager's
-	// CA injector can fill it in instead. Default: the API server's system
-	// trust roots.
+	// CABundle holds the PEM certificates that verify the server, such as
+	// [WriteWebhookCerts] returns (or cert-manager injects). Default: the API
+	// server's system trust roots.
 	CABundle []byte
 }
 
-// WebhookConfigurations are the API objects that make the API server call
-// the manager's webhooks. Create or apply them with any client; they
-// marshal to the JSON and YAML kubectl takes.
+// WebhookConfigurations make the API server call the manager's webhooks.
+// Apply them with any client; they marshal to what kubectl takes.
 type WebhookConfigurations struct {
-	// Validating has a webhook per type registered with [Validate], or is
-	// nil if there is none.
+	// Validating has a webhook per [Validate]d type, or is nil.
 	Validating *admissionregistrationv1.ValidatingWebhookConfiguration
-	// Mutating has a webhook per type registered with [Default], or is nil
-	// if there is none.
+	// Mutating has a webhook per [Default]ed type, or is nil.
 	Mutating *admissionregistrationv1.MutatingWebhookConfiguration
-	// Conversions holds, by CustomResourceDefinition name
-	// ("widgets.example.com"), the spec.conversion to set on each custom
-	// resource with conversions registered with [Convert].
+	// Conversions holds, by CRD name ("widgets.example.com"), the
+	// spec.conversion of each resource with [Convert]ed versions.
 	Conversions map[string]CRDConversion
 }
 
-// CRDConversion is the spec.conversion of a CustomResourceDefinition,
-// apiextensions.k8s.io/v1 CustomResourceConversion, declared here with
-// upstream's JSON names so that ctrl does not depend on the apiextensions
-// module. Marshal it into a patch of the CRD, such as
-// {"spec":{"conversion": ...}}.
+// CRDConversion is apiextensions.k8s.io/v1 CustomResourceConversion with
+// upstream's JSON names (ctrl does not depend on apiextensions): marshal it
+// into a patch such as {"spec":{"conversion": ...}}.
 type CRDConversion struct {
 	// Strategy is "Webhook".
 	Strategy string `json:"strategy"`
@@ -290,25 +240,17 @@ type CRDConversion struct {
 
 // CRDConversionWebhook is apiextensions.k8s.io/v1 WebhookConversion.
 type CRDConversionWebhook struct {
-	// ClientConfig is where the webhook is; apiextensions' type of the
-	// same name has the same fields and JSON.
+	// ClientConfig is where the webhook is (apiextensions' fields and JSON).
 	ClientConfig *admissionregistrationv1.WebhookClientConfig `json:"clientConfig,omitempty"`
-	// ConversionReviewVersions are the ConversionReview versions the
-	// webhook understands: "v1".
+	// ConversionReviewVersions are the versions the webhook understands: "v1".
 	ConversionReviewVersions []string `json:"conversionReviewVersions"`
 }
 
-// WebhookConfigurations returns the configurations of the webhooks
-// registered so far, named name (for the validating and mutating
-// configuration objects) and pointing at target. Each webhook fails closed
-// (failurePolicy Fail), has no side effects, a timeout of 10 seconds,
-// matches equivalent versions of its resource (so an object sent in another
-// version of a converted resource is converted first), and, if the manager
-// has an Options.Namespace, matches only objects of that namespace. Each
-// webhook has the name and path [WebhookOptions] gave it. The objects are
-// plain API objects: to keep the names of existing manifests, such as
-// kubebuilder's separate validating and mutating configurations, rename
-// either (configs.Mutating.Name = "...") before applying it.
+// WebhookConfigurations returns the configurations of the webhooks so far,
+// named name, pointing at target: each fails closed, has no side effects,
+// a 10 s timeout, matches equivalent versions (converted first) and only
+// Options.Namespace if set, with its [WebhookOptions] name and path.
+// Rename an object (configs.Mutating.Name) to keep existing names.
 func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (WebhookConfigurations, error) {
 	var out WebhookConfigurations
 	if (target.URL == "") == (target.Service == nil) {
@@ -331,14 +273,11 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	return out, nil
 }
 
-// WriteWebhookCerts makes a new certificate authority and a serving
-// certificate it signs, valid for a year for 127.0.0.1, ::1, localhost and
-// dnsNames, and writes them to dir (created if needed) as tls.crt, tls.key
-// and ca.crt, where Options.WebhookCertDir finds them. It returns the CA
-// certificate in PEM: the CABundle of a [WebhookTarget]. Each file is
-// replaced with a rename, so a running manager never reads a partial one
-// and serves the new pair from its next TLS handshake. For development and
-// tests; in a cluster, cert-manager issues the certificate.
+// WriteWebhookCerts writes a new CA and a serving certificate valid a year
+// for 127.0.0.1, ::1, localhost and dnsNames to dir (created if needed) as
+// tls.crt, tls.key and ca.crt for Options.WebhookCertDir, each by rename,
+// and returns the CA in PEM for [WebhookTarget].CABundle. For development
+// and tests.
 func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
 	ca, cert, key, err := webhook.SelfSigned(dnsNames...)
 	if err != nil {

@@ -16,15 +16,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// A Client's writes: each goes to the API server through write, which
-// fences it with the reconcile's leadership, tags an unreachable server,
-// and records what the caches of T must observe before WaitIdle is idle.
-
-// write performs a write to key in its cluster, tracked by every cache of
-// T that holds that cluster's objects. ctx is the request's. Every write
-// of a Client comes here: one whose context carries a leadership that has
-// ended (a reconcile's, on a replica past its deadline) fails without a
-// request.
+// write fences every Client write with the reconcile's leadership, tags an
+// unreachable server, and has the caches of T track it for WaitIdle.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	if err := leader.Check(ctx); err != nil {
 		return binding.New[T](), err
@@ -54,8 +47,7 @@ func (c *Client[T]) checkNil(verb string, obj T) error {
 	return nil
 }
 
-// checkObject rejects what the server would answer confusingly: nil, and a
-// namespaced object without a namespace (a request for every namespace).
+// checkObject rejects nil, and a namespaced object without a namespace.
 func (c *Client[T]) checkObject(verb string, obj T) error {
 	if err := c.checkNil(verb, obj); err != nil {
 		return err
@@ -66,9 +58,8 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 	return nil
 }
 
-// checkKey rejects a key without a namespace for a namespaced resource:
-// the request would go to the cluster-scoped URL and come back NotFound,
-// which reads like success after a Delete.
+// checkKey rejects a key without a namespace for a namespaced resource: it
+// would come back NotFound, which reads like success after a Delete.
 func (c *Client[T]) checkKey(verb string, key Key) error {
 	if c.b.Namespaced && key.Namespace == "" {
 		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
@@ -76,17 +67,12 @@ func (c *Client[T]) checkKey(verb string, key Key) error {
 	return nil
 }
 
-// Create creates obj and returns the object the server stored.
-//
-// A create whose reply is lost (the connection died after the request was
-// sent) may have happened. So that a later Create of the same name through
-// this manager can tell, a create of a named object stamps it with the
-// annotation ctrl.dev/create-id, a random value of that request alone: if
-// the later Create finds the object carrying the value of the lost
-// attempt, it returns that object instead of an AlreadyExists error. An
-// object of the same name that anyone else created, this program's other
-// replicas included, is still AlreadyExists. A create with generateName
-// cannot be recognized so, and may create twice.
+// Create creates obj and returns the object the server stored. A create of
+// a named object carries the annotation ctrl.dev/create-id, unique to the
+// request: if its reply was lost and a later Create through this manager
+// finds the object with that value, it returns the object instead of
+// AlreadyExists. Objects anyone else created (other replicas included) are
+// still AlreadyExists; a create with generateName may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
@@ -114,10 +100,10 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	return out, c.wrap("create", key, err)
 }
 
-// Update replaces obj. The resourceVersion of obj is a precondition: if the
+// Update replaces obj, with obj's resourceVersion as a precondition: if the
 // object changed since it was read, the error is a conflict
-// (apierrors.IsConflict), and the usual answer is to return it from
-// reconcile, which retries with the latest object.
+// (apierrors.IsConflict); return it from reconcile to retry (the Fresh
+// guarantee).
 func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update", obj); err != nil {
 		return obj, err
@@ -129,10 +115,10 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	return out, c.wrap("update", key, err)
 }
 
-// UpdateStatus replaces the status of obj through the status subresource:
-// the server ignores every other change in obj. Like Update, it fails with a
-// conflict if the object changed since it was read. It returns an error if
-// the resource has no status subresource (see APIResource.Status).
+// UpdateStatus replaces obj's status through the status subresource (the
+// server ignores other changes), failing with a conflict as Update does. It
+// returns an error if the resource has no status subresource
+// (APIResource.Status).
 func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update status of", obj); err != nil {
 		return obj, err
@@ -197,13 +183,12 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	return out, c.wrap(verb, key, err)
 }
 
-// PatchFrom writes the changes that turned old into obj, as a JSON merge
-// patch (controller-runtime's client.MergeFrom with its optimistic lock):
-// the patch carries old's resourceVersion, so if the object changed since
-// old was read the error is a conflict, and no concurrent change is
-// overwritten. Lists are replaced whole, as merge patches do. Status
-// changes are ignored by the server for resources with a status
-// subresource. With nothing changed it makes no request and returns obj.
+// PatchFrom writes the changes that turned old into obj as a JSON merge
+// patch carrying old's resourceVersion (controller-runtime's MergeFrom with
+// optimistic lock): a change since old was read is a conflict, never
+// overwritten. Lists are replaced whole; status changes are ignored where
+// there is a status subresource. With nothing changed it makes no request
+// and returns obj.
 func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
 		return obj, err
@@ -234,11 +219,9 @@ type ApplyParams struct {
 	Status bool
 }
 
-// Apply applies obj with server-side apply: the field manager comes to own
-// exactly the fields set in obj, and the server merges them into the
-// object, creating it if needed. Build obj with only the fields you mean to
-// own: every field that is set, even to its zero value when the Go type does
-// not omit it, is claimed.
+// Apply applies obj with server-side apply, creating it if needed: the
+// field manager comes to own exactly the fields set in obj, even to zero
+// values the Go type does not omit. Set only the fields you mean to own.
 func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, error) {
 	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
@@ -269,10 +252,9 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, erro
 }
 
 // Delete deletes the object with key. opts, at most one, carries
-// preconditions (UID, resourceVersion) and the propagation policy; none is
-// the server's default. An object with finalizers is only marked for
-// deletion until they are removed: Delete returns nil then, and the object
-// is still there.
+// preconditions and the propagation policy. An object with finalizers is
+// only marked for deletion: Delete returns nil and the object stays until
+// they are removed.
 func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOptions) error {
 	key = c.at(key)
 	if err := c.checkKey("delete", key); err != nil {
