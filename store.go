@@ -60,7 +60,7 @@ func (f *feed[T]) Update(obj any) error {
 		f.remove(t, left)
 		return nil
 	}
-	if !c.serves(t) { // another replica's: moved away, or a server that ignored the shard selector
+	if !c.serves(t) { // not this replica's: moved away, or a server that ignored the selection
 		f.remove(t, forgotten)
 		return nil
 	}
