@@ -53,7 +53,7 @@ func TestAwaitingForgottenOnRemoval(t *testing.T) {
 	east, west := Key{Namespace: "ns", Name: "a", Cluster: "east"}, Key{Namespace: "ns", Name: "a", Cluster: "west"}
 	for _, k := range []Key{east, west} {
 		c.cache.expect[k] = expectation{writes: 1} // a write not yet seen
-		if !c.awaitOwnWrite(k) {
+		if !c.awaitOwnWrite(k, &Causes{}) {
 			t.Fatalf("awaitOwnWrite(%s): got false, want true while the write is pending", k)
 		}
 	}

@@ -153,8 +153,9 @@ type Controller[T Object] struct {
 	tombstones map[Key]tombstone[T] // removed objects not yet handled
 	// awaiting holds the keys whose reconcile found a write of this
 	// program not yet in the cache: the update that brings it passes the
-	// update filters, whatever it changed. See awaitOwnWrite.
-	awaiting  map[Key]struct{}
+	// update filters, whatever it changed, and brings back the causes of
+	// the reconciles that waited. See awaitOwnWrite.
+	awaiting  map[Key]*Causes
 	nAwaiting atomic.Int32
 	// finalized holds the objects whose finalize succeeded and whose
 	// finalizer is still to be seen gone: a retry of the removal (after a

@@ -29,8 +29,12 @@ func (c *Controller[T]) changed(ev event[T]) {
 	case added:
 		cause.Reason = ReasonCreated
 	case updated:
-		if ev.obj.GetDeletionTimestamp() == nil && !c.awaited(ev.key) && !passes(c.updatePass, ev.old, ev.obj, c.log) {
+		held, waited := c.awaited(ev.key)
+		if ev.obj.GetDeletionTimestamp() == nil && !waited && !passes(c.updatePass, ev.old, ev.obj, c.log) {
 			return
+		}
+		if held != nil {
+			c.q.merge(ev.key, held) // the causes of the reconcile that waited
 		}
 		cause.Reason = ReasonUpdated
 	default:
@@ -62,37 +66,48 @@ func (c *Controller[T]) listed(evs []event[T]) {
 // filters say. So no reconcile acts on state older than this program's
 // own writes. The key is marked before the cache is asked, so that an
 // update arriving in between passes too.
-func (c *Controller[T]) awaitOwnWrite(key Key) bool {
+func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 	c.mu.Lock()
 	if c.awaiting == nil {
-		c.awaiting = map[Key]struct{}{}
+		c.awaiting = map[Key]*Causes{}
 	}
 	if _, ok := c.awaiting[key]; !ok {
-		c.awaiting[key] = struct{}{}
+		c.awaiting[key] = nil
 		c.nAwaiting.Add(1)
 	}
 	c.mu.Unlock()
-	if c.cache.pending(key) {
-		return true
-	}
-	c.awaited(key)
-	return false
-}
-
-// awaited reports whether key was marked by awaitOwnWrite, and clears the
-// mark.
-func (c *Controller[T]) awaited(key Key) bool {
-	if c.nAwaiting.Load() == 0 {
+	if !c.cache.pending(key) {
+		c.awaited(key)
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.awaiting[key]
+	held, ok := c.awaiting[key]
+	if !ok {
+		return false // the write arrived meanwhile, and queued the key again
+	}
+	if held == nil {
+		held = &Causes{}
+		c.awaiting[key] = held
+	}
+	held.merge(causes) // handed to the queue with the update that ends the wait
+	return true
+}
+
+// awaited reports whether key was marked by awaitOwnWrite, with the causes
+// of the reconciles that waited, and clears the mark.
+func (c *Controller[T]) awaited(key Key) (*Causes, bool) {
+	if c.nAwaiting.Load() == 0 {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held, ok := c.awaiting[key]
 	if ok {
 		delete(c.awaiting, key)
 		c.nAwaiting.Add(-1)
 	}
-	return ok
+	return held, ok
 }
 
 // forgetKey drops what the controller keeps for an object that left the

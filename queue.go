@@ -123,6 +123,13 @@ func (q *queue) causesLocked(key Key) *Causes {
 	return cs
 }
 
+// merge adds cs to the causes of key, for when it is next handed out.
+func (q *queue) merge(key Key, cs *Causes) {
+	q.mu.Lock()
+	q.causesLocked(key).merge(cs)
+	q.mu.Unlock()
+}
+
 func (q *queue) addBacklog(b batch) {
 	if len(b.keys) == 0 {
 		return

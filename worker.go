@@ -38,7 +38,7 @@ func (c *Controller[T]) work() {
 			// process was paused, before anything noticed): the key is
 			// dropped, since whoever leads next reconciles every object.
 			c.q.forget(key)
-		case c.awaitOwnWrite(key):
+		case c.awaitOwnWrite(key, item.causes):
 			// The cache does not show a write this program made to the
 			// object yet: a reconcile now would act on older state (and
 			// conflict, or repeat what it did). The update that brings
