@@ -77,7 +77,9 @@ func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 	}
 	c.mu.Unlock()
 	if !c.cache.pending(key) {
-		c.awaited(key)
+		if held, _ := c.awaited(key); held != nil {
+			causes.merge(held) // of an earlier wait that no update ended
+		}
 		return false
 	}
 	c.mu.Lock()
