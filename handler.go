@@ -63,10 +63,16 @@ func (c *Controller[T]) listed(evs []event[T]) {
 // awaitOwnWrite reports whether the cache does not show a write this
 // program made to key yet: the worker then does not reconcile the key,
 // and the update that brings the write queues it whatever the update
-// filters say. So no reconcile acts on state older than this program's
-// own writes. The key is marked before the cache is asked, so that an
-// update arriving in between passes too.
+// filters say, with causes. So no reconcile acts on state older than this
+// program's own writes. The cache is asked again once the key is marked,
+// so that an update arriving in between is not missed.
 func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
+	if !c.cache.pending(key) {
+		if held, _ := c.awaited(key); held != nil {
+			causes.merge(held) // of an earlier wait that no update ended
+		}
+		return false
+	}
 	c.mu.Lock()
 	if c.awaiting == nil {
 		c.awaiting = map[Key]*Causes{}
@@ -76,9 +82,9 @@ func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 		c.nAwaiting.Add(1)
 	}
 	c.mu.Unlock()
-	if !c.cache.pending(key) {
+	if !c.cache.pending(key) { // the write arrived meanwhile
 		if held, _ := c.awaited(key); held != nil {
-			causes.merge(held) // of an earlier wait that no update ended
+			causes.merge(held)
 		}
 		return false
 	}
