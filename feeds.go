@@ -97,13 +97,24 @@ func (c *Cache[T]) refeed(gone eventKind) {
 			continue
 		}
 		f := &feed[T]{c: c, b: b, key: k, view: view}
-		// A feed that takes over objects the cache holds lists from
-		// where the feed that held them was, never from "0".
+		// A feed that takes over objects the cache holds lists from the
+		// newest place the feeds that held them were (or, if one had not
+		// listed, with a consistent read), never from "0".
 		for _, old := range stopped {
-			if old.done != nil && old.key.cluster == k.cluster && (old.key.namespace == "" || old.key.namespace == k.namespace) {
-				c.mu.RLock()
-				f.resume, f.lastRV = true, old.lastRV
-				c.mu.RUnlock()
+			if old.done == nil || old.key.cluster != k.cluster ||
+				old.key.namespace != "" && k.namespace != "" && old.key.namespace != k.namespace {
+				continue
+			}
+			c.mu.RLock()
+			rv := old.lastRV
+			c.mu.RUnlock()
+			switch {
+			case !f.resume:
+				f.resume, f.lastRV = true, rv
+			case f.lastRV == "" || rv == "":
+				f.lastRV = ""
+			case newer(rv, f.lastRV):
+				f.lastRV = rv
 			}
 		}
 		next[k] = f
