@@ -120,7 +120,7 @@ func TestShardMoveIsNoRemoval(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("b"), LeaseDurationSeconds: new(int32(15)),
 			RenewTime: &now, AcquireTime: &now}}, metav1.CreateOptions{})
 	must(t, err)
-	want := shard.Assign(shard.BucketUnits(), []string{"a", "b"})
+	want := shard.Assign(shard.BucketUnits(), []string{"a", "b"}, map[string]shard.Set{"a": shard.All})
 	var moved []string
 	for _, o := range objs {
 		if want["b"].Contains(shard.Hash(string(o.UID))) {

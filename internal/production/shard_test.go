@@ -658,17 +658,50 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 	mode := ringLeases(t, cs, ns)["r1"].Annotations[shard.ModeAnnotation]
 	t.Logf("mode: %s", mode)
 
+	// claims maps each object to the replica among ids whose Lease claims it.
+	claims := func(ids ...string) map[string]string {
+		leases := ringLeases(t, cs, ns)
+		_, cms := ownersOf(t, cs, ns)
+		out := map[string]string{}
+		for _, id := range ids {
+			for _, name := range shareOf(leases[id], cms, byLabel) {
+				out[name] = id
+			}
+		}
+		return out
+	}
+	// stayed checks that no object moved between two replicas of ids from
+	// before to now: a join takes only from the others, a death gives only
+	// its own share.
+	stayed := func(before map[string]string, why string, ids ...string) {
+		t.Helper()
+		after := claims(ids...)
+		moved, to := 0, map[string]int{}
+		for name, id := range after {
+			if was, ok := before[name]; ok && was != id {
+				moved++
+			}
+			to[id]++
+		}
+		t.Logf("%s: shares %v, %d objects moved between replicas that stayed", why, to, moved)
+		if moved > 0 {
+			t.Errorf("%s: %d objects moved between replicas that stayed, want 0", why, moved)
+		}
+	}
+
 	// A death: the others reconcile its share within shardBound.
 	death := func(dead *shardChild, others ...*shardChild) {
 		t.Helper()
-		leases := ringLeases(t, cs, ns)
-		_, cms := ownersOf(t, cs, ns)
-		share := shareOf(leases[dead.id], cms, byLabel)
-		killed := dead.kill(t)
 		var ids []string
 		for _, o := range others {
 			ids = append(ids, o.id)
 		}
+		before := claims(ids...)
+		defer stayed(before, dead.id+" dying", ids...)
+		leases := ringLeases(t, cs, ns)
+		_, cms := ownersOf(t, cs, ns)
+		share := shareOf(leases[dead.id], cms, byLabel)
+		killed := dead.kill(t)
 		var last int64
 		eventually(t, shardBound+30*time.Second, fmt.Sprintf("%v reconcile %s's %d objects", ids, dead.id, len(share)), func() bool {
 			checkChildren(t)
@@ -698,6 +731,7 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 
 	// A join: the newcomer reconciles its share within shardBound of its
 	// joining (its Lease's creation).
+	before := claims("r1", "r2")
 	started := time.Now()
 	r4 := startShardChild(t, e, ns, "r4", kinds)
 	children = append(children, r4)
@@ -708,6 +742,7 @@ func testDeaths(t *testing.T, e *ctrltest.Env, byLabel bool, kinds string, n int
 	if took > shardBound {
 		t.Errorf("r4 took its share %s after joining, want within %s", took.Round(time.Millisecond), shardBound)
 	}
+	stayed(before, "r4 joining", "r1", "r2")
 
 	// A second death, after the first and the join.
 	death(r1, r2, r4)

@@ -44,7 +44,11 @@ func (s Set) Contains(p uint64) bool {
 }
 
 // Covers reports whether every point of sp is in s.
-func (s Set) Covers(sp Span) bool { return Set{sp}.Minus(s).Empty() }
+func (s Set) Covers(sp Span) bool {
+	// Spans never touch, so one of them holds all of sp or none does.
+	i, _ := slices.BinarySearchFunc(s, sp.First, func(x Span, p uint64) int { return cmp.Compare(x.Last, p) })
+	return i < len(s) && s[i].First <= sp.First && sp.Last <= s[i].Last
+}
 
 // Empty reports whether s holds no point.
 func (s Set) Empty() bool { return len(s) == 0 }
@@ -214,63 +218,130 @@ func UnitsServed(units []Span, serving Set) float64 {
 	return float64(n) / float64(len(units))
 }
 
-// Assign shares units, sorted and disjoint, among members: each unit goes
-// to the member that ranks highest for it by rendezvous hashing among
-// those that have not reached their fair share (the number of units over
-// the number of members, rounded down, or up for as many members as the
-// division leaves units over), so that shares differ by a unit at most and a member joining or leaving moves few units. Each member's
-// units, in order, become one span per run of consecutive units it holds,
-// from the first's start to the last's end: runs of buckets cover their
-// part of the space exactly; runs of namespaces also cover the gaps
-// between them, where no namespace is known yet. Every member with the
-// same units and members computes the same result.
-func Assign(units []Span, members []string) map[string]Set {
+// Assign shares units, sorted and disjoint, among members, moving as few
+// as it can from held, what each member claims now: shares differ by a unit
+// at most (the number of units over the number of members, rounded down,
+// or up for as many members as the division leaves units over: first those
+// that hold more than that, then by name), and
+//
+//   - a member keeps what it holds up to its share, the units it ranks
+//     highest for by rendezvous hashing when it holds more;
+//   - the units nobody keeps (a dead member's, those a member gave up, new
+//     ones) go each to the member that ranks highest for it among those
+//     short of their share, in unit order.
+//
+// So a member joining takes units only from the others, and a member
+// leaving gives its units only to the others: no unit moves between two
+// members that stay. With held empty this is rendezvous hashing capped at
+// the fair share. A unit that several members claim at once (a claim not
+// yet withdrawn) is kept by each; the claim protocol settles it.
+//
+// Each member's units, in order, become one span per run of consecutive
+// units it holds, from the first's start to the last's end: runs of buckets
+// cover their part of the space exactly; runs of namespaces also cover the
+// gaps between them, where no namespace is known yet. Every member with the
+// same units, members and claims computes the same result.
+func Assign(units []Span, members []string, held map[string]Set) map[string]Set {
 	out := make(map[string]Set, len(members))
 	if len(members) == 0 {
 		return out
 	}
-	// Each member gets fair units, and the first extra to reach it one more.
+	members = slices.Clone(members)
+	slices.Sort(members)
+	members = slices.Compact(members)
+	holds := make(map[string][]int, len(members)) // unit indices, in order
+	for _, m := range members {
+		if h := held[m]; !h.Empty() {
+			for i, u := range units {
+				if h.Covers(u) {
+					holds[m] = append(holds[m], i)
+				}
+			}
+		}
+	}
+	// The shares one unit larger go to members that hold more than the
+	// fair share, then to the others, each group by name. Nothing finer:
+	// an order by how much each holds would change as members give up and
+	// take units, and with it, in a member that read the others' claims a
+	// moment late, the share of one that stays.
 	fair, extra := len(units)/len(members), len(units)%len(members)
-	count := make(map[string]int, len(members))
-	full := 0 // members that reached fair+1
-	owner := make([]string, len(units))
-	var buf [8]byte
+	order := slices.Clone(members)
+	more := func(m string) int {
+		if len(holds[m]) > fair {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(more(b), more(a)) }) // then by name
+	target := make(map[string]int, len(members))
+	for i, m := range order {
+		target[m] = fair
+		if i < extra {
+			target[m]++
+		}
+	}
+	mine := make(map[string][]int, len(members))
+	kept := make([]bool, len(units))
+	for _, m := range members {
+		keep := holds[m]
+		if len(keep) > target[m] {
+			keep = slices.Clone(keep)
+			slices.SortFunc(keep, func(a, b int) int { return cmp.Compare(rank(m, units[b]), rank(m, units[a])) })
+			keep = keep[:target[m]]
+			slices.Sort(keep)
+		}
+		mine[m] = keep
+		for _, i := range keep {
+			kept[i] = true
+		}
+	}
 	for i, u := range units {
-		best, top := "", uint64(0)
+		if kept[i] {
+			continue
+		}
+		best, top, short := "", uint64(0), false
 		for _, m := range members {
-			if n := count[m]; n > fair || n == fair && full >= extra {
-				continue
-			}
-			h := fnv.New64a()
-			h.Write([]byte(m))
-			h.Write([]byte{0})
-			for k := range buf {
-				buf[k] = byte(u.First >> (8 * k))
-			}
-			h.Write(buf[:])
-			// FNV alone barely mixes names that differ in a character or
-			// two ("r1", "r2"): one member would rank first for most units.
-			if s := mix(h.Sum64()); best == "" || s > top || s == top && m < best {
-				best, top = m, s
+			s, under := rank(m, u), len(mine[m]) < target[m]
+			// Short members first; if claims counted twice left none short,
+			// the unit still goes somewhere.
+			if best == "" || under && !short || under == short && (s > top || s == top && m < best) {
+				best, top, short = m, s, under
 			}
 		}
-		owner[i] = best
-		if count[best]++; count[best] > fair {
-			full++
-		}
+		mine[best] = append(mine[best], i)
 	}
-	for i := 0; i < len(units); {
-		j := i
-		for j+1 < len(units) && owner[j+1] == owner[i] {
-			j++
+	for _, m := range members {
+		idx := mine[m]
+		slices.Sort(idx)
+		var s Set
+		for k := 0; k < len(idx); {
+			j := k
+			for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+				j++
+			}
+			s = append(s, Span{units[idx[k]].First, units[idx[j]].Last})
+			k = j + 1
 		}
-		out[owner[i]] = append(out[owner[i]], Span{units[i].First, units[j].Last})
-		i = j + 1
-	}
-	for m, s := range out {
-		out[m] = Set{}.Union(s)
+		if s != nil {
+			out[m] = Set{}.Union(s)
+		}
 	}
 	return out
+}
+
+// rank is how highly member m ranks for unit u in rendezvous hashing.
+func rank(m string, u Span) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(m))
+	h.Write([]byte{0})
+	var buf [8]byte
+	for k := range buf {
+		buf[k] = byte(u.First >> (8 * k))
+	}
+	h.Write(buf[:])
+	// FNV alone barely mixes names that differ in a character or two
+	// ("r1", "r2"): one member would rank first for most units.
+	return mix(h.Sum64())
 }
 
 // mix is MurmurHash3's 64-bit finalizer.

@@ -6,7 +6,9 @@
 // selectors place them. Each replica (a member of the ring) holds a
 // membership Lease, and publishes in it, in an annotation, the part of the
 // space it claims. Every member computes the same assignment of the space
-// to the live members ([Assign]) and moves towards its own share:
+// to the live members from what they claim ([Assign], which moves a part
+// only from a member that holds too much or is gone, to one that holds too
+// little) and moves towards its own share:
 //
 //   - It releases what it should no longer hold: it stops serving that
 //     part (no reconcile of its objects runs any more, its caches drop
@@ -129,20 +131,18 @@ func (r *Ring) Serving() Set { return r.serving }
 // should and nobody live claims. It reports whether the member holds and
 // serves exactly its share, and the live members it counted.
 func (r *Ring) Step(ctx context.Context) (settled bool, live []string, err error) {
-	leases := r.Leases()
-	live = []string{r.Identity}
-	var others Set // what live members claim
-	for _, l := range leases {
-		holder := ptr(l.Spec.HolderIdentity)
-		if l.Name == r.Lease || holder == "" || r.Observer.Expired(l) {
-			continue
+	want, live, others := r.share(r.Leases())
+	if !r.held.Minus(want).Empty() || !want.Minus(r.held).Minus(others).Empty() {
+		// The watched Leases may lag: a member whose renewals it has not
+		// seen yet looks dead, a claim given up looks held. Act on what a
+		// quorum read says, so that no part moves between members that
+		// stay because one read the ring late.
+		fresh, err := r.Fenced(ctx)
+		if err != nil {
+			return false, live, err
 		}
-		live = append(live, holder)
-		others = others.Union(Held(l))
+		want, live, others = r.share(fresh)
 	}
-	slices.Sort(live)
-	live = slices.Compact(live)
-	want := Assign(r.Units(), live)[r.Identity]
 
 	if extra := r.held.Minus(want); !extra.Empty() {
 		serving := r.serving.Intersect(want)
@@ -204,6 +204,25 @@ func (r *Ring) Step(ctx context.Context) (settled bool, live []string, err error
 		}
 	}
 	return r.held.Equal(want) && r.serving.Equal(want), live, nil
+}
+
+// share returns the member's share of the assignment to the live members
+// of leases, those members, and what the others claim.
+func (r *Ring) share(leases []*coordinationv1.Lease) (want Set, live []string, others Set) {
+	live = []string{r.Identity}
+	claims := map[string]Set{r.Identity: r.held}
+	for _, l := range leases {
+		holder := ptr(l.Spec.HolderIdentity)
+		if l.Name == r.Lease || holder == "" || r.Observer.Expired(l) {
+			continue
+		}
+		live = append(live, holder)
+		others = others.Union(Held(l))
+		claims[holder] = claims[holder].Union(Held(l))
+	}
+	slices.Sort(live)
+	live = slices.Compact(live)
+	return Assign(r.Units(), live, claims)[r.Identity], live, others
 }
 
 func ptr[T any](p *T) T {

@@ -3,8 +3,10 @@ package shard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +80,7 @@ func TestSetOps(t *testing.T) {
 // server's side (apimachinery's sharding.Selector, which the server's
 // parser builds), exactly the values whose Hash is in the set.
 func TestSelectorMatchesServer(t *testing.T) {
-	sets := []Set{All, {BucketSpan(0)}, {BucketSpan(3), BucketSpan(63)}, Assign(BucketUnits(), []string{"a", "b", "c"})["b"]}
+	sets := []Set{All, {BucketSpan(0)}, {BucketSpan(3), BucketSpan(63)}, Assign(BucketUnits(), []string{"a", "b", "c"}, nil)["b"]}
 	for _, s := range sets {
 		sel := serverSelector(t, s.Selector("object.metadata.uid"))
 		for i := range 2000 {
@@ -122,7 +124,7 @@ func TestAssign(t *testing.T) {
 		for i := range n {
 			members = append(members, fmt.Sprintf("r%d", i+1))
 		}
-		shares := Assign(BucketUnits(), members)
+		shares := Assign(BucketUnits(), members, nil)
 		var all Set
 		for _, m := range members {
 			s := shares[m]
@@ -139,16 +141,6 @@ func TestAssign(t *testing.T) {
 			t.Errorf("%d members: shares cover %v, want all", n, all)
 		}
 	}
-	// A member joining three moves about a quarter of the space, not all.
-	before := Assign(BucketUnits(), []string{"r1", "r2", "r3"})
-	after := Assign(BucketUnits(), []string{"r1", "r2", "r3", "r4"})
-	moved := 0.0
-	for _, m := range []string{"r1", "r2", "r3"} {
-		moved += before[m].Minus(after[m]).Fraction()
-	}
-	if moved > 0.4 {
-		t.Errorf("r4 joining moved %.2f of the space, want about 0.25", moved)
-	}
 	// Namespaces whose names differ in the last character share the
 	// top bits of their FNV hashes: their units are points, and runs of
 	// them cover the gaps between.
@@ -156,7 +148,7 @@ func TestAssign(t *testing.T) {
 	for i := range 30 {
 		nss = append(nss, fmt.Sprintf("team-%02d", i))
 	}
-	shares := Assign(PointUnits(nss), []string{"a", "b", "c"})
+	shares := Assign(PointUnits(nss), []string{"a", "b", "c"}, nil)
 	for _, m := range []string{"a", "b", "c"} {
 		n := 0
 		for _, ns := range nss {
@@ -168,8 +160,73 @@ func TestAssign(t *testing.T) {
 			t.Errorf("%s serves %d of 30 namespaces, want 10", m, n)
 		}
 	}
-	if len(Assign(BucketUnits(), nil)) != 0 {
+	if len(Assign(BucketUnits(), nil, nil)) != 0 {
 		t.Error("shares without members")
+	}
+}
+
+// TestAssignMoves: from any balanced assignment, a member joining takes
+// units only from the others, and a member leaving gives its units only to
+// the others; no unit moves between two members that stay, and shares still
+// differ by a unit at most.
+func TestAssignMoves(t *testing.T) {
+	var nss []string
+	for i := range 200 {
+		nss = append(nss, fmt.Sprintf("ns-%d", i))
+	}
+	for _, units := range [][]Span{BucketUnits(), PointUnits(nss)} {
+		// Start from one member and let members join one by one to 8, then
+		// leave one by one, each time from the assignment before.
+		held := Assign(units, []string{"r1"}, nil)
+		members := []string{"r1"}
+		step := func(next []string, why string) {
+			t.Helper()
+			after := Assign(units, next, held)
+			counts := map[string]int{}
+			for i, u := range units {
+				from, to := "", ""
+				for _, m := range members {
+					if held[m].Covers(u) {
+						from = m
+					}
+				}
+				for _, m := range next {
+					if after[m].Covers(u) {
+						if to != "" {
+							t.Fatalf("%s: unit %d goes to %s and %s", why, i, to, m)
+						}
+						to = m
+					}
+				}
+				if to == "" {
+					t.Fatalf("%s: unit %d goes to nobody", why, i)
+				}
+				counts[to]++
+				if from != to && slices.Contains(members, to) && slices.Contains(next, from) {
+					t.Errorf("%s: unit %d moved from %s to %s, who both stay", why, i, from, to)
+				}
+			}
+			lo, hi := len(units), 0
+			for _, m := range next {
+				lo, hi = min(lo, counts[m]), max(hi, counts[m])
+			}
+			if hi-lo > 1 {
+				t.Errorf("%s: shares of %d to %d units", why, lo, hi)
+			}
+			held, members = after, next
+		}
+		for n := 2; n <= 8; n++ {
+			next := append(slices.Clone(members), fmt.Sprintf("r%d", n))
+			step(next, fmt.Sprintf("%d units, r%d joining", len(units), n))
+		}
+		for _, gone := range []string{"r3", "r8", "r1", "r5", "r2", "r7", "r4"} {
+			next := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == gone })
+			step(next, fmt.Sprintf("%d units, %s leaving %v", len(units), gone, members))
+		}
+		// The same assignment again moves nothing.
+		if again := Assign(units, members, held); !again[members[0]].Equal(held[members[0]]) {
+			t.Errorf("%d units: assigning again moved units", len(units))
+		}
 	}
 }
 
@@ -187,6 +244,8 @@ type ring struct {
 	leases map[string]*coordinationv1.Lease
 	rv     int
 	now    time.Time
+	// history holds the Leases after each write, for views that lag.
+	history [][]*coordinationv1.Lease
 }
 
 func (f *ring) put(l *coordinationv1.Lease) {
@@ -194,6 +253,7 @@ func (f *ring) put(l *coordinationv1.Lease) {
 	l = l.DeepCopy()
 	l.ResourceVersion = strconv.Itoa(f.rv)
 	f.leases[l.Name] = l
+	f.history = append(f.history, slices.Collect(maps.Values(f.leases)))
 }
 
 func (f *ring) list() []*coordinationv1.Lease {
@@ -256,11 +316,39 @@ func (f *ring) renew(id string) {
 // random orders, and checks after every step that no point is served by
 // two members whose Leases have not expired, and that the members settle
 // on shares that cover the space.
+// With lag, each member reads the Leases as they were some writes ago, as
+// a member whose watch is behind does: each read moves a random way
+// towards the present, never back.
 func TestRingMoves(t *testing.T) {
+	for seed := range uint64(50) {
+		for _, lag := range []bool{false, true} {
+			t.Run(fmt.Sprintf("seed=%d,lag=%t", seed, lag), func(t *testing.T) { ringMoves(t, seed, lag) })
+		}
+	}
+}
+
+func ringMoves(t *testing.T, seed uint64, lag bool) {
 	f := &ring{leases: map[string]*coordinationv1.Lease{}, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	serving := map[string]Set{}
 	members := map[string]*Ring{}
-	r := rand.New(rand.NewPCG(3, 4))
+	r := rand.New(rand.NewPCG(seed, 4))
+	join := func(id string) {
+		m := f.member(id, serving)
+		if lag {
+			seen := 0
+			m.Leases = func() []*coordinationv1.Lease {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				seen += r.IntN(len(f.history) - seen)
+				var out []*coordinationv1.Lease
+				for _, l := range f.history[seen] {
+					out = append(out, l.DeepCopy())
+				}
+				return out
+			}
+		}
+		members[id] = m
+	}
 	check := func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -277,7 +365,12 @@ func TestRingMoves(t *testing.T) {
 		}
 	}
 	settle := func(ids ...string) {
-		for round := range 50 {
+		for round := range 200 {
+			// Settled: every member says so in a round that changed no
+			// claim, since a member's share follows the others' claims.
+			f.mu.Lock()
+			rv := f.rv
+			f.mu.Unlock()
 			all := true
 			for _, i := range r.Perm(len(ids)) {
 				ok, _, err := members[ids[i]].Step(context.Background())
@@ -287,6 +380,9 @@ func TestRingMoves(t *testing.T) {
 				all = all && ok
 				check()
 			}
+			f.mu.Lock()
+			all = all && f.rv == rv
+			f.mu.Unlock()
 			if all {
 				var covered Set
 				for _, id := range ids {
@@ -301,12 +397,41 @@ func TestRingMoves(t *testing.T) {
 		}
 		t.Fatalf("%v did not settle", ids)
 	}
-	for _, id := range []string{"a", "b", "c"} {
-		members[id] = f.member(id, serving)
+	snapshot := func() map[string]Set {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return maps.Clone(serving)
 	}
+	// stayed checks that nothing moved between two of ids from before to
+	// now, and that shares differ by a bucket at most.
+	stayed := func(before map[string]Set, why string, ids ...string) {
+		t.Helper()
+		after := snapshot()
+		lo, hi := 1.0, 0.0
+		for _, x := range ids {
+			for _, y := range ids {
+				if moved := before[x].Intersect(after[y]); x != y && !moved.Empty() {
+					t.Errorf("%s: %.3f of the space moved from %s to %s, who both stay", why, moved.Fraction(), x, y)
+				}
+			}
+			lo, hi = min(lo, after[x].Fraction()), max(hi, after[x].Fraction())
+		}
+		if hi-lo > 1.0/Buckets+1e-9 {
+			t.Errorf("%s: shares of %.3f to %.3f of the space", why, lo, hi)
+		}
+	}
+	join("a")
+	join("b")
+	settle("a", "b")
+	before := snapshot()
+	join("c")
 	settle("a", "b", "c")
-	members["d"] = f.member("d", serving)
+	stayed(before, "c joining", "a", "b")
+	before = snapshot()
+	join("d")
 	settle("a", "b", "c", "d")
+	stayed(before, "d joining", "a", "b", "c")
+	before = snapshot()
 	// b dies: nobody takes its share until its Lease expires.
 	f.mu.Lock()
 	f.now = f.now.Add(3 * time.Second)
@@ -330,6 +455,7 @@ func TestRingMoves(t *testing.T) {
 	}
 	delete(serving, "b")
 	settle("a", "c", "d")
+	stayed(before, "b dying", "a", "c", "d")
 }
 
 // TestRingClaimRace: two members that claim the same part in turn, each
