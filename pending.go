@@ -26,3 +26,18 @@ func (c *Cache[T]) holds(key Key, obj T) bool {
 	cur, ok := c.items.get(key)
 	return ok && any(cur) == any(obj)
 }
+
+// version returns the newest resourceVersion this program knows of the
+// object with key: its own write's, while the cache waits for it, else the
+// cached object's; "" if it knows none, or its last write deleted it.
+func (c *Cache[T]) version(key Key) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.expect[key]; ok {
+		return e.rv
+	}
+	if cur, ok := c.items.get(key); ok {
+		return cur.GetResourceVersion()
+	}
+	return ""
+}

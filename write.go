@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -147,6 +148,12 @@ func (c *Client[T]) noStatus() error {
 // is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
 // types.StrategicMergePatchType. For server-side apply use [Client.Apply];
 // to patch what a function changed in an object, [Client.PatchFrom].
+//
+// Made in a reconcile of a leader or a shard owner, a merge patch that sets
+// no resourceVersion carries the one the manager knows as a precondition,
+// so that the API server refuses it if it leaves after the term ended and
+// another replica wrote; a conflict this causes is retried, not returned.
+// Delete does the same when given no preconditions.
 func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
 	return c.patch(ctx, key, pt, data, "")
 }
@@ -178,9 +185,47 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 		subs = []string{sub}
 	}
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
+		return c.fenced(ctx, b, key, func(rv string) (T, bool, error) {
+			data, ok := leader.Precondition(pt, data, rv)
+			out, err := b.Patch(ctx, key.Namespace, key.Name, pt, data, metav1.PatchOptions{FieldManager: c.m.opts.FieldManager}, subs...)
+			return out, ok, err
+		})
 	})
 	return out, c.wrap(verb, key, err)
+}
+
+// fenced sends a write made under a term (a leader's or a shard owner's
+// reconcile) with, where the caller set none, the newest resourceVersion
+// this program knows of the object as a precondition: send(rv) reports
+// whether it carried rv. The check of the term before a write cannot cover
+// a pause between it and the wire; the precondition has the server refuse
+// such a write once another holder wrote the object. A conflict it causes
+// is not the caller's: the term is checked again and the write sent again
+// at the server's current version. Without a term, on the fakes, or with
+// no version known, the write goes as the caller made it.
+func (c *Client[T]) fenced(ctx context.Context, b binding.Backend[T], key Key, send func(rv string) (T, bool, error)) (T, error) {
+	rv := ""
+	if leader.Holds(ctx) && !b.Fake() {
+		for _, cc := range cachesOf(c.m, c.b) {
+			if v := cc.version(key); v != "" && (rv == "" || newer(v, rv)) {
+				rv = v
+			}
+		}
+	}
+	for tries := 1; ; tries++ {
+		out, carried, err := send(rv)
+		if !carried || !apierrors.IsConflict(err) || tries == 5 {
+			return out, err
+		}
+		if err := leader.Check(ctx); err != nil {
+			return out, err
+		}
+		cur, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+		if err != nil {
+			return out, err
+		}
+		rv = cur.GetResourceVersion()
+	}
 }
 
 // PatchFrom writes the changes that turned old into obj as a JSON merge
@@ -268,7 +313,14 @@ func (c *Client[T]) Delete(ctx context.Context, key Key, opts ...metav1.DeleteOp
 		o = opts[0]
 	}
 	_, err := c.write(ctx, key, true, func(b binding.Backend[T]) (T, error) {
-		return binding.New[T](), b.Delete(ctx, key.Namespace, key.Name, o)
+		return c.fenced(ctx, b, key, func(rv string) (T, bool, error) {
+			o := o
+			if rv == "" || o.Preconditions != nil {
+				return binding.New[T](), false, b.Delete(ctx, key.Namespace, key.Name, o)
+			}
+			o.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+			return binding.New[T](), true, b.Delete(ctx, key.Namespace, key.Name, o)
+		})
 	})
 	return c.wrap("delete", key, err)
 }
