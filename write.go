@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -149,11 +148,11 @@ func (c *Client[T]) noStatus() error {
 // types.StrategicMergePatchType. For server-side apply use [Client.Apply];
 // to patch what a function changed in an object, [Client.PatchFrom].
 //
-// Made in a reconcile of a leader or a shard owner, a merge patch that sets
-// no resourceVersion carries the one the manager knows as a precondition,
-// so that the API server refuses it if it leaves after the term ended and
+// Made in a reconcile of a leader or a shard owner, a patch that names no
+// resourceVersion carries the one the manager knows as a precondition, so
+// that the API server refuses it if it leaves after the term ended and
 // another replica wrote; a conflict this causes is retried, not returned.
-// Delete does the same when given no preconditions.
+// Apply, and Delete given no preconditions, do the same.
 func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
 	return c.patch(ctx, key, pt, data, "")
 }
@@ -214,15 +213,18 @@ func (c *Client[T]) fenced(ctx context.Context, b binding.Backend[T], key Key, s
 	}
 	for tries := 1; ; tries++ {
 		out, carried, err := send(rv)
-		if !carried || !apierrors.IsConflict(err) || tries == 5 {
+		if !carried || !leader.Refused(err) || tries == 5 {
 			return out, err
 		}
 		if err := leader.Check(ctx); err != nil {
 			return out, err
 		}
-		cur, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
-		if err != nil {
-			return out, err
+		cur, gerr := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
+		switch {
+		case gerr != nil:
+			return out, gerr
+		case cur.GetResourceVersion() == rv:
+			return out, err // the version it carried is current: the refusal is the write's own
 		}
 		rv = cur.GetResourceVersion()
 	}
@@ -290,8 +292,20 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, erro
 		}
 		subs = []string{"status"}
 	}
+	mine := obj.GetResourceVersion() != ""
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
-		return b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
+		return c.fenced(ctx, b, key, func(rv string) (T, bool, error) {
+			data, carried := data, rv != "" && !mine
+			if carried {
+				obj.SetResourceVersion(rv)
+				var err error
+				if data, err = json.Marshal(obj); err != nil {
+					return obj, false, err
+				}
+			}
+			out, err := b.Patch(ctx, key.Namespace, key.Name, types.ApplyPatchType, data, po, subs...)
+			return out, carried, err
+		})
 	})
 	return out, c.wrap("apply", key, err)
 }
