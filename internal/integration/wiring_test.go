@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -675,3 +677,73 @@ func TestNamespacesAtRunTime(t *testing.T) {
 	_, err = configMaps.Uncached().Update(ctx, a)
 	must(t, err)
 }
+
+// TestWidenedNamespacesResume widens a running cache from two namespaces
+// to all: the feed that takes over the two's objects starts its list where
+// the newest of their feeds was, or with a consistent read (never from
+// "0", which a lagging watch cache may serve older than what the cache
+// holds), so the objects it held are not reconciled again, and those of
+// the third namespace are, once.
+func TestWidenedNamespacesResume(t *testing.T) {
+	nsA, nsB, nsC := newNamespace(t), newNamespace(t), newNamespace(t)
+	var mu sync.Mutex
+	var lists []url.Values // the initial lists of every namespace, as watches or lists (not probes, limit=1)
+	cfg := rest.CopyConfig(env.Config())
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			q := req.URL.Query()
+			if req.Method == http.MethodGet && req.URL.Path == "/api/v1/configmaps" && q.Get("limit") != "1" && (q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true") {
+				mu.Lock()
+				lists = append(lists, q)
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg})
+	must(t, err)
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	reconciled := map[string]int{}
+	c, err := ctrl.NewController(mgr, "widen", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reconciled[ctrl.KeyOf(cm).String()]++
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{nsA, nsB}}})
+	must(t, err)
+	ctx := start(t, mgr)
+	var last string
+	for _, ns := range []string{nsA, nsB, nsC} {
+		cm, err := configMaps.Uncached().Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}})
+		must(t, err)
+		if ns != nsC {
+			last = cm.ResourceVersion
+		}
+	}
+	waitIdle(t, mgr)
+
+	must(t, c.Cache().SetNamespaces())
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{nsA + "/cm": 1, nsB + "/cm": 1, nsC + "/cm": 1}; !sameCounts(reconciled, want) {
+		t.Errorf("reconciles: got %v, want %v: those cached before the widening once, the new namespace's once", reconciled, want)
+	}
+	if len(lists) != 1 {
+		t.Fatalf("lists of all namespaces: %v, want one", lists)
+	}
+	q := lists[0]
+	switch rv := q.Get("resourceVersion"); {
+	case rv == "0":
+		t.Errorf("the widened feed listed from \"0\" (%v), which may be older than what the cache holds", q)
+	case rv != "" && (len(rv) < len(last) || len(rv) == len(last) && rv < last):
+		t.Errorf("the widened feed listed from %s, older than %s, which the cache holds", rv, last)
+	case rv != "" && q.Get("resourceVersionMatch") != "NotOlderThan":
+		t.Errorf("the widened feed listed from %s with resourceVersionMatch %q, want NotOlderThan", rv, q.Get("resourceVersionMatch"))
+	}
+	t.Logf("the widened feed's list: %v; the newest object the cache held: %s", q, last)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
