@@ -8,10 +8,10 @@
 //
 // Answers are cached, so that a scraper costs the API server two requests
 // a few times an hour, not two per scrape: a token's review for a minute
-// (30 seconds if it did not authenticate),
-// an allowed access for five, a denied one for 30 seconds (the durations of
-// controller-runtime's filter). Errors are not cached: the request fails
-// with 500 and the next one asks again.
+// (30 seconds if it did not authenticate), an allowed access for five, a
+// denied one for 30 seconds (the durations of controller-runtime's
+// filter). Errors are not cached: the request fails with 500 and the next
+// one asks again.
 //
 // Anyone who can reach the endpoint can send made-up tokens, and each
 // costs a TokenReview. So what an unauthenticated client can make the
