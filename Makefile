@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 # names, fetched from the module proxy like everything else.
 CONTROLLER_GEN := $(CURDIR)/bin/controller-gen
 
-.PHONY: test testbins check controlplane demo bench bench-faults bench-webhooks generate check-generated
+.PHONY: test testbins check controlplane demo bench bench-faults bench-webhooks generate check-generated fuzz
 
 ## test: build the control plane, vet, check that generated files are
 ## current, and run every test under -race, the integration suite against a
@@ -28,6 +28,30 @@ TESTBINS ?= $(or $(TMPDIR),/tmp)/ctrl-testbins
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+## fuzz: run each fuzz target for FUZZTIME (10 minutes unless set, as in
+## `make fuzz FUZZTIME=30s`), one after another. `make test` runs their
+## seed corpora (the f.Add calls and testdata/fuzz) as ordinary tests. A
+## failing input is written to the package's testdata/fuzz/<target>/:
+## commit it with the fix.
+FUZZTIME ?= 10m
+# Go minimizes each input that reaches new code for up to a minute; the
+# generated protobuf code is so large that new inputs come often, and with
+# that default a short run spends most of its time minimizing.
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS := \
+	./internal/binding:FuzzFilter \
+	./internal/binding:FuzzStream \
+	./internal/webhook:FuzzAdmissionReview \
+	./internal/webhook:FuzzConversionReview \
+	./internal/provider:FuzzKubeconfigDir \
+	./internal/access:FuzzBearer
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "$(GO) test -run='^$$' -fuzz='^'$$name'$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
+	done
 
 ## controlplane: build kube-apiserver and etcd from the Go module proxy into bin/.
 controlplane:

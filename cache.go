@@ -246,10 +246,11 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 }
 
 // SetWatchErrorHandler sets fn, called with each failed list or watch
-// request's error, besides the manager's logging; a later call replaces
-// it. A 410 Gone is not an error: the cache relists, counted in
-// ctrl_cache_relists_total. fn runs on the cache's goroutines, one call at
-// a time per watch, and must not block.
+// request's error, and each error that ends a watch stream (an event that
+// cannot be decoded, or is of another type than T), besides the manager's
+// logging; a later call replaces it. A 410 Gone is not an error: the cache
+// relists, counted in ctrl_cache_relists_total. fn runs on the cache's
+// goroutines, one call at a time per watch, and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn

@@ -90,6 +90,8 @@
 //   - Answered: every webhook request gets an answer: 400 for an
 //     unreadable review; a denial the API server shows the user for a
 //     webhook function's error, panic, or timeout overrun; no crash.
+//     Objects are decoded as the API server decodes them: field names
+//     case-sensitive, the last of a repeated field winning.
 //   - Once: a state machine's move is written once or not at all, from the
 //     state its step saw (the write carries its resourceVersion), then its
 //     Event; a deleted object's finalizer stays until the cleanup path
@@ -101,7 +103,9 @@
 //   - Told: a list or watch the server forbids is reported at once, in a
 //     log line and /readyz, naming the RBAC rule to add, and holds up only
 //     the controllers using that cache. [Manager.RBACRules] lists the
-//     manager's own needs.
+//     manager's own needs. A watch event of another type than the cache's
+//     ends its watch with an error naming both types, which
+//     [Cache.SetWatchErrorHandler] gets, and the cache relists.
 //   - Testable: the fakes hold deletions while finalizers remain, so
 //     finalizers run in unit tests; [Manager.WaitIdle] returns once all is
 //     reconciled, or names each failing key with its last error.
@@ -118,6 +122,8 @@
 //   - Guarded: metrics go over HTTPS only to tokens the API server
 //     authenticates and authorizes, unless plain HTTP is chosen; HTTP/2
 //     only when asked; webhooks must be served for Start to succeed.
+//     Tokens not known to authenticate cost at most 10 TokenReviews a
+//     second (else 429), and never push a known token's answer out.
 //
 // # Reading objects
 //

@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -90,11 +91,17 @@ func (f *feed[T]) watch(ctx context.Context) {
 	}
 	toOwn := c.mgr.metrics.WatchMoves.WithLabelValues(append(slices.Clone(f.labels), "own")...)
 	toShared := c.mgr.metrics.WatchMoves.WithLabelValues(append(slices.Clone(f.labels), "shared")...)
+	types := []reflect.Type{c.b.Info.Type}
+	if p := c.b.Info.Projection; p != nil {
+		types = append(types, p) // sent as JSON, projected by the store
+	}
 	watcher.Run(ctx, watcher.Config{
 		Name:          name,
 		ListerWatch:   f,
 		Store:         f,
 		Logger:        log,
+		Types:         types,
+		GVK:           c.b.Info.GVK(),
 		OwnConnection: own,
 		OnMove: func(toItsOwn bool) {
 			if toItsOwn {

@@ -7,15 +7,28 @@
 // verb "get").
 //
 // Answers are cached, so that a scraper costs the API server two requests
-// a few times an hour, not two per scrape: a token's review for a minute,
-// an allowed access for five, a denied one for 30 seconds (the durations of
-// controller-runtime's filter). Errors are not cached: the request fails
-// with 500 and the next one asks again.
+// a few times an hour, not two per scrape: a token's review for a minute
+// (30 seconds if it did not authenticate), an allowed access for five, a
+// denied one for 30 seconds (the durations of controller-runtime's
+// filter). Errors are not cached: the request fails with 500 and the next
+// one asks again.
+//
+// Anyone who can reach the endpoint can send made-up tokens, and each
+// costs a TokenReview. So what an unauthenticated client can make the
+// manager spend is bounded:
+//   - tokens that never authenticated are reviewed at most reviewRate a
+//     second (reviewBurst at once); past that a request gets 429 with
+//     Retry-After, and the API server sees nothing;
+//   - a token that authenticated before is reviewed again whenever its
+//     answer expires, flood or not;
+//   - good answers (authenticated, allowed) and bad ones are cached apart,
+//     each bounded, so bad ones never push good ones out.
 package access
 
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -39,6 +52,11 @@ const (
 	// maxEntries bounds each cache: tokens and users are few, but a client
 	// sending made-up tokens must not grow it without end.
 	maxEntries = 4096
+	// reviewRate and reviewBurst bound the TokenReviews of tokens not
+	// known to authenticate: a few scrapers with new tokens need a handful
+	// a minute.
+	reviewRate  = 10
+	reviewBurst = 20
 )
 
 // Filter authenticates and authorizes requests through the API server
@@ -50,15 +68,31 @@ type Filter struct {
 	log          logr.Logger
 	now          func() time.Time
 
-	mu     sync.Mutex
-	tokens map[[sha256.Size]byte]entry[*authenticationv1.UserInfo] // nil user: not authenticated
-	access map[string]entry[bool]
+	mu      sync.Mutex
+	tokens  answers[[sha256.Size]byte, *authenticationv1.UserInfo] // nil user: not authenticated
+	access  answers[string, bool]
+	reviews bucket // of tokens not known to authenticate
+}
+
+// answers caches the answers of reviews: good ones (a user, an allowance)
+// and bad ones apart, so that a flood of bad ones leaves the good alone.
+// A good answer stays after it expires, until room is needed: its key is
+// known to have been good.
+type answers[K comparable, V any] struct {
+	good, bad map[K]entry[V]
 }
 
 type entry[V any] struct {
 	value   V
 	expires time.Time
 }
+
+func newAnswers[K comparable, V any]() answers[K, V] {
+	return answers[K, V]{good: map[K]entry[V]{}, bad: map[K]entry[V]{}}
+}
+
+// errTooMany refuses a token when the reviews of unknown tokens are used up.
+var errTooMany = errors.New("too many new tokens")
 
 // New returns a filter that asks the API server through tokenReview and
 // accessReview, which create the review they are given and return the
@@ -68,8 +102,9 @@ func New(tokenReview func(context.Context, *authenticationv1.TokenReview) (*auth
 	log logr.Logger) *Filter {
 	return &Filter{
 		tokenReview: tokenReview, accessReview: accessReview, log: log, now: time.Now,
-		tokens: map[[sha256.Size]byte]entry[*authenticationv1.UserInfo]{},
-		access: map[string]entry[bool]{},
+		tokens:  newAnswers[[sha256.Size]byte, *authenticationv1.UserInfo](),
+		access:  newAnswers[string, bool](),
+		reviews: bucket{rate: reviewRate, burst: reviewBurst},
 	}
 }
 
@@ -84,6 +119,12 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 			return
 		}
 		user, err := f.authenticate(r.Context(), token)
+		if errors.Is(err, errTooMany) {
+			f.log.V(1).Info("refused a request: too many new tokens", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Too many requests with new tokens: retry later", http.StatusTooManyRequests)
+			return
+		}
 		if err != nil {
 			f.log.Error(err, "authenticating a request", "path", r.URL.Path)
 			http.Error(w, "Authentication failed", http.StatusInternalServerError)
@@ -120,10 +161,18 @@ func bearer(header string) (string, bool) {
 }
 
 // authenticate returns the user of token, or nil if the API server does not
-// recognize it. Only a digest of the token is kept.
+// recognize it, or errTooMany if the token is not known to authenticate and
+// no review is left for it. Only a digest of the token is kept.
 func (f *Filter) authenticate(ctx context.Context, token string) (*authenticationv1.UserInfo, error) {
 	key := sha256.Sum256([]byte(token))
-	if user, ok := lookup(f, f.tokens, key); ok {
+	f.mu.Lock()
+	user, ok, known := lookup(f.tokens, key, f.now())
+	if !ok && !known && !f.reviews.take(f.now()) {
+		f.mu.Unlock()
+		return nil, errTooMany
+	}
+	f.mu.Unlock()
+	if ok {
 		return user, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
@@ -132,18 +181,25 @@ func (f *Filter) authenticate(ctx context.Context, token string) (*authenticatio
 	if err != nil {
 		return nil, fmt.Errorf("TokenReview: %w", err)
 	}
-	var user *authenticationv1.UserInfo
+	user = nil
 	if review.Status.Authenticated {
 		user = &review.Status.User
 	}
-	store(f, f.tokens, key, user, authenticatedTTL)
+	ttl := authenticatedTTL
+	if user == nil {
+		ttl = deniedTTL
+	}
+	store(f, &f.tokens, key, user, user != nil, ttl)
 	return user, nil
 }
 
 // authorize reports whether user may use verb on path.
 func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo, verb, path string) (bool, error) {
 	key := accessKey(user, verb, path)
-	if allowed, ok := lookup(f, f.access, key); ok {
+	f.mu.Lock()
+	allowed, ok, _ := lookup(f.access, key, f.now())
+	f.mu.Unlock()
+	if ok {
 		return allowed, nil
 	}
 	extra := map[string]authorizationv1.ExtraValue{}
@@ -163,7 +219,7 @@ func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo,
 	if !allowed {
 		ttl = deniedTTL
 	}
-	store(f, f.access, key, allowed, ttl)
+	store(f, &f.access, key, allowed, allowed, ttl)
 	return allowed, nil
 }
 
@@ -178,33 +234,73 @@ func accessKey(user *authenticationv1.UserInfo, verb, path string) string {
 	return b.String()
 }
 
-// lookup returns the live entry of key in cache.
-func lookup[K comparable, V any](f *Filter, cache map[K]entry[V], key K) (V, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e, ok := cache[key]
-	if !ok || !f.now().Before(e.expires) {
-		var zero V
-		return zero, false
+// lookup returns the live answer of key, and whether key had a good
+// answer once (live or not). Called with f.mu held.
+func lookup[K comparable, V any](a answers[K, V], key K, now time.Time) (value V, ok, known bool) {
+	e, known := a.good[key]
+	if !known {
+		e, ok = a.bad[key]
 	}
-	return e.value, true
+	if (known || ok) && now.Before(e.expires) {
+		return e.value, true, known
+	}
+	var zero V
+	return zero, false, known
 }
 
-// store caches value under key for ttl, making room first if the cache is
-// full: expired entries go, and if none has, all of them.
-func store[K comparable, V any](f *Filter, cache map[K]entry[V], key K, value V, ttl time.Duration) {
+// store caches value under key for ttl, among the good answers or the bad,
+// making room first in a full cache: expired entries go, and if none has,
+// the one that expires first. Only tokens that authenticated and users the
+// API server knows reach the good answers, and bad answers arrive no
+// faster than the reviews of new tokens allow.
+func store[K comparable, V any](f *Filter, a *answers[K, V], key K, value V, good bool, ttl time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
-	if len(cache) >= maxEntries {
-		for k, e := range cache {
-			if !now.Before(e.expires) {
-				delete(cache, k)
+	delete(a.good, key)
+	delete(a.bad, key)
+	m := a.bad
+	if good {
+		m = a.good
+	}
+	if len(m) >= maxEntries {
+		var first K
+		var firstAt time.Time
+		for k, e := range m {
+			switch {
+			case !now.Before(e.expires):
+				delete(m, k)
+			case firstAt.IsZero() || e.expires.Before(firstAt):
+				first, firstAt = k, e.expires
 			}
 		}
-		if len(cache) >= maxEntries {
-			clear(cache)
+		if len(m) >= maxEntries {
+			delete(m, first)
 		}
 	}
-	cache[key] = entry[V]{value: value, expires: now.Add(ttl)}
+	m[key] = entry[V]{value: value, expires: now.Add(ttl)}
+}
+
+// bucket is a token bucket: rate tokens a second, burst at most.
+type bucket struct {
+	rate, burst float64
+	tokens      float64
+	last        time.Time
+}
+
+// take takes a token if there is one. Called with f.mu held.
+func (b *bucket) take(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = b.burst
+	} else if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

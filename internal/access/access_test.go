@@ -164,20 +164,41 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-// TestCacheBound checks that made-up tokens do not grow the cache past its
-// bound.
+// TestCacheBound checks that made-up tokens, reviewed as fast as the
+// filter allows, do not grow the cache past its bound, and do not push out
+// the answer of a token that authenticates.
 func TestCacheBound(t *testing.T) {
-	s := &server{users: map[string]authenticationv1.UserInfo{}}
+	s := &server{users: map[string]authenticationv1.UserInfo{"good": {Username: "alice"}}, allowed: map[string]bool{"alice get /metrics": true}}
 	f := New(s.tokenReview, s.accessReview, logr.Discard())
+	now := time.Unix(1000, 0)
+	f.now = func() time.Time { return now }
 	h := f.Wrap(http.NotFoundHandler())
-	for i := range maxEntries + 10 {
+	do := func(token string) int {
 		req := httptest.NewRequest("GET", "/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+strings.Repeat("x", i+1))
-		h.ServeHTTP(httptest.NewRecorder(), req)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	do("good")
+	for i := range maxEntries + 10 {
+		now = now.Add(time.Second / reviewRate) // a review for each
+		if code := do(strings.Repeat("x", i+1)); code != http.StatusUnauthorized {
+			t.Fatalf("made-up token %d: got %d, want 401", i, code)
+		}
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n := len(f.tokens); n > maxEntries {
+	n := len(f.tokens.bad)
+	f.mu.Unlock()
+	if n > maxEntries {
 		t.Errorf("got %d cached tokens, want at most %d", n, maxEntries)
+	}
+	reviews, _ := s.counts()
+	now = time.Unix(1000, 0).Add(authenticatedTTL - time.Second) // the good answer is still live
+	if code := do("good"); code != http.StatusNotFound {
+		t.Errorf("the good token after the flood: got %d, want 404 from the handler", code)
+	}
+	if after, _ := s.counts(); after != reviews {
+		t.Errorf("the good token after the flood cost %d reviews, want none", after-reviews)
 	}
 }

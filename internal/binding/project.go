@@ -147,7 +147,7 @@ func bindProjection[S, P Object](c Clients, fn func(S) P, fields []string) (*Bin
 			if len(fields) > 0 && so.Report != nil {
 				dec = checkedOnce(dec, protoDecoder[S](whole), fn, so.Report)
 			}
-			return newStream(body, rb.codec, dec), nil
+			return newStream(body, rb.codec, rb.info.GVK(), dec), nil
 		}
 	}
 	return b, nil
@@ -373,7 +373,7 @@ func (b *metadataBackend[T]) stream(ctx context.Context, namespace string, opts 
 	if err != nil {
 		return nil, err
 	}
-	return newStream(body, b.codec, protoDecoder[T](fs)), nil
+	return newStream(body, b.codec, metav1.SchemeGroupVersion.WithKind("PartialObjectMetadata"), protoDecoder[T](fs)), nil
 }
 
 func (b *metadataBackend[T]) Create(context.Context, T, metav1.CreateOptions) (T, error) {

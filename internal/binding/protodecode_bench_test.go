@@ -123,14 +123,15 @@ func BenchmarkDecodePodEvent(b *testing.B) {
 	}
 	codec := testCodecs.WithoutConversion()
 	podType := reflect.TypeFor[*corev1.Pod]()
+	podGVK, metaGVK := corev1.SchemeGroupVersion.WithKind("Pod"), metav1.SchemeGroupVersion.WithKind("PartialObjectMetadata")
 	b.Run("client-go", clientGo(podWire, func(runtime.Object) {}))
 	b.Run("client-go-project", clientGo(podWire, func(o runtime.Object) { project(o.(*corev1.Pod)) }))
-	b.Run("whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, protoDecoder[*corev1.Pod](nil)).Next))
-	b.Run("no-managed", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, protoDecoder[*corev1.Pod](fsFor(podType, nil, false))).Next))
-	b.Run("project-whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, projectingDecoder(fsFor(podType, nil, false), project)).Next))
-	b.Run("project", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, projectingDecoder(fsFor(podType, fields, false), project)).Next))
+	b.Run("whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, podGVK, protoDecoder[*corev1.Pod](nil)).Next))
+	b.Run("no-managed", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, podGVK, protoDecoder[*corev1.Pod](fsFor(podType, nil, false))).Next))
+	b.Run("project-whole", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, podGVK, projectingDecoder(fsFor(podType, nil, false), project)).Next))
+	b.Run("project", stream(podWire, newStream(io.NopCloser(&loop{data: podWire}), codec, podGVK, projectingDecoder(fsFor(podType, fields, false), project)).Next))
 	b.Run("meta-client-go", clientGo(metaWire, func(runtime.Object) {}))
-	b.Run("meta", stream(metaWire, newStream(io.NopCloser(&loop{data: metaWire}), codec, protoDecoder[*metav1.PartialObjectMetadata](fsFor(metadataType, nil, false))).Next))
+	b.Run("meta", stream(metaWire, newStream(io.NopCloser(&loop{data: metaWire}), codec, metaGVK, protoDecoder[*metav1.PartialObjectMetadata](fsFor(metadataType, nil, false))).Next))
 }
 
 // BenchmarkReconcileCopy measures the ways a reconcile could get an object

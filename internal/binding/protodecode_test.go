@@ -348,7 +348,7 @@ func TestStreamDecodesAsClientGo(t *testing.T) {
 	for _, chunk := range []int{1, 3, 4096, 1 << 20} {
 		t.Run(fmt.Sprintf("reads of %d bytes", chunk), func(t *testing.T) {
 			cg := clientGoDecoder(bytes.NewReader(wire))
-			s := newStream(io.NopCloser(&chunky{bytes.NewReader(wire), chunk}), testCodecs.WithoutConversion(), protoDecoder[*corev1.Pod](nil))
+			s := newStream(io.NopCloser(&chunky{bytes.NewReader(wire), chunk}), testCodecs.WithoutConversion(), corev1.SchemeGroupVersion.WithKind("Pod"), protoDecoder[*corev1.Pod](nil))
 			for i := range events {
 				typ, want, err := cg.Decode()
 				if err != nil {
@@ -376,6 +376,37 @@ func TestStreamDecodesAsClientGo(t *testing.T) {
 	}
 }
 
+// TestStreamRefusesOtherTypes checks each event's apiVersion and kind, as
+// client-go's reflector checks each event's type: an object of another
+// kind, or a Status where an object belongs, is the watch's error, not an
+// object decoded as nonsense or an event with no object.
+func TestStreamRefusesOtherTypes(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ev   watch.Event
+		want string
+	}{
+		{"another kind", watch.Event{Type: watch.Added, Object: testConfigMap(1)},
+			`a ADDED event of apiVersion "v1", kind "ConfigMap" in a watch of apiVersion "v1", kind "Pod"`},
+		{"a Status", watch.Event{Type: watch.Modified, Object: &metav1.Status{Status: metav1.StatusFailure, Message: "x"}},
+			`a MODIFIED event of apiVersion "v1", kind "Status" in a watch of apiVersion "v1", kind "Pod"`},
+		{"a bookmark of another kind", watch.Event{Type: watch.Bookmark, Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "5"}}},
+			`a BOOKMARK event of apiVersion "v1", kind "ConfigMap"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wire := append(frame(t, watch.Added, testPod(1)), frame(t, tt.ev.Type, tt.ev.Object)...)
+			s := newStream(io.NopCloser(bytes.NewReader(wire)), testCodecs.WithoutConversion(), corev1.SchemeGroupVersion.WithKind("Pod"), protoDecoder[*corev1.Pod](nil))
+			if ev, err := s.Next(); err != nil || ev.Type != watch.Added {
+				t.Fatalf("the first event: got %v %v, want the Pod", ev.Type, err)
+			}
+			ev, err := s.Next()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v %T, error %v; want an error containing %q", ev.Type, ev.Object, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestStreamEnds(t *testing.T) {
 	one := frame(t, watch.Added, testConfigMap(1))
 	tests := []struct {
@@ -393,7 +424,7 @@ func TestStreamEnds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newStream(io.NopCloser(io.MultiReader(bytes.NewReader(tt.wire), failingReader{tt.err})), testCodecs.WithoutConversion(), protoDecoder[*corev1.ConfigMap](nil))
+			s := newStream(io.NopCloser(io.MultiReader(bytes.NewReader(tt.wire), failingReader{tt.err})), testCodecs.WithoutConversion(), corev1.SchemeGroupVersion.WithKind("ConfigMap"), protoDecoder[*corev1.ConfigMap](nil))
 			if len(tt.wire) >= len(one) {
 				if ev, err := s.Next(); err != nil || ev.Type != watch.Added {
 					t.Fatalf("first event: %v, %v", ev.Type, err)
@@ -423,7 +454,7 @@ func TestStreamJSON(t *testing.T) {
 		data, _ := json.Marshal(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj.Bytes()}})
 		buf.Write(append(data, '\n'))
 	}
-	s := newStream(io.NopCloser(&buf), testCodecs.WithoutConversion(), protoDecoder[*corev1.ConfigMap](nil))
+	s := newStream(io.NopCloser(&buf), testCodecs.WithoutConversion(), corev1.SchemeGroupVersion.WithKind("ConfigMap"), protoDecoder[*corev1.ConfigMap](nil))
 	for _, typ := range []watch.EventType{watch.Added, watch.Modified} {
 		ev, err := s.Next()
 		if err != nil {
@@ -442,7 +473,7 @@ func TestStreamJSON(t *testing.T) {
 // TestStreamResultChan reads a Stream as a watch.Interface.
 func TestStreamResultChan(t *testing.T) {
 	wire := append(frame(t, watch.Added, testConfigMap(1)), 0, 0, 0, 3, 0xff, 0xff, 0xff)
-	s := newStream(io.NopCloser(bytes.NewReader(wire)), testCodecs.WithoutConversion(), protoDecoder[*corev1.ConfigMap](nil))
+	s := newStream(io.NopCloser(bytes.NewReader(wire)), testCodecs.WithoutConversion(), corev1.SchemeGroupVersion.WithKind("ConfigMap"), protoDecoder[*corev1.ConfigMap](nil))
 	var got []watch.EventType
 	for ev := range s.ResultChan() {
 		got = append(got, ev.Type)

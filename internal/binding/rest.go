@@ -96,7 +96,7 @@ func (b *restBackend[T]) stream(ctx context.Context, namespace string, opts meta
 	if err != nil {
 		return nil, err
 	}
-	return newStream(body, b.codec, protoDecoder[T](fs)), nil
+	return newStream(body, b.codec, b.info.GVK(), protoDecoder[T](fs)), nil
 }
 
 // open starts a watch request and returns its body. Watches are not rate

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
@@ -29,6 +30,7 @@ import (
 // channel as client-go's StreamWatcher does.
 type Stream[T Object] struct {
 	body   io.ReadCloser
+	want   schema.GroupVersionKind      // of every object but an ERROR event's Status
 	decode func(raw []byte) (T, error)  // a protobuf object, without its envelope
 	codec  runtime.NegotiatedSerializer // for JSON streams
 
@@ -46,8 +48,10 @@ type Stream[T Object] struct {
 // maxFrame bounds an event, as client-go's streaming decoder does.
 const maxFrame = 16 << 20
 
-func newStream[T Object](body io.ReadCloser, codec runtime.NegotiatedSerializer, decode func([]byte) (T, error)) *Stream[T] {
-	return &Stream[T]{body: body, codec: codec, decode: decode, done: make(chan struct{})}
+// newStream reads the watch in body, whose objects are of want (in their
+// protobuf envelope), decoding them with decode.
+func newStream[T Object](body io.ReadCloser, codec runtime.NegotiatedSerializer, want schema.GroupVersionKind, decode func([]byte) (T, error)) *Stream[T] {
+	return &Stream[T]{body: body, codec: codec, want: want, decode: decode, done: make(chan struct{})}
 }
 
 // Next returns the next event. It returns io.EOF when the stream ends as a
@@ -152,10 +156,16 @@ func (s *Stream[T]) event(frame []byte) (watch.Event, error) {
 	}
 	ev := watch.Event{Type: watch.EventType(typ)}
 	switch ev.Type {
-	case watch.Added, watch.Modified, watch.Deleted:
-		if string(e.kind) == "Status" {
-			break // as client-go decodes it: an object of the wrong type
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+		// client-go's reflector checks each event's type: the bytes of
+		// another kind would decode into T as nonsense.
+		if string(e.kind) != s.want.Kind || string(e.apiVersion) != s.want.GroupVersion().String() {
+			want, _ := s.want.ToAPIVersionAndKind()
+			return ev, fmt.Errorf("a %s event of apiVersion %q, kind %q in a watch of apiVersion %q, kind %q", typ, e.apiVersion, e.kind, want, s.want.Kind)
 		}
+	}
+	switch ev.Type {
+	case watch.Added, watch.Modified, watch.Deleted:
 		obj, err := s.decode(e.raw)
 		if err != nil {
 			return ev, fmt.Errorf("unable to decode watch event: %w", err)

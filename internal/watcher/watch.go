@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -40,6 +44,11 @@ type reflector struct {
 	store cache.ReflectorStore
 	log   logr.Logger
 	delay wait.DelayFunc
+	types []reflect.Type          // that a watch may send; empty: any
+	gvk   schema.GroupVersionKind // of unstructured objects; empty: any
+	// report is told of each error that ends a watch: one of its stream,
+	// or an event of the wrong type.
+	report func(error)
 
 	useWatchList  bool
 	quiet         time.Duration  // > 0: busy watches read from a connection of their own (conn.go)
@@ -92,13 +101,14 @@ var (
 
 func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStore, log logr.Logger, backoff wait.Backoff, quiet time.Duration) *reflector {
 	r := &reflector{
-		name:  name,
-		lw:    cache.ToListerWatcherWithContext(lw),
-		store: store,
-		log:   log,
-		delay: backoff.DelayWithReset(clock.RealClock{}, 2*time.Minute),
-		quiet: quiet,
-		onOwn: quiet > 0, // the first list is busy
+		name:   name,
+		lw:     cache.ToListerWatcherWithContext(lw),
+		store:  store,
+		log:    log,
+		delay:  backoff.DelayWithReset(clock.RealClock{}, 2*time.Minute),
+		quiet:  quiet,
+		onOwn:  quiet > 0, // the first list is busy
+		report: func(error) {},
 	}
 	r.useWatchList = clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) && !watchlist.DoesClientNotSupportWatchListSemantics(lw)
 	return r
@@ -462,10 +472,15 @@ func (r *reflector) consume(ctx context.Context, start time.Time, w events, stor
 			break
 		}
 		if err != nil {
+			r.report(err)
 			return false, err
 		}
 		if ev.Type == watch.Error {
 			return false, apierrors.FromObject(ev.Object)
+		}
+		if err := r.checkType(ev); err != nil {
+			r.report(err)
+			return false, err
 		}
 		m, err := meta.Accessor(ev.Object)
 		if err != nil {
@@ -514,4 +529,37 @@ func (r *reflector) consume(ctx context.Context, start time.Time, w events, stor
 		return false, &cache.VeryShortWatchError{Name: r.name}
 	}
 	return false, nil
+}
+
+// checkType refuses an event whose object is of none of the types the
+// watch may send, as client-go's reflector does, but as the watch's error
+// rather than a line in the log: in a streamed list, an object skipped
+// would be missing from the cache until the next relist.
+func (r *reflector) checkType(ev watch.Event) error {
+	t := reflect.TypeOf(ev.Object)
+	var got string
+	switch u, ok := ev.Object.(*unstructured.Unstructured); {
+	case len(r.types) > 0 && !slices.Contains(r.types, t):
+		got = t.String()
+	case ok && !r.gvk.Empty() && u.GroupVersionKind() != r.gvk:
+		got = fmt.Sprintf("apiVersion %q, kind %q", u.GetAPIVersion(), u.GetKind())
+	default:
+		return nil
+	}
+	want := fmt.Sprint(r.types)
+	if len(r.types) == 1 {
+		want = r.types[0].String()
+	}
+	if !r.gvk.Empty() {
+		apiVersion, kind := r.gvk.ToAPIVersionAndKind()
+		want += fmt.Sprintf(" of apiVersion %q, kind %q", apiVersion, kind)
+	}
+	if m, err := meta.Accessor(ev.Object); err == nil {
+		name := m.GetName()
+		if ns := m.GetNamespace(); ns != "" {
+			name = ns + "/" + name
+		}
+		got += " " + name
+	}
+	return fmt.Errorf("%s: a %s event of %s, want %s", r.name, ev.Type, got, want)
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -41,6 +43,15 @@ type Config struct {
 	// LastEvent returns when the store last received an event, a list or a
 	// bookmark: where the blindness of a watch that died silently began.
 	LastEvent func() time.Time
+	// Types are the Go types a watch may send (a projection's may send
+	// the type it projects, and the store project it): an event of any
+	// other type ends the watch with an error, which OnError gets, as
+	// client-go's reflector checks its expected type. Empty: not checked.
+	Types []reflect.Type
+	// GVK is the group, version and kind of the objects: checked, like
+	// Types, for objects whose Go type does not say it
+	// (*unstructured.Unstructured).
+	GVK schema.GroupVersionKind
 	// OnError is called with every error of a list or watch call, of a
 	// watch stream, and of a list-and-watch cycle, once each.
 	OnError func(error)
@@ -132,6 +143,12 @@ func Run(ctx context.Context, cfg Config) {
 	// The reflector's own logging is detail: demote it one level.
 	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff, cfg.OwnConnection)
 	r.onMove = cfg.OnMove
+	r.types, r.gvk = cfg.Types, cfg.GVK
+	r.report = func(err error) {
+		if cfg.OnError != nil && !lw.reported(err) {
+			cfg.OnError(err)
+		}
+	}
 	if cfg.Resume {
 		r.lastRV, r.rvUnavailable = cfg.ResumeFrom, cfg.ResumeFrom == ""
 	}

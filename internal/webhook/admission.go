@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -149,10 +150,16 @@ type requestHead struct {
 // again. A defaulting webhook needs those bytes for its patch. And when the
 // fast decoding fails, the review is read again the slow way, which tells
 // what is wrong.
+//
+// Bodies are decoded as the API server decodes objects (apimachinery's
+// util/json): names are case-sensitive, the last of a repeated field wins,
+// integers stay integers. encoding/json matches names regardless of case,
+// so an object with "replicas": 50 and "Replicas": 3 would be judged as 3
+// and stored as 50.
 func (a *Admission[T]) review(ctx context.Context, body []byte, log logr.Logger, m metrics.Webhook) ([]byte, error) {
 	if a.Default == nil {
 		var review admissionReview[T]
-		if json.Unmarshal(body, &review) == nil && isV1Review(review.TypeMeta) && review.Request != nil && review.Request.UID != "" {
+		if utiljson.Unmarshal(body, &review) == nil && isV1Review(review.TypeMeta) && review.Request != nil && review.Request.UID != "" {
 			req := review.Request
 			var zero T
 			object := func(which string) (T, error) {
@@ -169,7 +176,7 @@ func (a *Admission[T]) review(ctx context.Context, body []byte, log logr.Logger,
 		}
 	}
 	var review admissionReview[json.RawMessage]
-	if err := json.Unmarshal(body, &review); err != nil {
+	if err := utiljson.Unmarshal(body, &review); err != nil {
 		return nil, fmt.Errorf("decoding the AdmissionReview: %w", err)
 	}
 	if !isV1Review(review.TypeMeta) {
@@ -188,7 +195,7 @@ func (a *Admission[T]) review(ctx context.Context, body []byte, log logr.Logger,
 		if len(raw) == 0 || string(raw) == "null" {
 			return obj, fmt.Errorf("the %s request has no %s", req.Operation, which)
 		}
-		if err := json.Unmarshal(raw, obj); err != nil {
+		if err := utiljson.Unmarshal(raw, obj); err != nil {
 			return obj, fmt.Errorf("decoding the %s of %s into %s: %w", which, a.what(&req.requestHead), a.Info.Type, err)
 		}
 		return obj, nil

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -160,10 +161,11 @@ func (c *Converter) version(info binding.Info, decode func([]byte) (binding.Obje
 	return v
 }
 
+// decoder decodes an object as the API server does (see Admission.review).
 func decoder[T binding.Object]() func([]byte) (binding.Object, error) {
 	return func(raw []byte) (binding.Object, error) {
 		obj := binding.New[T]()
-		return obj, json.Unmarshal(raw, obj)
+		return obj, utiljson.Unmarshal(raw, obj)
 	}
 }
 
@@ -226,7 +228,7 @@ func (c *Converter) path(from, to *version) []edge {
 
 func (c *Converter) review(ctx context.Context, body []byte, log logr.Logger, m metrics.Webhook) ([]byte, error) {
 	var review ConversionReview
-	if err := json.Unmarshal(body, &review); err != nil {
+	if err := utiljson.Unmarshal(body, &review); err != nil {
 		return nil, fmt.Errorf("decoding the ConversionReview: %w", err)
 	}
 	if review.APIVersion != "apiextensions.k8s.io/v1" || review.Kind != "ConversionReview" {
@@ -287,7 +289,7 @@ func (c *Converter) convert(ctx context.Context, raw []byte, desired schema.Grou
 			UID       types.UID `json:"uid"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(raw, &head); err != nil {
+	if err := utiljson.Unmarshal(raw, &head); err != nil {
 		return nil, fmt.Errorf("decoding an object to convert: %w", err)
 	}
 	from := head.GroupVersionKind()
