@@ -273,6 +273,28 @@ func TestWaitIdleFailing(t *testing.T) {
 			}
 		})
 	})
+	// The manager stops while WaitIdle waits (a test that shares one
+	// context between Start and WaitIdle may see either end first): the
+	// error still names the failing key.
+	t.Run("manager stopped", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, onlyA)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- mgr.Start(ctx) }()
+			err := mgr.WaitIdle(context.Background(), time.Hour)
+			if !strings.Contains(err.Error(), "manager stopped") || !errors.Is(err, boom) ||
+				!strings.Contains(err.Error(), `controller "failing": ns/a failed`) {
+				t.Errorf("got %v, want manager stopped, and ns/a's error", err)
+			}
+			must(t, <-done)
+			err = mgr.WaitIdle(context.Background(), time.Hour) // once stopped
+			if !errors.Is(err, boom) || !strings.Contains(err.Error(), `controller "failing": ns/a failed`) {
+				t.Errorf("after Start returned: got %v, want ns/a's error", err)
+			}
+		})
+	})
 	t.Run("recovered", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			mgr := setup(t, func(_ *corev1.ConfigMap, n int) error {
