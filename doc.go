@@ -103,8 +103,10 @@
 //     the controllers using that cache. [Manager.RBACRules] lists the
 //     manager's own needs.
 //   - Testable: the fakes hold deletions while finalizers remain, so
-//     finalizers run in unit tests; [Manager.WaitIdle] returns once all is
-//     reconciled, or names each failing key with its last error.
+//     finalizers run in unit tests, and keep metadata.generation as the API
+//     server does, so [GenerationChanged] filters as in production;
+//     [Manager.WaitIdle] returns once all is reconciled, or names each
+//     failing key with its last error, however the wait ends.
 //   - Optional: a kind declared optional (CacheOptions.Optional) may be
 //     missing: the manager runs; the cache lists once its CRD is
 //     Established, empties when it is deleted (deletions seen first), and

@@ -173,15 +173,15 @@ func ExampleController_FilterUpdates() {
 		panic(err)
 	}
 	key := ctrl.Key{Namespace: "default", Name: "web"}
-	// A status write: skipped. (The fake does not bump generations; a real
-	// API server does on spec changes.)
+	// A status write: skipped. The fakes keep generations as the API
+	// server does: a change of the spec adds one, of the status none.
 	if _, err := client.PatchStatus(ctx, key, types.MergePatchType, []byte(`{"status":{"replicas":3}}`)); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	if _, err := client.Patch(ctx, key, types.MergePatchType, []byte(`{"metadata":{"generation":2}}`)); err != nil {
+	if _, err := client.Patch(ctx, key, types.MergePatchType, []byte(`{"spec":{"minReadySeconds":5}}`)); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
