@@ -13,7 +13,9 @@ import (
 // election); every write through this manager's [Client]s observed by the
 // caches of its type (a last-finalizer removal, by the removal); no event
 // being dispatched, key queued or waiting for a server, or reconcile
-// running; no requeue due within requeueWithin (not a timeout).
+// running; every Event a [Recorder] emitted written to the API server (or
+// dropped by client-go's correlator, as spam); no requeue due within
+// requeueWithin (not a timeout).
 //
 // It returns nil once idle with no key failing (its last reconcile
 // returned a non-[Terminal] error and it awaits a retry); otherwise an
@@ -104,6 +106,10 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 		if b := c.busy(requeueWithin); b != "" {
 			return b
 		}
+	}
+	// After the controllers: a reconcile that ended emitted before.
+	if n := m.events.Pending(); n > 0 {
+		return fmt.Sprintf("%d Events not yet written", n)
 	}
 	if b := m.policy.Busy(); b != "" {
 		return b
