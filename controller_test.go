@@ -426,10 +426,22 @@ func TestWatchesAndFilterUpdates(t *testing.T) {
 		}, map[string]int{"a": 1, "b": 1}},
 		{"generation change passes", func() error {
 			// ConfigMaps keep no generation, and the fake, as the API
-			// server, refuses one from a write: set it in the tracker.
+			// server, refuses one from a write: set it in the tracker,
+			// and wait for the cache to see it (WaitIdle tracks only
+			// writes through ctrl's clients).
 			cm := configMap("ns", "a")
 			cm.Generation = 2
-			return cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, "ns")
+			if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, "ns"); err != nil {
+				return err
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+				if got, err := cms.Get(ctx, ctrl.KeyOf(cm)); err == nil && got.Generation == 2 {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return errors.New("the cache did not see generation 2 within a minute")
+				}
+			}
 		}, map[string]int{"a": 2, "b": 1}},
 		{"label change passes", func() error {
 			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "b"}, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`))
