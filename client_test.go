@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/ctrltest"
 )
 
 func TestClient(t *testing.T) {
@@ -234,4 +236,70 @@ func TestLostCreateRecognized(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCreateOrPatchAfterCreate calls CreateOrPatch when the object was
+// created after its read (as a reconcile may, before the cache has the
+// child it created a moment ago): the create meets AlreadyExists, and
+// CreateOrPatch patches what the server holds instead of failing. On a
+// custom resource with a status subresource and on a ConfigMap.
+func TestCreateOrPatchAfterCreate(t *testing.T) {
+	t.Run("ConfigMap", func(t *testing.T) {
+		cs := fake.NewClientset()
+		mgr := ctrltest.StartManager(t, ctrl.Options{FakeClientset: cs}, nil)
+		cms, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+		must(t, err)
+		_, err = ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
+		must(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		must(t, mgr.WaitIdle(ctx, time.Minute))
+		key := ctrl.Key{Namespace: "ns", Name: "child"}
+		calls := 0
+		got, op, err := cms.CreateOrPatch(ctx, key, func(cm *corev1.ConfigMap) error {
+			if calls++; calls == 1 { // between the read and the create
+				_, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "child"},
+					Data: map[string]string{"theirs": "x"}}, metav1.CreateOptions{})
+				must(t, err)
+			}
+			if cm.Data == nil {
+				cm.Data = map[string]string{}
+			}
+			cm.Data["mine"] = "1"
+			return nil
+		})
+		if err != nil || op != ctrl.Patched || got.Data["mine"] != "1" || got.Data["theirs"] != "x" {
+			t.Errorf("got %s, data %v, error %v; want patched, mine=1 and theirs=x", op, got.Data, err)
+		}
+		live, err := cms.Uncached().Get(ctx, key)
+		must(t, err)
+		if live.Data["mine"] != "1" || live.Data["theirs"] != "x" {
+			t.Errorf("on the server: got data %v, want mine=1 and theirs=x", live.Data)
+		}
+	})
+	t.Run("status subresource", func(t *testing.T) {
+		dyn := ctrltest.NewFakeDynamic()
+		mgr := ctrltest.StartManager(t, ctrl.Options{FakeDynamic: dyn}, nil)
+		widgets, err := ctrl.NewClient[*Widget](mgr, ctrl.ClientOptions{})
+		must(t, err)
+		_, err = ctrl.NewCache[*Widget](mgr, ctrl.CacheOptions{})
+		must(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		must(t, mgr.WaitIdle(ctx, time.Minute))
+		key := ctrl.Key{Namespace: "ns", Name: "w"}
+		calls := 0
+		got, op, err := widgets.CreateOrPatch(ctx, key, func(w *Widget) error {
+			if calls++; calls == 1 {
+				_, err := widgets.Uncached().Create(ctx, &Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: WidgetSpec{Size: 1}})
+				must(t, err)
+			}
+			w.Spec.Size = 2
+			w.Status.Phase = "Ready"
+			return nil
+		})
+		if err != nil || op != ctrl.Patched || got.Spec.Size != 2 || got.Status.Phase != "Ready" {
+			t.Errorf("got %s, %+v, error %v; want patched, size 2 and Ready", op, got, err)
+		}
+	})
 }

@@ -273,6 +273,28 @@ func TestWaitIdleFailing(t *testing.T) {
 			}
 		})
 	})
+	// The manager stops while WaitIdle waits (a test that shares one
+	// context between Start and WaitIdle may see either end first): the
+	// error still names the failing key.
+	t.Run("manager stopped", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mgr := setup(t, onlyA)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- mgr.Start(ctx) }()
+			err := mgr.WaitIdle(context.Background(), time.Hour)
+			if !strings.Contains(err.Error(), "manager stopped") || !errors.Is(err, boom) ||
+				!strings.Contains(err.Error(), `controller "failing": ns/a failed`) {
+				t.Errorf("got %v, want manager stopped, and ns/a's error", err)
+			}
+			must(t, <-done)
+			err = mgr.WaitIdle(context.Background(), time.Hour) // once stopped
+			if !errors.Is(err, boom) || !strings.Contains(err.Error(), `controller "failing": ns/a failed`) {
+				t.Errorf("after Start returned: got %v, want ns/a's error", err)
+			}
+		})
+	})
 	t.Run("recovered", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			mgr := setup(t, func(_ *corev1.ConfigMap, n int) error {
@@ -403,8 +425,23 @@ func TestWatchesAndFilterUpdates(t *testing.T) {
 			return err
 		}, map[string]int{"a": 1, "b": 1}},
 		{"generation change passes", func() error {
-			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "a"}, types.MergePatchType, []byte(`{"metadata":{"generation":2}}`))
-			return err
+			// ConfigMaps keep no generation, and the fake, as the API
+			// server, refuses one from a write: set it in the tracker,
+			// and wait for the cache to see it (WaitIdle tracks only
+			// writes through ctrl's clients).
+			cm := configMap("ns", "a")
+			cm.Generation = 2
+			if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, "ns"); err != nil {
+				return err
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+				if got, err := cms.Get(ctx, ctrl.KeyOf(cm)); err == nil && got.Generation == 2 {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return errors.New("the cache did not see generation 2 within a minute")
+				}
+			}
 		}, map[string]int{"a": 2, "b": 1}},
 		{"label change passes", func() error {
 			_, err := cms.Patch(ctx, ctrl.Key{Namespace: "ns", Name: "b"}, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`))

@@ -28,7 +28,10 @@ const (
 // [Client.PatchFrom], then a changed status subresource (not on create),
 // and leaves an unchanged one alone. It returns the object as written and
 // the outcome; if only the status patch fails, the patched object, Patched
-// and the error. Without a cache covering key it reads the server.
+// and the error. Without a cache covering key it reads the server. A create
+// that finds the object created since the read (a cache that does not have
+// it yet) reads it from the server and patches it: mutate is then called
+// again, on that object.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if err := c.checkKey("create or patch", key); err != nil {
@@ -50,6 +53,14 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 			return obj, Unchanged, err
 		}
 		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
+		if apierrors.IsAlreadyExists(err) {
+			// Created since the read: often this program's own create,
+			// not yet in the cache. Patch what the server holds.
+			if cur, err = c.Uncached().Get(ctx, key); err != nil {
+				return obj, Unchanged, err
+			}
+			return c.patchExisting(ctx, key, cur, mutate)
+		}
 		if err != nil {
 			return obj, Unchanged, err
 		}
@@ -58,6 +69,11 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 	if err != nil {
 		return cur, Unchanged, err
 	}
+	return c.patchExisting(ctx, key, cur, mutate)
+}
+
+// patchExisting is CreateOrPatch for an object read as cur.
+func (c *Client[T]) patchExisting(ctx context.Context, key Key, cur T, mutate func(T) error) (T, Outcome, error) {
 	changed := cur.DeepCopyObject().(T)
 	if err := c.mutate(key, changed, mutate); err != nil {
 		return cur, Unchanged, err

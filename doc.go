@@ -107,8 +107,10 @@
 //     ends its watch with an error naming both types, which
 //     [Cache.SetWatchErrorHandler] gets, and the cache relists.
 //   - Testable: the fakes hold deletions while finalizers remain, so
-//     finalizers run in unit tests; [Manager.WaitIdle] returns once all is
-//     reconciled, or names each failing key with its last error.
+//     finalizers run in unit tests, and keep metadata.generation as the API
+//     server does, so [GenerationChanged] filters as in production;
+//     [Manager.WaitIdle] returns once all is reconciled, or names each
+//     failing key with its last error, however the wait ends.
 //   - Optional: a kind declared optional (CacheOptions.Optional) may be
 //     missing: the manager runs; the cache lists once its CRD is
 //     Established, empties when it is deleted (deletions seen first), and

@@ -9,10 +9,11 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Recorder emits Events about objects of T through client-go's recorder
-// (aggregating, rate-limited), in the background, never blocking or
-// failing. Events emitted before Start, after it returns, while not
-// leading, or unsent when the lead is lost are dropped. It may be made
+// Recorder emits Events about objects of T as client-go's recorder does
+// (aggregated and rate-limited by its correlator), written in the
+// background, never blocking or failing. [Manager.WaitIdle] waits until
+// they are written. Events emitted before Start, after it returns, while
+// not leading, or unsent when the lead is lost are dropped. It may be made
 // before or after [Manager.Start]; it is safe for concurrent use.
 type Recorder[T Object] struct {
 	m       *Manager

@@ -173,15 +173,15 @@ func ExampleController_FilterUpdates() {
 		panic(err)
 	}
 	key := ctrl.Key{Namespace: "default", Name: "web"}
-	// A status write: skipped. (The fake does not bump generations; a real
-	// API server does on spec changes.)
+	// A status write: skipped. The fakes keep generations as the API
+	// server does: a change of the spec adds one, of the status none.
 	if _, err := client.PatchStatus(ctx, key, types.MergePatchType, []byte(`{"status":{"replicas":3}}`)); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	if _, err := client.Patch(ctx, key, types.MergePatchType, []byte(`{"metadata":{"generation":2}}`)); err != nil {
+	if _, err := client.Patch(ctx, key, types.MergePatchType, []byte(`{"spec":{"minReadySeconds":5}}`)); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
@@ -376,21 +376,17 @@ func ExampleNewRecorder() {
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		panic(err)
 	}
-	// Events are sent in the background: poll for this one.
+	// Events are sent in the background; once idle, they are written.
 	all, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		panic(err)
 	}
-	for {
-		list, err := all.Uncached().List(ctx, ctrl.ListParams{Namespace: "default"})
-		if err != nil {
-			panic(err)
-		}
-		if len(list) > 0 {
-			fmt.Println(list[0].Type, list[0].Reason, list[0].Message)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	list, err := all.Uncached().List(ctx, ctrl.ListParams{Namespace: "default"})
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range list {
+		fmt.Println(e.Type, e.Reason, e.Message)
 	}
 	cancel()
 	if err := <-done; err != nil {

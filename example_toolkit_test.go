@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
 
 	"github.com/typedctrl/ctrl"
 	"github.com/typedctrl/ctrl/ctrltest"
@@ -661,4 +663,47 @@ func ExampleManager_RBACRules() {
 	// apiGroups: [""], resources: ["events"], verbs: ["create" "patch" "update"]
 	// apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create" "get" "update"]
 	// apiGroups: ["example.com"], resources: ["widgets"], verbs: ["get" "list" "patch" "watch"]
+}
+
+// Write the manager's rules as a ClusterRole manifest, for kubectl apply:
+// a command of the program (say, `-print-rbac`) that wires the controllers
+// as main does, prints this and exits. Add the writes the reconciles make.
+func ExampleManager_RBACRules_clusterRole() {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), FakeDynamic: ctrltest.NewFakeDynamic()})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := ctrl.NewController(mgr, "widgets", func(context.Context, *Widget) (ctrl.Result, error) { return ctrl.Result{}, nil }, ctrl.ControllerOptions{}); err != nil {
+		panic(err)
+	}
+	role := rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: "widget-controller"},
+		Rules: append(mgr.RBACRules(), rbacv1.PolicyRule{ // what the reconcile writes
+			APIGroups: []string{"example.com"}, Resources: []string{"widgets/status"}, Verbs: []string{"patch"}}),
+	}
+	manifest, err := yaml.Marshal(role)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(string(manifest))
+	// Output:
+	// apiVersion: rbac.authorization.k8s.io/v1
+	// kind: ClusterRole
+	// metadata:
+	//   name: widget-controller
+	// rules:
+	// - apiGroups:
+	//   - example.com
+	//   resources:
+	//   - widgets
+	//   verbs:
+	//   - list
+	//   - watch
+	// - apiGroups:
+	//   - example.com
+	//   resources:
+	//   - widgets/status
+	//   verbs:
+	//   - patch
 }

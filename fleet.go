@@ -93,8 +93,8 @@ func (m *Manager) Engage(name string, c Cluster) error {
 	}
 	mb := &member{name: name, cluster: c, bindings: map[bindingID]any{}}
 	mb.clients = binding.Clients{Clientset: c.FakeClientset, Dynamic: c.FakeDynamic}
-	binding.DeleteLikeServer(c.FakeClientset)
-	binding.DeleteLikeServer(c.FakeDynamic)
+	binding.LikeServer(c.FakeClientset)
+	binding.LikeServer(c.FakeDynamic)
 	if cfg := c.Config; cfg != nil {
 		var err error
 		if mb.clients.Config, mb.clients.HTTP, mb.conns, err = transport.New(cfg, m.opts.ConnectionCheck, m.opts.Compression); err != nil {

@@ -13,13 +13,15 @@ import (
 // election); every write through this manager's [Client]s observed by the
 // caches of its type (a last-finalizer removal, by the removal); no event
 // being dispatched, key queued or waiting for a server, or reconcile
-// running; no requeue due within requeueWithin (not a timeout).
+// running; every Event a [Recorder] emitted written to the API server (or
+// dropped by client-go's correlator, as spam); no requeue due within
+// requeueWithin (not a timeout).
 //
 // It returns nil once idle with no key failing (its last reconcile
 // returned a non-[Terminal] error and it awaits a retry); otherwise an
 // error naming each failing key with its last error (wrapped for errors.Is
-// and errors.As) and, if ctx ended, what was busy. Writes through other
-// clients are not tracked.
+// and errors.As), whatever ended the wait, and, if ctx ended, what was
+// busy. Writes through other clients are not tracked.
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:
@@ -65,13 +67,21 @@ func (m *Manager) failing() error {
 	return errors.Join(errs...)
 }
 
+// stoppedErr says that the manager stopped, why, and which keys were
+// failing: a test whose one context ends both Start and WaitIdle may see
+// either end first.
 func (m *Manager) stoppedErr() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.startErr != nil {
-		return fmt.Errorf("ctrl: WaitIdle: manager stopped: %w", m.startErr)
+	startErr := m.startErr
+	m.mu.Unlock()
+	err := errors.New("ctrl: WaitIdle: manager stopped")
+	if startErr != nil {
+		err = fmt.Errorf("ctrl: WaitIdle: manager stopped: %w", startErr)
 	}
-	return errors.New("ctrl: WaitIdle: manager stopped")
+	if failing := m.failing(); failing != nil {
+		err = fmt.Errorf("%w; reconciles failing:\n%w", err, failing)
+	}
+	return err
 }
 
 // busy checks WaitIdle's conditions between two reads of the activity
@@ -96,6 +106,10 @@ func (m *Manager) busy(requeueWithin time.Duration) string {
 		if b := c.busy(requeueWithin); b != "" {
 			return b
 		}
+	}
+	// After the controllers: a reconcile that ended emitted before.
+	if n := m.events.Pending(); n > 0 {
+		return fmt.Sprintf("%d Events not yet written", n)
 	}
 	if b := m.policy.Busy(); b != "" {
 		return b
@@ -163,6 +177,9 @@ func (c *Cache[T]) busy() string {
 
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 	if !c.active.Load() {
+		if c.stopping.Load() {
+			return c.String() + ": stopped"
+		}
 		if waiting := c.waitingFor(); waiting != "" {
 			return fmt.Sprintf("%s: waiting for %s", c, waiting)
 		}

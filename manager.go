@@ -44,7 +44,8 @@ type Options struct {
 	// FakeClientset serves built-in types in tests, before Config: pass
 	// fake.NewClientset(objects...). A cache over it syncs once its watch is
 	// open. It and FakeDynamic delete as the API server does, finalizers
-	// holding deletions (the Testable guarantee). Reactors a test adds with
+	// holding deletions (the Testable guarantee), and keep
+	// metadata.generation as it does. Reactors a test adds with
 	// PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and unstructured objects in tests,
@@ -253,8 +254,8 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("ctrl: NewManager: registering metrics: %w", err)
 	}
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
-	binding.DeleteLikeServer(opts.FakeClientset)
-	binding.DeleteLikeServer(opts.FakeDynamic)
+	binding.LikeServer(opts.FakeClientset)
+	binding.LikeServer(opts.FakeDynamic)
 	if cfg := opts.Config; cfg != nil {
 		if m.clients.Config, m.clients.HTTP, m.conns, err = transport.New(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)

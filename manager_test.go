@@ -3,6 +3,7 @@ package ctrl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
@@ -257,9 +259,15 @@ func TestBindError(t *testing.T) {
 	}
 }
 
+// TestRecorder checks that WaitIdle covers the Events the reconciles
+// emitted: once it returns they are on the server, with no polling.
 func TestRecorder(t *testing.T) {
-	cs := fake.NewClientset(configMap("ns", "a"))
-	mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+	const n = 20
+	var seed []kruntime.Object
+	for i := range n {
+		seed = append(seed, configMap("ns", fmt.Sprintf("cm%02d", i)))
+	}
+	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(seed...)})
 	rec, err := ctrl.NewRecorder[*corev1.ConfigMap](mgr, "recorder-test")
 	must(t, err)
 	_, err = ctrl.NewController(mgr, "recorder", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -271,22 +279,16 @@ func TestRecorder(t *testing.T) {
 	waitIdle(t, mgr)
 	events, err := ctrl.NewClient[*corev1.Event](mgr, ctrl.ClientOptions{})
 	must(t, err)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
-		must(t, err)
-		if len(list) == 1 {
-			e := list[0]
-			if e.Reason != "Seen" || e.Message != "saw a" || e.InvolvedObject.Kind != "ConfigMap" || e.InvolvedObject.APIVersion != "v1" ||
-				e.InvolvedObject.UID != "ns-a" || e.Source.Component != "recorder-test" {
-				t.Errorf("got event %+v", e)
-			}
-			return
+	list, err := events.Uncached().List(ctx, ctrl.ListParams{Namespace: "ns"})
+	must(t, err)
+	if len(list) != n {
+		t.Fatalf("got %d events once idle, want %d", len(list), n)
+	}
+	for _, e := range list {
+		if e.Reason != "Seen" || e.Message != "saw "+e.InvolvedObject.Name || e.InvolvedObject.Kind != "ConfigMap" || e.InvolvedObject.APIVersion != "v1" ||
+			e.InvolvedObject.UID != types.UID("ns-"+e.InvolvedObject.Name) || e.Source.Component != "recorder-test" || e.Count != 1 || e.Type != corev1.EventTypeNormal {
+			t.Errorf("got event %+v", e)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d events, want 1", len(list))
-		}
-		time.Sleep(10 * time.Millisecond) // polling the server, not waiting for the controller
 	}
 }
 

@@ -52,10 +52,11 @@ func defaultBinDir() (string, error) {
 	}
 	if root := checkoutRoot(); root != "" {
 		bin := filepath.Join(root, "bin")
-		return "", fmt.Errorf("ctrltest: %s not found in %s: run `make controlplane` in %s", binaries.Missing(bin), bin, root)
+		return "", fmt.Errorf("ctrltest: %s not found in %s: run `make controlplane` in %s, or set $%s to a directory that holds the binaries",
+			binaries.Missing(bin), bin, root, binaries.BinDirEnv)
 	}
-	return "", fmt.Errorf("ctrltest: %s not found in %s: build it with `%s`, run in your module",
-		binaries.Missing(cache), cache, binaries.Command)
+	return "", fmt.Errorf("ctrltest: %s not found in %s: build it with `%s`, run in your module, or set $%s to a directory that holds the binaries",
+		binaries.Missing(cache), cache, binaries.Command, binaries.BinDirEnv)
 }
 
 // sourceFile is the path this file was compiled from: absolute, unless

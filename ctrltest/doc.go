@@ -9,13 +9,18 @@
 //
 // [NewFakeDynamic] is client-go's fake dynamic client set up to serve every
 // type registered with ctrl.Register, for ctrl.Options.FakeDynamic, with no
-// map of list kinds to write. [Logger] sends a manager's log to the test:
+// map of list kinds to write. [StartManager] runs a manager for the test's
+// life, its log sent to the test by [Logger]:
 //
-//	mgr, err := ctrl.NewManager(ctrl.Options{
+//	mgr := ctrltest.StartManager(t, ctrl.Options{
 //		FakeClientset: fake.NewClientset(),
 //		FakeDynamic:   ctrltest.NewFakeDynamic(&Widget{...}),
-//		Logger:        ctrltest.Logger(t),
-//	})
+//	}, widget.Setup)
+//	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+//	defer cancel()
+//	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
+//		t.Fatal(err) // names each failing key with its last error
+//	}
 //
 // # Binaries
 //

@@ -501,9 +501,9 @@ func TestDefaultBinDir(t *testing.T) {
 		wantErr string
 	}{
 		{name: "nothing, outside a checkout", wd: elsewhere,
-			wantErr: "ctrltest: kube-apiserver not found in " + cached + ": build it with " + command + ", run in your module"},
+			wantErr: "ctrltest: kube-apiserver not found in " + cached + ": build it with " + command + ", run in your module, or set $CTRL_CONTROLPLANE_BIN to a directory that holds the binaries"},
 		{name: "nothing, in a checkout", wd: filepath.Join(checkout, "internal", "integration"),
-			wantErr: "ctrltest: kube-apiserver not found in " + filepath.Join(checkout, "bin") + ": run `make controlplane` in " + checkout},
+			wantErr: "ctrltest: kube-apiserver not found in " + filepath.Join(checkout, "bin") + ": run `make controlplane` in " + checkout + ", or set $CTRL_CONTROLPLANE_BIN to a directory that holds the binaries"},
 		{name: "checkout", wd: filepath.Join(checkout, "internal", "integration"), install: []string{filepath.Join(checkout, "bin")},
 			want: filepath.Join(checkout, "bin")},
 		{name: "cache before checkout", wd: checkout, install: []string{cached, filepath.Join(checkout, "bin")},

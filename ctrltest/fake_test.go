@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,10 +147,22 @@ func TestLogger(t *testing.T) {
 // recordingTB records what a test logs, and its cleanups.
 type recordingTB struct {
 	testing.TB
+	mu       sync.Mutex
 	lines    []string
 	cleanups []func()
 }
 
-func (r *recordingTB) Log(args ...any)   { r.lines = append(r.lines, fmt.Sprint(args...)) }
+func (r *recordingTB) Log(args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, fmt.Sprint(args...))
+}
+
+func (r *recordingTB) logged() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
+}
+
 func (r *recordingTB) Cleanup(fn func()) { r.cleanups = append(r.cleanups, fn) }
 func (r *recordingTB) Helper()           {}

@@ -18,28 +18,17 @@ import (
 func TestHasher(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"},
 		Data: map[string]string{"color": "blue"}}
-	mgr, err := ctrl.NewManager(ctrl.Options{
+	// Started now, wired by setup, its log in the test's output; stopped
+	// and checked for leftover goroutines when the test ends.
+	mgr := ctrltest.StartManager(t, ctrl.Options{
 		FakeClientset: fake.NewClientset(cm), // serves built-in types, seeded with cm
-		Logger:        ctrltest.Logger(t),    // failed reconciles show in the test's output
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := setup(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the test's deadline
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	}()
+	}, setup)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // the test's deadline
+	defer cancel()
 
 	// Idle: every write made through the manager's clients is back in its
-	// caches and reconciled. No sleeps.
+	// caches and reconciled. No sleeps. A reconcile that keeps failing
+	// fails the wait, naming the ConfigMap and its error.
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}

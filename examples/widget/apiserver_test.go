@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,15 +19,11 @@ import (
 // a new Widget gets its ConfigMap and a Ready condition for its generation,
 // and a deleted Widget goes once its finalizer has deleted the ConfigMap.
 func TestWidgetLifecycle(t *testing.T) {
-	// Stopped when the test ends, after the deferred calls below.
+	// Stopped when the test ends, after the manager below.
 	env := ctrltest.Start(t, ctrltest.Options{CRDs: [][]byte{widget.CRD}})
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Logger: ctrltest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := widget.Setup(mgr); err != nil {
-		t.Fatal(err)
-	}
+	// Stopped and checked for leftover goroutines (client-go's idle
+	// connections aside) when the test ends, before the control plane.
+	mgr := ctrltest.StartManager(t, ctrl.Options{Config: env.Config()}, widget.Setup)
 	widgets, err := ctrl.NewClient[*widget.Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -37,18 +32,7 @@ func TestWidgetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := goleak.IgnoreCurrent()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start: %v", err)
-		}
-		// client-go keeps idle connections to the server for later clients.
-		goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
-	}()
+	ctx := t.Context()
 	// After WaitIdle, the caches hold every write the controller made.
 	waitIdle := func() {
 		t.Helper()

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,18 +21,12 @@ import (
 // condition, and a deleted one goes once its finalizer has deleted the
 // ConfigMap.
 func TestWidgetGetsConfigMap(t *testing.T) {
-	defer goleak.VerifyNone(t) // after the manager has stopped
-	mgr, err := ctrl.NewManager(ctrl.Options{
+	// Started now, wired by widget.Setup, its log in the test's output;
+	// stopped and checked for leftover goroutines when the test ends.
+	mgr := ctrltest.StartManager(t, ctrl.Options{
 		FakeClientset: fake.NewClientset(),       // serves built-in types: ConfigMaps, Events
 		FakeDynamic:   ctrltest.NewFakeDynamic(), // serves every type registered with ctrl.Register
-		Logger:        ctrltest.Logger(t),        // failed reconciles show in the test's output
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := widget.Setup(mgr); err != nil {
-		t.Fatal(err)
-	}
+	}, widget.Setup)
 	widgets, err := ctrl.NewClient[*widget.Widget](mgr, ctrl.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -42,15 +35,8 @@ func TestWidgetGetsConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the whole test's deadline
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	}()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // the whole test's deadline
+	defer cancel()
 
 	w := &widget.Widget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "greeting"},

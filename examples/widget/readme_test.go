@@ -8,8 +8,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
-// TestReadmeTesting keeps README.md's "A custom resource" and "Testing your
-// controller" identical to the files here, which go test compiles and runs,
+// TestReadmeTesting keeps README.md's "A custom resource" (the types and the
+// controller) and "Testing your controller" identical to the files here, which go test compiles and runs,
 // and to the command that builds the binaries. ctrltest/cmd/controlplane's TestUserModule runs them in a
 // module of their own.
 func TestReadmeTesting(t *testing.T) {
@@ -18,7 +18,7 @@ func TestReadmeTesting(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	for _, path := range []string{"types.go", "fake_test.go", "apiserver_test.go"} {
+	for _, path := range []string{"types.go", "widget.go", "fake_test.go", "apiserver_test.go"} {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -9,12 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 )
 
 // Deletion in fakes. Client-go's fakes remove an object as soon as it is
 // deleted, finalizers or not, so a finalizer could never run in a unit
-// test. DeleteLikeServer teaches a fake what the API server does:
+// test. LikeServer teaches a fake what the API server does (and keeps
+// generations, fakegen.go):
 //
 //   - deleting an object that has finalizers sets its deletionTimestamp
 //     (and a deletionGracePeriodSeconds of 0) and keeps it; deleting it
@@ -29,17 +31,17 @@ import (
 // first: a test can make a finalizer's removal fail. Graceful deletion of
 // Pods (held until the kubelet confirms) is not imitated: no kubelet runs.
 
-// trackerFake is what DeleteLikeServer needs of a fake besides its
+// trackerFake is what LikeServer needs of a fake besides its
 // testing.Fake: client-go's *fake.Clientset and
 // *dynamicfake.FakeDynamicClient have it.
 type trackerFake interface {
 	Tracker() clienttesting.ObjectTracker
 }
 
-// DeleteLikeServer makes fake hold deletions while finalizers remain, as
-// the API server does, if it is one of client-go's fakes; it reports
-// whether it could.
-func DeleteLikeServer(fake any) bool {
+// LikeServer makes fake hold deletions while finalizers remain and keep
+// generations, as the API server does, if it is one of client-go's fakes;
+// it reports whether it could.
+func LikeServer(fake any) bool {
 	tf, ok := fake.(trackerFake)
 	f := embeddedFake(fake)
 	if !ok || f == nil {
@@ -51,9 +53,9 @@ func DeleteLikeServer(fake any) bool {
 			return deleteWithFinalizers(tracker, a)
 		}},
 	}
-	for _, verb := range []string{"update", "patch"} {
+	for _, verb := range []string{"create", "update", "patch"} {
 		ours = append(ours, &clienttesting.SimpleReactor{Verb: verb, Resource: "*", Reaction: func(a clienttesting.Action) (bool, runtime.Object, error) {
-			return writeWhileDeleting(tracker, a)
+			return write(tracker, a)
 		}})
 	}
 	f.Lock()
@@ -107,6 +109,10 @@ func deleteWithFinalizers(tracker clienttesting.ObjectTracker, a clienttesting.A
 			fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, m.GetUID()))
 	}
 	if m.GetDeletionTimestamp() == nil {
+		// As the API server's markAsDeleting (generic/registry/store.go).
+		if g := m.GetGeneration(); g > 0 {
+			m.SetGeneration(g + 1)
+		}
 		now, zero := metav1.Now(), int64(0)
 		m.SetDeletionTimestamp(&now)
 		m.SetDeletionGracePeriodSeconds(&zero)
@@ -119,14 +125,17 @@ func deleteWithFinalizers(tracker clienttesting.ObjectTracker, a clienttesting.A
 	return true, obj, nil
 }
 
-// writeWhileDeleting performs an update or patch of an object being
-// deleted as the API server does: the deletionTimestamp stays, and an
-// object left without finalizers goes. Writes to other objects are left to
-// the fake.
-func writeWhileDeleting(tracker clienttesting.ObjectTracker, a clienttesting.Action) (bool, runtime.Object, error) {
+// write performs a create, update or patch as the API server does: the
+// generation kept (fakegen.go); and for an object being deleted, the
+// deletionTimestamp stays, and an object left without finalizers goes.
+// Server-side apply, and actions the fake's own reactor would not know,
+// are left to the fake.
+func write(tracker clienttesting.ObjectTracker, a clienttesting.Action) (bool, runtime.Object, error) {
 	gvr, ns := a.GetResource(), a.GetNamespace()
 	var name string
 	switch w := a.(type) {
+	case clienttesting.CreateActionImpl:
+		return clienttesting.ObjectReaction(withGenerations(tracker, a))(a)
 	case clienttesting.UpdateActionImpl:
 		m, err := meta.Accessor(w.GetObject())
 		if err != nil {
@@ -134,17 +143,21 @@ func writeWhileDeleting(tracker clienttesting.ObjectTracker, a clienttesting.Act
 		}
 		name = m.GetName()
 	case clienttesting.PatchActionImpl:
+		if w.GetPatchType() == types.ApplyPatchType {
+			return false, nil, nil
+		}
 		name = w.GetName()
 	default:
 		return false, nil, nil
 	}
+	tracker = withGenerations(tracker, a)
 	old, err := tracker.Get(gvr, ns, name)
 	if err != nil {
-		return false, nil, nil
+		return false, nil, nil // the fake answers NotFound
 	}
 	oldMeta, err := meta.Accessor(old)
 	if err != nil || oldMeta.GetDeletionTimestamp() == nil {
-		return false, nil, nil
+		return clienttesting.ObjectReaction(tracker)(a)
 	}
 	keep := func(m metav1.Object) {
 		m.SetDeletionTimestamp(oldMeta.GetDeletionTimestamp())

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-// TestDeleteLikeServer drives the fakes' deletions through the bindings, on
+// TestLikeServer drives the fakes' deletions through the bindings, on
 // the typed fake and on the dynamic one.
-func TestDeleteLikeServer(t *testing.T) {
+func TestLikeServer(t *testing.T) {
 	ctx := context.Background()
 	cm := func(name string, finalizers ...string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Finalizers: finalizers}}
@@ -26,8 +26,8 @@ func TestDeleteLikeServer(t *testing.T) {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{{Version: "v1", Resource: "configmaps"}: "ConfigMapList"})
 	for _, f := range []any{typed, dyn} {
-		if !DeleteLikeServer(f) {
-			t.Fatalf("DeleteLikeServer(%T) = false", f)
+		if !LikeServer(f) {
+			t.Fatalf("LikeServer(%T) = false", f)
 		}
 	}
 	res := &Info{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Namespaced: true}

@@ -326,6 +326,46 @@ func fieldsOf(entries []metav1.ManagedFieldsEntry, manager string) []string {
 	return out
 }
 
+// TestCreateOrPatchAfterCreate calls CreateOrPatch from a cached client
+// when the object was created after its read, as a reconcile may before the
+// cache has the child it created a moment ago: the create meets
+// AlreadyExists, and CreateOrPatch patches what the server holds, without
+// an error.
+func TestCreateOrPatchAfterCreate(t *testing.T) {
+	ns := newNamespace(t)
+	mgr := newManager(t, ns)
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	_, err := ctrl.NewCache[*corev1.ConfigMap](mgr, ctrl.CacheOptions{})
+	must(t, err)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	key := ctrl.Key{Namespace: ns, Name: "child"}
+	calls := 0
+	cm, op, err := configMaps.CreateOrPatch(ctx, key, func(cm *corev1.ConfigMap) error {
+		if calls++; calls == 1 { // between the cache's read and the create
+			_, err := clientset.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: key.Name},
+				Data: map[string]string{"theirs": "x"}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data["mine"] = "1"
+		return nil
+	})
+	if err != nil || op != ctrl.Patched || cm.Data["mine"] != "1" || cm.Data["theirs"] != "x" {
+		t.Errorf("got %s, data %v, error %v; want patched, mine=1 and theirs=x", op, cm.Data, err)
+	}
+	live, err := clientset.CoreV1().ConfigMaps(ns).Get(ctx, key.Name, metav1.GetOptions{})
+	must(t, err)
+	if live.Data["mine"] != "1" || live.Data["theirs"] != "x" {
+		t.Errorf("on the server: got data %v, want mine=1 and theirs=x", live.Data)
+	}
+	waitIdle(t, mgr)
+}
+
 // TestToolkitCreateOrPatch drives CreateOrPatch from a cached client: it
 // creates, then patches only the field its mutate function changed, so a
 // field another manager set stays that manager's; it reports an unchanged
