@@ -60,9 +60,12 @@
 //     even if paused (SIGSTOP, a frozen VM), it takes no key, its
 //     reconciles are canceled, and its writes through ctrl's clients fail
 //     with [ErrLeadershipLost], which ends the reconcile without a retry or
-//     a failure counted. A replica that does not lead keeps its
-//     caches warm and queues nothing; on takeover it reconciles every
-//     cached object once.
+//     a failure counted. A patch, apply or delete that leaves after all
+//     (paused between its last check and the wire) carries the object's
+//     resourceVersion as this replica knew it, so the API server refuses
+//     it once another replica wrote the object. A replica that does not
+//     lead keeps its caches warm and queues nothing; on takeover it
+//     reconciles every cached object once.
 //   - One owner per object: with [Sharding], a replica reconciles an object
 //     (and runs its OnDelete and OnFinalize) only while it serves the
 //     object's part of the hash space, taken only after a quorum read finds
@@ -72,7 +75,8 @@
 //     whatever its update filters. An ended membership is fenced as a lost
 //     leader is. The share of a replica that stopped is taken at once, of
 //     one that died LeaseDuration after its last renewal began; a joining
-//     replica disturbs no other objects.
+//     replica takes objects only from the others, and no object moves
+//     between replicas that stay.
 //   - Observable: deletions reach [Controller.OnFinalize] while the object
 //     exists, across restarts and failovers, and [Controller.OnDelete] once
 //     after it is gone, if seen while leading. An object that only leaves a
