@@ -86,7 +86,7 @@
 //   - Resilient: while the API server is away, caches retry at least every
 //     1.5 s (or after Retry-After), log once when it goes and once when it
 //     is back, then spread relists over two seconds. A silently dead
-//     connection is noticed within twice Options.ConnectionCheck. A 410
+//     connection is noticed within Options.ConnectionCheck. A 410
 //     Gone relists, turning missed changes into events. Reconciles that
 //     failed for lack of an answer from the server wait for it, outside the
 //     retry budget, are retried within two seconds of its return, and are

@@ -77,11 +77,12 @@ type Options struct {
 	// README.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
-	// without a frame before ctrl pings it, and how long the ping may take; a
-	// failed connection is closed and its requests retried on a new one. A
-	// busy watch's own HTTP/1.1 connection returns to the shared one after
-	// this long without an event (README.md#connection-checks). Negative:
-	// client-go's defaults, every watch shared. Default: 3 seconds.
+	// without answering: ctrl pings a connection silent for a third of it
+	// and closes it if the ping takes the rest, retrying its requests on a
+	// new one. A busy watch's own HTTP/1.1 connection returns to the shared
+	// one after at most this long without an event
+	// (README.md#connection-checks). Negative: client-go's defaults, every
+	// watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory

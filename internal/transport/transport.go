@@ -53,7 +53,11 @@ func New(cfg *rest.Config, check time.Duration, compression bool) (*rest.Config,
 	if t := httpTransport(hc.Transport); t != nil && check > 0 {
 		// client-go's HTTP/2 transport reads these when it opens a
 		// connection, over its own settings.
-		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check, PingTimeout: check}
+		// A ping after a third of check without a frame, which must be
+		// answered within the rest: a dead connection is closed within
+		// check of its last frame, and a live one is closed by mistake only
+		// if its answer takes two thirds of check.
+		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: check / 3, PingTimeout: check - check/3}
 	}
 	if conns != nil && rest.IsConfigTransportTLS(*cfg) && len(cfg.NextProtos) == 0 {
 		// Busy watches read from HTTP/1.1 connections of their own, which
