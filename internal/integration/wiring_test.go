@@ -690,7 +690,7 @@ func TestWidenedNamespacesResume(t *testing.T) {
 	var lists []url.Values // the initial lists of every namespace, as watches or lists (not probes, limit=1)
 	cfg := rest.CopyConfig(env.Config())
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
 			q := req.URL.Query()
 			if req.Method == http.MethodGet && req.URL.Path == "/api/v1/configmaps" && q.Get("limit") != "1" && (q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true") {
 				mu.Lock()
@@ -743,7 +743,3 @@ func TestWidenedNamespacesResume(t *testing.T) {
 	}
 	t.Logf("the widened feed's list: %v; the newest object the cache held: %s", q, last)
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
