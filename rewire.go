@@ -118,7 +118,7 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	}
 	c.mu.Unlock()
 	if len(evs) > 0 {
-		c.dispatching.Add(1)
+		c.startDispatching()
 		defer c.doneDispatching()
 		h.listed(evs)
 	}

@@ -66,7 +66,7 @@ func (f *feed[T]) Update(obj any) error {
 	}
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
-	c.dispatching.Add(1)
+	c.startDispatching()
 	defer c.doneDispatching()
 	key := KeyOf(t).InCluster(f.key.cluster)
 	c.mu.Lock()
@@ -118,7 +118,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	c := f.c
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
-	c.dispatching.Add(1)
+	c.startDispatching()
 	defer c.doneDispatching()
 	key := KeyOf(t).InCluster(f.key.cluster)
 	c.mu.Lock()
@@ -145,7 +145,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
-	c.dispatching.Add(1)
+	c.startDispatching()
 	defer c.doneDispatching()
 	var removed []event[T]
 	c.mu.Lock()
@@ -180,7 +180,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 	c := f.c
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
-	c.dispatching.Add(1)
+	c.startDispatching()
 	defer c.doneDispatching()
 	listed := make(map[Key]T, len(list))
 	for _, obj := range list {
@@ -286,6 +286,16 @@ func (f *feed[T]) UpdateResourceVersion(rv string) {
 	f.lastRV = rv
 	f.lastEvent.Store(time.Now().UnixNano())
 	f.c.mu.Unlock()
+}
+
+// startDispatching marks an event being dispatched. The idle check reads
+// the marks, the expectations the event settles and the queues it fills
+// one after another: the activity it counts voids a check that read the
+// mark before the event began and the rest after it settled a write but
+// before a handler queued its key.
+func (c *Cache[T]) startDispatching() {
+	c.dispatching.Add(1)
+	c.mgr.activity.Add(1)
 }
 
 func (c *Cache[T]) doneDispatching() {
