@@ -1,10 +1,12 @@
 package ctrl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,66 +23,83 @@ import (
 // The zero value turns it off: every replica reconciles. With Name set, only
 // the replica holding the coordination.k8s.io/v1 Lease of that name runs
 // its controllers; the others keep their caches synced so that a takeover
-// reconciles at once. The defaults are controller-runtime's.
+// reconciles at once.
 //
 // Leadership is a deadline on the leader's own clock: see "One leader"
 // in the package's guarantees. Writes a reconcile makes outside ctrl's
 // clients are not fenced: make them with the reconcile's context and call
-// [CheckLeadership] right before each. No check fences a write already on
-// the wire when a pause begins; make such writes conditional on what was
-// read, as [Client.Update] and [Client.PatchFrom] do.
+// [CheckLeadership] right before each.
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string
-	// Namespace of the Lease. Default: Options.Namespace, or "default".
-	Namespace string
-	// Identity of this replica in the Lease; see [Manager.Identity].
-	// Default: the host name and a random suffix.
-	Identity string
-	// LeaseDuration is how long other replicas wait, after they last saw
-	// the leader renew, before taking over from a leader that stopped
-	// without releasing the Lease (it crashed, or was paused). Default:
-	// 15 seconds, or 1.5 times RenewDeadline if only that is set.
-	LeaseDuration time.Duration
-	// RenewDeadline is how long the leader may act after the start of its
-	// last successful renewal: past it, it stops its controllers, and
-	// either stands by (StandbyOnLoss) or makes Start return an error. It
-	// must be shorter than LeaseDuration. Default: two thirds of
-	// LeaseDuration (10 seconds).
-	RenewDeadline time.Duration
-	// RetryPeriod is how often replicas try to acquire or renew. Default:
-	// two fifteenths of LeaseDuration (2 seconds).
-	RetryPeriod time.Duration
+	// LeaseOptions: the Lease's namespace, this replica's identity in it,
+	// and its timing.
+	LeaseOptions
 	// StandbyOnLoss makes a replica that lost the Lease stand by instead of
 	// exiting: its controllers stop (running reconciles are canceled, and
 	// Start waits up to Options.ShutdownTimeout for them), its caches stay
 	// warm, and it campaigns again; when it leads again it reconciles every
 	// cached object, as any takeover does. Default: off: Start returns an
-	// error wrapping ErrLeadershipLost, so that the process exits and
-	// starts afresh (with cold caches), which is also what drops any state
-	// or goroutine of the program's own that outlived its reconciles.
+	// error wrapping [ErrLeadershipLost], so that the process exits and
+	// starts afresh with cold caches.
 	StandbyOnLoss bool
+}
+
+// LeaseOptions configures the coordination.k8s.io/v1 Lease a replica
+// holds, for [LeaderElection] and [Sharding] alike. The zero value takes
+// the defaults, which are controller-runtime's.
+type LeaseOptions struct {
+	// Namespace of the Lease. Default: Options.Namespace, or "default".
+	Namespace string
+	// Identity of this replica in the Lease, unique among the replicas
+	// running at once (a DNS label, with Sharding); see [Manager.Identity].
+	// Default: the host name, cut to fit, and a random suffix.
+	Identity string
+	// LeaseDuration is how long the other replicas wait, after this one
+	// last renewed, before taking over what it holds (it crashed, or was
+	// paused). Default: 15 s, or 1.5 times RenewDeadline if only that is set.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long this replica may act after the start of its
+	// last successful renewal; past it, it stops its controllers. Shorter
+	// than LeaseDuration. Default: two thirds of LeaseDuration (10 s).
+	RenewDeadline time.Duration
+	// RetryPeriod is how often the Lease is acquired or renewed. Default:
+	// two fifteenths of LeaseDuration (2 s).
+	RetryPeriod time.Duration
+}
+
+// lease resolves the defaults of o into the elector's settings for the
+// Lease named by name(identity), and the binding it is written through;
+// what names the Lease's use in errors.
+func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
+	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, "default")
+	if o.Identity == "" {
+		host, _ := os.Hostname()
+		host = strings.ToLower(strings.Trim(host, "-."))
+		host = strings.Trim(strings.ReplaceAll(host[:min(len(host), 40)], ".", "-"), "-")
+		o.Identity = strings.TrimLeft(host+"-"+rand.String(8), "-")
+	}
+	b, err := bind[*coordinationv1.Lease](m, APIResource{})
+	if err != nil {
+		return leader.Config{}, nil, fmt.Errorf("ctrl: NewManager: %s: %w", what, err)
+	}
+	cfg := leader.Config{Name: name(o.Identity), Namespace: o.Namespace, Identity: o.Identity,
+		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		Leases: leases{b, o.Namespace}}
+	cfg.Default()
+	if err := cfg.Validate(); err != nil {
+		return leader.Config{}, nil, fmt.Errorf("ctrl: NewManager: %s: %w", what, err)
+	}
+	cfg.Log = opts.Logger.WithValues("lease", o.Namespace+"/"+cfg.Name, "identity", o.Identity)
+	return cfg, b, nil
 }
 
 // newElection resolves opts.LeaderElection into the manager's policy.
 func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	le := opts.LeaderElection
-	le.Namespace = cmpOr(le.Namespace, opts.Namespace, "default")
-	if le.Identity == "" {
-		host, _ := os.Hostname()
-		le.Identity = host + "_" + rand.String(8)
-	}
-	b, err := bind[*coordinationv1.Lease](m, APIResource{})
+	cfg, _, err := le.lease(m, opts, "leader election", func(string) string { return le.Name })
 	if err != nil {
-		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
-	}
-	cfg := leader.Config{Name: le.Name, Namespace: le.Namespace, Identity: le.Identity,
-		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
-		Leases: leases{b, le.Namespace},
-		Log:    opts.Logger.WithValues("lease", le.Namespace+"/"+le.Name, "identity", le.Identity)}
-	cfg.Default()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("ctrl: NewManager: leader election: %w", err)
+		return nil, err
 	}
 	m.leadership.status = m.metrics.LeaderStatus.WithLabelValues(le.Name)
 	m.leadership.status.Set(0)

@@ -32,7 +32,10 @@ func TestLeadershipLost(t *testing.T) {
 func testLeadershipLost(t *testing.T, standby bool) {
 	cs := fake.NewClientset(configMap("ns", "a"))
 	mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "ns", LeaderElection: ctrl.LeaderElection{
-		Name: "lock", Identity: "me", LeaseDuration: 3 * time.Second, StandbyOnLoss: standby}})
+		Name:          "lock",
+		LeaseOptions:  ctrl.LeaseOptions{Identity: "me", LeaseDuration: 3 * time.Second},
+		StandbyOnLoss: standby,
+	}})
 	if got := mgr.Identity(); got != "me" {
 		t.Errorf("Identity: got %q, want me", got)
 	}

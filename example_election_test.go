@@ -14,7 +14,9 @@ import (
 // says when to ask again. LeaseDuration alone sets the other durations.
 func ExampleManager_Leading() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), LeaderElection: ctrl.LeaderElection{
-		Name: "example", Identity: "replica-1", LeaseDuration: 6 * time.Second}})
+		Name:         "example",
+		LeaseOptions: ctrl.LeaseOptions{Identity: "replica-1", LeaseDuration: 6 * time.Second},
+	}})
 	if err != nil {
 		panic(err)
 	}

@@ -128,7 +128,7 @@ func ExampleSharding() {
 	)
 	mgr, err := ctrl.NewManager(ctrl.Options{
 		FakeClientset: cs, // Config, in a real program
-		Sharding:      ctrl.Sharding{Ring: "widgets", Identity: "replica-1"},
+		Sharding:      ctrl.Sharding{Ring: "widgets", LeaseOptions: ctrl.LeaseOptions{Identity: "replica-1"}},
 	})
 	if err != nil {
 		panic(err)

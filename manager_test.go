@@ -295,7 +295,7 @@ func TestRecorder(t *testing.T) {
 func TestLeaderElectionOnFake(t *testing.T) {
 	cs := fake.NewClientset(configMap("ns", "a"))
 	mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "ns",
-		LeaderElection: ctrl.LeaderElection{Name: "test-lock", Identity: "me", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}})
+		LeaderElection: ctrl.LeaderElection{Name: "test-lock", LeaseOptions: ctrl.LeaseOptions{Identity: "me", LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}}})
 	_, err := ctrl.NewController(mgr, "leader", noop, ctrl.ControllerOptions{})
 	must(t, err)
 	leases, err := ctrl.NewClient[*coordinationv1.Lease](mgr, ctrl.ClientOptions{})
@@ -324,7 +324,7 @@ func TestLeaderElectionOnFake(t *testing.T) {
 
 func TestLeaderElectionValidation(t *testing.T) {
 	_, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(),
-		LeaderElection: ctrl.LeaderElection{Name: "x", LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}})
+		LeaderElection: ctrl.LeaderElection{Name: "x", LeaseOptions: ctrl.LeaseOptions{LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}}})
 	if err == nil || !strings.Contains(err.Error(), "LeaseDuration 1s must be longer than RenewDeadline 2s") {
 		t.Errorf("got %v, want a duration error", err)
 	}

@@ -50,7 +50,7 @@ func TestShardMoveIsNoRemoval(t *testing.T) {
 	}
 	cs := fake.NewClientset(seed...)
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t), HealthAddress: "127.0.0.1:0",
-		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}})
+		Sharding: ctrl.Sharding{Ring: "ring", LeaseOptions: ctrl.LeaseOptions{Identity: "a", LeaseDuration: 15 * time.Second}}})
 	must(t, err)
 	var mu sync.Mutex
 	reconciled, finalized, deleted := map[string]int{}, map[string]int{}, map[string]int{}
@@ -204,13 +204,13 @@ func TestShardingConfig(t *testing.T) {
 		opts ctrl.Options
 		want string // in the error; "" for none
 	}{
-		{"lease duration alone", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseDuration: 5 * time.Second}}, ""},
-		{"identity sharder", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", Identity: "sharder"}}, ""},
+		{"lease duration alone", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseOptions: ctrl.LeaseOptions{LeaseDuration: 5 * time.Second}}}, ""},
+		{"identity sharder", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseOptions: ctrl.LeaseOptions{Identity: "sharder"}}}, ""},
 		{"ring not a label", ctrl.Options{Sharding: ctrl.Sharding{Ring: "R.1"}}, `Sharding.Ring "R.1"`},
-		{"identity not a label", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", Identity: "a_b"}}, `Sharding.Identity "a_b"`},
+		{"identity not a label", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseOptions: ctrl.LeaseOptions{Identity: "a_b"}}}, `Sharding.Identity "a_b"`},
 		{"with leader election", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r"}, LeaderElection: ctrl.LeaderElection{Name: "l"}}, "choose one"},
 		{"by namespace in one namespace", ctrl.Options{Namespace: "ns", Sharding: ctrl.Sharding{Ring: "r", ByNamespace: true}}, "restricted to namespace"},
-		{"renew deadline too long", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseDuration: 5 * time.Second, RenewDeadline: 6 * time.Second}}, "must be longer"},
+		{"renew deadline too long", ctrl.Options{Sharding: ctrl.Sharding{Ring: "r", LeaseOptions: ctrl.LeaseOptions{LeaseDuration: 5 * time.Second, RenewDeadline: 6 * time.Second}}}, "must be longer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,7 +286,7 @@ func TestShareChangeNeverGoesBack(t *testing.T) {
 		return true, l, nil
 	})
 	mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t),
-		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}})
+		Sharding: ctrl.Sharding{Ring: "ring", LeaseOptions: ctrl.LeaseOptions{Identity: "a", LeaseDuration: 15 * time.Second}}})
 	var mu sync.Mutex
 	seen := map[string][]string{}
 	c, err := ctrl.NewController(mgr, "versions", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -341,7 +341,7 @@ func TestShareChangeNeverGoesBack(t *testing.T) {
 func shardedManager(t *testing.T, cs *fake.Clientset, dyn *dynamicfake.FakeDynamicClient) *ctrl.Manager {
 	t.Helper()
 	opts := ctrl.Options{FakeClientset: cs, Logger: testLog(t), HealthAddress: "127.0.0.1:0",
-		Sharding: ctrl.Sharding{Ring: "ring", Identity: "a", LeaseDuration: 15 * time.Second}}
+		Sharding: ctrl.Sharding{Ring: "ring", LeaseOptions: ctrl.LeaseOptions{Identity: "a", LeaseDuration: 15 * time.Second}}}
 	if dyn != nil {
 		opts.FakeDynamic = dyn
 	}

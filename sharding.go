@@ -3,20 +3,15 @@ package ctrl
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
-	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/shard"
 )
 
@@ -37,12 +32,12 @@ type Sharding struct {
 	// objects. Their Leases are named <Ring>.<identity> and labeled
 	// ring.shard.ctrl.dev=<Ring>. A DNS label. Empty: no sharding.
 	Ring string
-	// Namespace of the Leases. Default: Options.Namespace, or "default".
-	Namespace string
-	// Identity of this replica: a DNS label, unique among the replicas
-	// running at once; see [Manager.Identity] and [Request]. Default:
-	// the host name, cut to fit, and a random suffix.
-	Identity string
+	// LeaseOptions: the membership Leases' namespace, this replica's
+	// identity (see [Request]), and their timing. RetryPeriod is also how
+	// often the ring is looked at, and past RenewDeadline a replica is
+	// fenced as a lost leader is and Start returns an error wrapping
+	// [ErrLeadershipLost].
+	LeaseOptions
 	// ByNamespace places objects by namespace instead of UID: one replica
 	// serves all of a namespace, and caches a sharded controller [Owns] hold
 	// only its namespaces' objects where the server selects by hash. It needs
@@ -51,19 +46,6 @@ type Sharding struct {
 	// ByLabel selects by label even where the server could by hash (the mode is
 	// decided from one server's answer). Default: by hash where offered.
 	ByLabel bool
-	// LeaseDuration is how long the others wait, after a replica last
-	// renewed its Lease, before taking its share. Default: 15 s, or 1.5
-	// times RenewDeadline if only that is set.
-	LeaseDuration time.Duration
-	// RenewDeadline is how long a replica may act after the start of its last
-	// successful renewal; past it, it is fenced as a lost leader is (see the
-	// One leader guarantee) and Start returns an error wrapping
-	// [ErrLeadershipLost]. Default: two thirds of LeaseDuration (10 s).
-	RenewDeadline time.Duration
-	// RetryPeriod is how often Leases are renewed and the ring is looked at
-	// (also when another member's Lease is due to expire). Default: two
-	// fifteenths of LeaseDuration (2 s).
-	RetryPeriod time.Duration
 }
 
 // newSharding joins the ring and caches its Leases (and namespaces), metadata only.
@@ -78,27 +60,15 @@ func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 	if sh.ByNamespace && opts.Namespace != "" {
 		return nil, fmt.Errorf("ctrl: NewManager: Sharding.ByNamespace in a manager restricted to namespace %q: one replica would serve everything", opts.Namespace)
 	}
-	if sh.Namespace = cmpOr(sh.Namespace, opts.Namespace, "default"); sh.Identity == "" {
-		host, _ := os.Hostname()
-		host = strings.ToLower(strings.Trim(host, "-."))
-		host = strings.Trim(strings.ReplaceAll(host[:min(len(host), 40)], ".", "-"), "-")
-		sh.Identity = strings.TrimLeft(host+"-"+rand.String(8), "-")
-	}
-	if errs := validation.IsDNS1123Label(sh.Identity); len(errs) > 0 {
-		return nil, fmt.Errorf("ctrl: NewManager: Sharding.Identity %q: %s", sh.Identity, errs[0])
-	}
-	b, err := bind[*coordinationv1.Lease](m, APIResource{})
+	lease, b, err := sh.lease(m, opts, "Sharding", func(id string) string { return shard.LeaseName(sh.Ring, id) })
 	if err != nil {
-		return nil, fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
+		return nil, err
 	}
-	lease := leader.Config{Name: shard.LeaseName(sh.Ring, sh.Identity), Namespace: sh.Namespace, Identity: sh.Identity,
-		LeaseDuration: sh.LeaseDuration, RenewDeadline: sh.RenewDeadline, RetryPeriod: sh.RetryPeriod,
-		Leases: leases{b, sh.Namespace}}
-	lease.Default()
-	if err := lease.Validate(); err != nil {
-		return nil, fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
+	if errs := validation.IsDNS1123Label(lease.Identity); len(errs) > 0 {
+		return nil, fmt.Errorf("ctrl: NewManager: Sharding.Identity %q: %s", lease.Identity, errs[0])
 	}
-	lease.Log = opts.Logger.WithValues("ring", sh.Ring, "identity", sh.Identity, "lease", sh.Namespace+"/"+lease.Name)
+	sh.Namespace, sh.Identity = lease.Namespace, lease.Identity
+	lease.Log = lease.Log.WithValues("ring", sh.Ring)
 	var ring *Cache[*coordinationv1.Lease]
 	var namespaces *Cache[*metav1.PartialObjectMetadata]
 	ringSelector := metav1.ListOptions{LabelSelector: shard.RingLabel + "=" + sh.Ring}
@@ -142,15 +112,6 @@ func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 		return nil, fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
 	}
 	return member, nil
-}
-
-func cmpOr(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {

@@ -148,7 +148,7 @@ func (c *Client[T]) noStatus() error {
 // types.StrategicMergePatchType. For server-side apply use [Client.Apply];
 // to patch what a function changed in an object, [Client.PatchFrom].
 //
-// Made in a reconcile of a leader or a shard owner, a patch that names no
+// Made in a reconcile under a Lease ([CheckLeadership]), a patch naming no
 // resourceVersion carries the one the manager knows as a precondition, so
 // that the API server refuses it if it leaves after the term ended and
 // another replica wrote; a conflict this causes is retried, not returned.
@@ -193,8 +193,8 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	return out, c.wrap(verb, key, err)
 }
 
-// fenced sends a write made under a term (a leader's or a shard owner's
-// reconcile) with, where the caller set none, the newest resourceVersion
+// fenced sends a write made under a term (a reconcile's that runs for a
+// Lease) with, where the caller set none, the newest resourceVersion
 // this program knows of the object as a precondition: send(rv) reports
 // whether it carried rv. The check of the term before a write cannot cover
 // a pause between it and the wire; the precondition has the server refuse

@@ -96,8 +96,10 @@ func fencedWriteAfterPause(t *testing.T, kind string, lose bool) {
 	cfg := rest.CopyConfig(env.Config())
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { s.rt = rt; return s }
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, ShutdownTimeout: time.Minute,
-		LeaderElection: ctrl.LeaderElection{Name: "fence", Namespace: ns, LeaseDuration: 3 * time.Second,
-			RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}})
+		LeaderElection: ctrl.LeaderElection{
+			Name:         "fence",
+			LeaseOptions: ctrl.LeaseOptions{Namespace: ns, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond},
+		}})
 	must(t, err)
 	cms := newClient[*corev1.ConfigMap](t, mgr)
 	write := func(ctx context.Context, cm *corev1.ConfigMap) error {

@@ -22,8 +22,10 @@ import (
 
 // Short durations, so that takeovers happen in seconds.
 func election(name, identity string) ctrl.LeaderElection {
-	return ctrl.LeaderElection{Name: name, Identity: identity,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+	return ctrl.LeaderElection{
+		Name:         name,
+		LeaseOptions: ctrl.LeaseOptions{Identity: identity, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond},
+	}
 }
 
 // tracker records which replica reconciles which key, and fails the test if

@@ -88,7 +88,10 @@ func runPauseChild() int {
 	}
 	ns, id := os.Getenv(pauseChildEnv), os.Getenv(pauseIdentity)
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: ns, LeaderElection: ctrl.LeaderElection{
-		Name: "pause", Identity: id, LeaseDuration: pauseLease, StandbyOnLoss: os.Getenv(pauseStandbyEnv) == "true"}})
+		Name:          "pause",
+		LeaseOptions:  ctrl.LeaseOptions{Identity: id, LeaseDuration: pauseLease},
+		StandbyOnLoss: os.Getenv(pauseStandbyEnv) == "true",
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -141,7 +141,7 @@ func runShardChild() int {
 		kinds[k] = true
 	}
 	opts := ctrl.Options{Config: cfg, Namespace: ns,
-		Sharding: ctrl.Sharding{Ring: "ring", Identity: id, LeaseDuration: shardLease}}
+		Sharding: ctrl.Sharding{Ring: "ring", LeaseOptions: ctrl.LeaseOptions{Identity: id, LeaseDuration: shardLease}}}
 	if os.Getenv("CTRL_PRODUCTION_SHARD_LOG") != "" { // for debugging a test
 		opts.Logger = funcr.New(func(prefix, args string) {
 			fmt.Fprintf(os.Stderr, "%s %s %s\n", time.Now().Format("15:04:05.000"), id, args)
@@ -1058,8 +1058,11 @@ func TestShardingByNamespace(t *testing.T) {
 	start := func(id string) *member {
 		m := &member{seen: map[string]int{}}
 		var err error
-		m.mgr, err = ctrl.NewManager(ctrl.Options{Config: e.Config(), HealthAddress: "127.0.0.1:0", Sharding: ctrl.Sharding{Ring: "byns",
-			Namespace: leaseNS, Identity: id, LeaseDuration: shardLease, ByNamespace: true}})
+		m.mgr, err = ctrl.NewManager(ctrl.Options{Config: e.Config(), HealthAddress: "127.0.0.1:0", Sharding: ctrl.Sharding{
+			Ring:         "byns",
+			LeaseOptions: ctrl.LeaseOptions{Namespace: leaseNS, Identity: id, LeaseDuration: shardLease},
+			ByNamespace:  true,
+		}})
 		must(t, err)
 		m.secrets, err = ctrl.NewClient[*corev1.Secret](m.mgr, ctrl.ClientOptions{})
 		must(t, err)

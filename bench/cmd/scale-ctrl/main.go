@@ -84,7 +84,7 @@ func main() {
 		cfg.QPS, cfg.Burst = 0, 0
 	}
 	if *mode == "shard" {
-		opts.Sharding = ctrl.Sharding{Ring: *ring, Identity: *identity, ByLabel: *byLabel}
+		opts.Sharding = ctrl.Sharding{Ring: *ring, LeaseOptions: ctrl.LeaseOptions{Identity: *identity}, ByLabel: *byLabel}
 	}
 	mgr, err := ctrl.NewManager(opts)
 	if err != nil {

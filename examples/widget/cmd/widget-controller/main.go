@@ -46,7 +46,7 @@ func main() {
 		TLS:            ctrl.TLSOptions{HTTP2: *enableHTTP2},
 	}
 	if *leaderElect {
-		opts.LeaderElection = ctrl.LeaderElection{Name: "widget-controller", Namespace: *leaseNamespace}
+		opts.LeaderElection = ctrl.LeaderElection{Name: "widget-controller", LeaseOptions: ctrl.LeaseOptions{Namespace: *leaseNamespace}}
 	}
 	mgr, err := ctrl.NewManager(opts)
 	if err != nil {
