@@ -125,6 +125,12 @@ func (b *blackhole) close() {
 
 // throughBlackhole returns env's Config, reaching the API server through b.
 func throughBlackhole(t *testing.T) (*blackhole, func() *ctrl.Manager) {
+	return throughBlackholeChecked(t, 0)
+}
+
+// throughBlackholeChecked is throughBlackhole with the managers'
+// Options.ConnectionCheck (0: the default).
+func throughBlackholeChecked(t *testing.T, check time.Duration) (*blackhole, func() *ctrl.Manager) {
 	t.Helper()
 	u, err := url.Parse(env.Config().Host)
 	must(t, err)
@@ -132,7 +138,7 @@ func throughBlackhole(t *testing.T) (*blackhole, func() *ctrl.Manager) {
 	return b, func() *ctrl.Manager {
 		cfg := env.Config()
 		cfg.Host = "https://" + b.addr()
-		mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: "", ShutdownTimeout: time.Second})
+		mgr, err := ctrl.NewManager(ctrl.Options{Config: cfg, Namespace: "", ShutdownTimeout: time.Second, ConnectionCheck: check})
 		must(t, err)
 		return mgr
 	}
@@ -141,10 +147,11 @@ func throughBlackhole(t *testing.T) (*blackhole, func() *ctrl.Manager) {
 // TestDeadConnectionNoticed cuts every connection of a controller silently,
 // then changes all its objects, so that the reconciles' writes too go out
 // on a dead connection: the controller must notice, reconnect and converge
-// within its ConnectionCheck (3 s) and a margin of 4 s for what follows
-// (a new connection, the watch resumed, 50 reconciles and their writes, on
-// a loaded machine), not the minute that client-go's default health checks
-// take.
+// within its ConnectionCheck (6 s here) and a margin of 4 s for what
+// follows (a new connection, the watch resumed, 50 reconciles and their
+// writes, on a loaded machine), not the minute that client-go's default
+// health checks take, nor twice ConnectionCheck (a ping sent only after a
+// whole ConnectionCheck without a frame, which converged in 13 s).
 func TestDeadConnectionNoticed(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -154,7 +161,8 @@ func TestDeadConnectionNoticed(t *testing.T) {
 			Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
 		must(t, err)
 	}
-	b, newMgr := throughBlackhole(t)
+	const check = 6 * time.Second
+	b, newMgr := throughBlackholeChecked(t, check)
 	mgr := newMgr()
 	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	_, err := ctrl.NewController(mgr, "mirror", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
@@ -196,8 +204,8 @@ func TestDeadConnectionNoticed(t *testing.T) {
 	}
 	took := eventually(t, 30*time.Second, mirrored("2"))
 	t.Logf("converged %s after the connections went silent", time.Since(began).Round(time.Millisecond))
-	if took > 7*time.Second {
-		t.Errorf("converged %s after the connections went silent, want within 7s (ConnectionCheck 3 s and a margin of 4 s)", took.Round(time.Millisecond))
+	if bound := check + 4*time.Second; took > bound {
+		t.Errorf("converged %s after the connections went silent, want within %s (ConnectionCheck %s and a margin of 4 s)", took.Round(time.Millisecond), bound, check)
 	}
 	if got := blindObservations(t, mgr); got == 0 {
 		t.Error("ctrl_cache_blind_seconds has no observation: the dead connection's blindness is not reported")
