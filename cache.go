@@ -311,6 +311,49 @@ func (c *Cache[T]) lastError() error {
 
 func (c *Cache[T]) syncedChan() <-chan struct{} { return c.synced }
 
+// forbidden returns why the own cluster refuses the cache a list or watch, or nil.
+func (c *Cache[T]) forbidden() error {
+	for _, f := range c.ownFeeds() {
+		if err := f.denied.Forbidden(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// notReady says why the cache is not ready (unsynced, or forbidden to watch), or "".
+func (c *Cache[T]) notReady() string {
+	if !c.HasSynced() {
+		if err := c.forbidden(); err != nil {
+			return err.Error()
+		}
+		if last := c.lastError(); last != nil {
+			return "not synced: " + last.Error()
+		}
+		return "not synced yet"
+	}
+	for _, f := range c.ownFeeds() {
+		if err := f.denied.ForbiddenTo("watch"); err != nil {
+			return err.Error()
+		}
+	}
+	if c.opt == nil && !c.Served() {
+		return fmt.Sprintf("not served: %v", c.lastError()) // its CRD was deleted
+	}
+	return ""
+}
+
+// warning says what the server refuses a ready cache (a list it watched around), or "".
+func (c *Cache[T]) warning() string {
+	if c.notReady() != "" {
+		return ""
+	}
+	if err := c.forbidden(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
 // notFound is a cached read's missing object, for apierrors.IsNotFound.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)

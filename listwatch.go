@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/denied"
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
@@ -36,8 +37,8 @@ type feed[T Object] struct {
 	fakeEvents atomic.Pointer[<-chan watch.Event]
 	notServed  atomic.Bool // the last list or watch found the resource not served (404)
 	relists    prometheus.Counter
-	labels     []string // of the feed's series: resource, namespace, cluster
-	denied     denials  // what the server refuses the feed (rbac.go)
+	labels     []string     // of the feed's series: resource, namespace, cluster
+	denied     denied.Verbs // what the server refuses the feed
 
 	stop context.CancelFunc
 	done chan struct{} // closed when run returns
@@ -80,8 +81,12 @@ func (f *feed[T]) watch(ctx context.Context) {
 		name = fmt.Sprintf("%s (cluster %q)", name, f.key.cluster)
 	}
 	f.labels = []string{res, f.key.namespace, f.key.cluster}
-	f.denied.start(ctx, log)
-	defer f.denied.rechecks.Wait()
+	target := denied.Target{Resource: f.b.GVR.GroupResource(), Namespaced: f.b.Namespaced, Namespace: f.key.namespace, Cluster: f.key.cluster}
+	f.denied.Start(ctx, log, target, func(ctx context.Context) error {
+		_, err := f.b.List(ctx, f.key.namespace, f.options(metav1.ListOptions{Limit: 1}))
+		return err
+	})
+	defer f.denied.Wait()
 	connected := c.mgr.metrics.WatchConnected.WithLabelValues(f.labels...)
 	blind := c.mgr.metrics.Blind.WithLabelValues(f.labels...)
 	f.relists = c.mgr.metrics.Relists.WithLabelValues(f.labels...)
@@ -165,7 +170,7 @@ func (f *feed[T]) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	l, err := f.b.List(ctx, f.key.namespace, f.options(opts))
 	err = f.c.notServedError(err)
-	f.access("list", err)
+	f.denied.Note("list", err)
 	if err != nil {
 		return nil, err // not a typed nil in an interface
 	}
@@ -174,12 +179,12 @@ func (f *feed[T]) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 
 func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-		f.probeList(ctx)
+		f.denied.Probe(ctx)
 	}
 	if f.b.Stream != nil {
 		w, err := f.b.Stream(ctx, f.key.namespace, f.options(opts), binding.StreamOptions{KeepManagedFields: f.c.opts.KeepManagedFields, Report: f.report})
 		err = f.c.notServedError(err)
-		f.access("watch", err)
+		f.denied.Note("watch", err)
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +192,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	}
 	w, err := f.b.Watch(ctx, f.key.namespace, f.options(opts))
 	err = f.c.notServedError(err)
-	f.access("watch", err)
+	f.denied.Note("watch", err)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)

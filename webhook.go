@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,14 +189,7 @@ func (m *Manager) webhookEndpoint() (serve.Webhook, error) {
 	if err != nil {
 		return serve.Webhook{}, err
 	}
-	return serve.Webhook{Address: m.opts.WebhookAddress, Handler: s, CertDir: webhookCertDir(m.opts)}, nil
-}
-
-func webhookCertDir(opts Options) string {
-	if opts.WebhookCertDir != "" {
-		return opts.WebhookCertDir
-	}
-	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	return serve.Webhook{Address: m.opts.WebhookAddress, Handler: s, CertDir: m.opts.WebhookCertDir}, nil
 }
 
 // WebhookTarget says where the API server reaches the webhook server: set
@@ -279,21 +270,8 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 // and returns the CA in PEM for [WebhookTarget].CABundle. For development
 // and tests.
 func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
-	ca, cert, key, err := webhook.SelfSigned(dnsNames...)
-	if err != nil {
+	if caBundle, err = webhook.WriteCerts(dir, dnsNames...); err != nil {
 		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-		perm os.FileMode
-	}{{webhook.KeyFile, key, 0o600}, {webhook.CertFile, cert, 0o644}, {webhook.CAFile, ca, 0o644}} {
-		if err := webhook.WriteFile(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
-			return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
-		}
-	}
-	return ca, nil
+	return caBundle, nil
 }

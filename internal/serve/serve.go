@@ -5,6 +5,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -47,7 +50,8 @@ type Webhook struct {
 	// Handler serves the webhooks.
 	Handler http.Handler
 	// CertDir holds the serving certificate and key, read again when they
-	// change.
+	// change; "" is $TMPDIR/k8s-webhook-server/serving-certs,
+	// controller-runtime's.
 	CertDir string
 }
 
@@ -115,7 +119,8 @@ func Listen(cfg Config) (*Servers, error) {
 	}
 	if w := cfg.Webhook; err == nil && w.Address != "" {
 		var certs *webhook.Certs
-		if certs, err = webhook.LoadCerts(w.CertDir); err != nil {
+		dir := cmp.Or(w.CertDir, filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"))
+		if certs, err = webhook.LoadCerts(dir); err != nil {
 			err = fmt.Errorf("webhooks: %w", err)
 		} else {
 			err = add(w.Address, &s.addresses.Webhook, w.Handler, cfg.TLS.config(certs.GetCertificate))

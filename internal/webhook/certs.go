@@ -143,6 +143,29 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 }
 
+// WriteCerts writes a new CA and a serving certificate it signed, as
+// SelfSigned makes them, to dir (created if needed) as tls.crt, tls.key and
+// ca.crt, each by rename, and returns the CA in PEM.
+func WriteCerts(dir string, dnsNames ...string) (caPEM []byte, err error) {
+	ca, cert, key, err := SelfSigned(dnsNames...)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{{KeyFile, key, 0o600}, {CertFile, cert, 0o644}, {CAFile, ca, 0o644}} {
+		if err := WriteFile(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return nil, err
+		}
+	}
+	return ca, nil
+}
+
 // WriteFile writes data to path through a temporary file in the same
 // directory and a rename, so a reader sees the old file or the new one,
 // never a part.
