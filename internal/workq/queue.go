@@ -23,7 +23,8 @@ import (
 )
 
 // Config says how a queue names its metrics, limits its retries and
-// records causes. Every field but Name must be set.
+// records causes. Every field must be set: without a Name the workqueue
+// keeps no metrics, and Processing counts nothing.
 type Config[K comparable, C, E any] struct {
 	Name     string                        // the workqueue's name, a metrics label
 	Workers  int                           // more than one turns fairness on
@@ -92,7 +93,8 @@ type delayed[C any] struct {
 }
 
 // Batch is keys that entered the backlog together, with their cause; Self:
-// each caused by its own object (see Config.Self).
+// each caused by its own object (see Config.Self). The queue owns Keys and
+// clears them as they enter the queue.
 type Batch[K comparable, C any] struct {
 	Keys  []K
 	Cause C
