@@ -31,8 +31,8 @@ type Config[K comparable, C, E any] struct {
 	Members  func() int                    // how many member clusters are engaged
 	Cluster  func(K) string                // the cluster of a key, "" for the manager's own
 	Limiter  workqueue.TypedRateLimiter[K] // the backoff and budget of retries after errors
-	Metrics  workqueue.MetricsProvider
-	Activity *atomic.Uint64 // counted up at every hand-out and Done, for the idle check
+	Metrics  workqueue.MetricsProvider     // wrapped: Processing is counted in its calls
+	Activity *atomic.Uint64                // counted up at every hand-out and Done, for the idle check
 
 	// Note adds a cause to a key's causes, E, and Merge those of another;
 	// Count returns how many causes were noted.
@@ -295,7 +295,7 @@ func (q *Queue[K, C, E]) Forget(key K) {
 func (q *Queue[K, C, E]) Get() (key K, it Item[E], shutdown bool) {
 	for {
 		q.refill()
-		key, shutdown := q.wq.Get()
+		key, shutdown = q.wq.Get()
 		if shutdown {
 			return key, Item[E]{}, true
 		}
@@ -305,7 +305,7 @@ func (q *Queue[K, C, E]) Get() (key K, it Item[E], shutdown bool) {
 		}
 		capped := fair != nil && fair.capped()
 		q.mu.Lock()
-		it := Item[E]{Causes: q.causes[key]}
+		it = Item[E]{Causes: q.causes[key]}
 		delete(q.causes, key)
 		if it.Causes == nil {
 			it.Causes = new(E)
