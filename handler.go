@@ -1,8 +1,6 @@
 package ctrl
 
-import (
-	"slices"
-)
+import "slices"
 
 // A controller is the handler of its own cache: each change queues the
 // changed object's key. While the controller is not active (before Start,
