@@ -364,7 +364,7 @@ func (c *Controller[T]) Enqueue(keys ...Key) {
 		return
 	}
 	for _, k := range keys {
-		c.q.add(k, Cause{Reason: ReasonTriggered})
+		c.q.Add(k, Cause{Reason: ReasonTriggered})
 	}
 	c.mgr.activity.Add(1)
 }

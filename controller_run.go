@@ -11,7 +11,7 @@ import (
 
 func (c *Controller[T]) name() string { return c.ctrlName }
 
-func (c *Controller[T]) waitingClusters() []string { return c.q.waitingClusters() }
+func (c *Controller[T]) waitingClusters() []string { return c.q.WaitingClusters() }
 
 // forget drops the tombstones and waiting keys of a member that left: its
 // objects were not deleted, and its server is not coming back for them.
@@ -38,7 +38,7 @@ func (c *Controller[T]) forget(cluster string) {
 	c.mu.Unlock()
 	c.failures.forgetCluster(cluster)
 	if q != nil {
-		c.metrics.Waiting.Sub(float64(q.dropWaiting(cluster)))
+		c.metrics.Waiting.Sub(float64(q.DropWaiting(cluster)))
 		c.releaseWaiting(cluster)
 	}
 }
@@ -137,7 +137,7 @@ func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
-	c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
+	c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, Self: true})
 	c.mgr.activity.Add(1)
 	c.startOnce.Do(func() {
 		for range c.opts.Workers {
@@ -161,7 +161,7 @@ func (c *Controller[T]) resync(d time.Duration) {
 		case <-t.C:
 		}
 		if c.active.Load() {
-			c.q.addBacklog(batch{keys: c.cache.keys(), cause: Cause{Reason: ReasonResync}})
+			c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Reason: ReasonResync}})
 			c.mgr.activity.Add(1)
 		}
 	}
@@ -182,10 +182,10 @@ func (c *Controller[T]) pause(timeout time.Duration) error {
 	defer t.Stop()
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
-	for c.q.processing.Load() != 0 {
+	for c.q.Processing() != 0 {
 		select {
 		case <-t.C:
-			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+			return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.Processing())
 		case <-poll.C:
 		}
 	}
@@ -208,6 +208,6 @@ func (c *Controller[T]) shutdown(timeout time.Duration) error {
 	case <-done:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.processing.Load())
+		return fmt.Errorf("ctrl: %s: %d reconciles still running after the shutdown timeout", c, c.q.Processing())
 	}
 }

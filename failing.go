@@ -96,7 +96,7 @@ func (c *Controller[T]) failing() error {
 			break
 		}
 		retry := ""
-		if at, ok := c.q.dueAt(e.key); ok {
+		if at, ok := c.q.DueAt(e.key); ok {
 			retry = fmt.Sprintf(", next retry in %s", time.Until(at).Round(time.Millisecond))
 		}
 		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.key, e.attempts, retry, e.err))

@@ -34,7 +34,7 @@ func (c *Controller[T]) changed(ev event[T]) {
 			return
 		}
 		if held != nil {
-			c.q.merge(ev.key, held) // the causes of the reconcile that waited
+			c.q.Merge(ev.key, held) // the causes of the reconcile that waited
 		}
 		cause.Reason = ReasonUpdated
 	default:
@@ -43,7 +43,7 @@ func (c *Controller[T]) changed(ev event[T]) {
 		}
 		cause.Reason = ReasonDeleted
 	}
-	c.q.add(ev.key, cause)
+	c.q.Add(ev.key, cause)
 	c.mgr.activity.Add(1)
 }
 
@@ -56,7 +56,7 @@ func (c *Controller[T]) listed(evs []event[T]) {
 	for i, ev := range evs {
 		keys[i] = ev.key
 	}
-	c.q.addBacklog(batch{keys: keys, cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, self: true})
+	c.q.AddBacklog(batch{Keys: keys, Cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, Self: true})
 	c.mgr.activity.Add(1)
 }
 
@@ -206,7 +206,7 @@ func (c *Controller[T]) enqueue(key Key, cause Cause) {
 	if !c.active.Load() {
 		return
 	}
-	c.q.add(key, cause)
+	c.q.Add(key, cause)
 	c.mgr.activity.Add(1)
 }
 
@@ -214,7 +214,7 @@ func (c *Controller[T]) enqueueListed(keys []Key, cause Cause) {
 	if !c.active.Load() || len(keys) == 0 {
 		return
 	}
-	c.q.addBacklog(batch{keys: keys, cause: cause})
+	c.q.AddBacklog(batch{Keys: keys, Cause: cause})
 	c.mgr.activity.Add(1)
 }
 
@@ -223,6 +223,6 @@ func (c *Controller[T]) enqueueAll(cause Cause) {
 	if !c.active.Load() {
 		return
 	}
-	c.q.addBacklog(batch{keys: c.cache.keys(), cause: cause})
+	c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: cause})
 	c.mgr.activity.Add(1)
 }

@@ -186,17 +186,17 @@ func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 		return fmt.Sprintf("%s: not running: starting, or this replica does not lead", c)
 	}
 	switch {
-	case c.q.backlogLen.Load() != 0: // read first: the backlog empties into the queue
-		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.backlogLen.Load())
+	case c.q.BacklogLen() != 0: // read first: the backlog empties into the queue
+		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.BacklogLen())
 	case c.q.Len() != 0:
 		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
-	case c.q.processing.Load() != 0:
-		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.processing.Load())
-	case c.q.asideLen() != 0:
-		return fmt.Sprintf("%s: %d keys set aside while other clusters' keys are reconciled", c, c.q.asideLen())
-	case c.q.waitingLen() != 0:
-		return fmt.Sprintf("%s: %d keys waiting for the API server", c, c.q.waitingLen())
-	case c.q.dueWithin(requeueWithin):
+	case c.q.Processing() != 0:
+		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.Processing())
+	case c.q.AsideLen() != 0:
+		return fmt.Sprintf("%s: %d keys set aside while other clusters' keys are reconciled", c, c.q.AsideLen())
+	case c.q.WaitingLen() != 0:
+		return fmt.Sprintf("%s: %d keys waiting for the API server", c, c.q.WaitingLen())
+	case c.q.DueWithin(requeueWithin):
 		return fmt.Sprintf("%s: a requeue is due within %s", c, requeueWithin)
 	}
 	return ""

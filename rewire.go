@@ -225,7 +225,7 @@ func (c *Controller[T]) halt(ctx context.Context, q *queue) error {
 		cancel()
 	}
 	return fmt.Errorf("ctrl: %s: Stop: %d reconciles still running when %w; their context is canceled",
-		c, q.processing.Load(), context.Cause(ctx))
+		c, q.Processing(), context.Cause(ctx))
 }
 
 // addLink records l, or takes its handler off again if the controller was stopped.

@@ -21,13 +21,13 @@ import (
 // work is one worker goroutine: it takes keys until the queue shuts down.
 func (c *Controller[T]) work() {
 	for {
-		key, item, shutdown := c.q.get()
+		key, item, shutdown := c.q.Get()
 		if shutdown {
 			return
 		}
 		ctx := *c.reconcileCtx.Load()
 		switch {
-		case c.stopping.Load() || item.causes.Total == 0:
+		case c.stopping.Load() || item.Causes.Total == 0:
 			// Once stopping, drain without reconciling. A key without
 			// causes is one whose causes an earlier reconcile took: it was
 			// queued again while being handed out, and the earlier
@@ -37,8 +37,8 @@ func (c *Controller[T]) work() {
 			// Leadership ended (its deadline may have passed while the
 			// process was paused, before anything noticed): the key is
 			// dropped, since whoever leads next reconciles every object.
-			c.q.forget(key)
-		case c.awaitOwnWrite(key, item.causes):
+			c.q.Forget(key)
+		case c.awaitOwnWrite(key, item.Causes):
 			// The cache does not show a write this program made to the
 			// object yet: a reconcile now would act on older state (and
 			// conflict, or repeat what it did). The update that brings
@@ -46,7 +46,7 @@ func (c *Controller[T]) work() {
 		default:
 			c.process(ctx, key, item)
 		}
-		c.q.done(key)
+		c.q.Done(key)
 	}
 }
 
@@ -55,7 +55,7 @@ func (c *Controller[T]) work() {
 func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	ctx, leave, ok := c.admit(ctx, key)
 	if !ok {
-		c.q.forget(key) // another replica's: it reconciles the object
+		c.q.Forget(key) // another replica's: it reconciles the object
 		return
 	}
 	defer leave()
@@ -67,14 +67,14 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		c.metrics.Time.Observe(time.Since(start).Seconds())
 		c.metrics.Active.Dec()
 	}()
-	c.countCauses(item.causes)
-	if !item.released.IsZero() {
-		c.metrics.WaitAfterRecovery.Observe(start.Sub(item.released).Seconds())
+	c.countCauses(item.Causes)
+	if !item.Released.IsZero() {
+		c.metrics.WaitAfterRecovery.Observe(start.Sub(item.Released).Seconds())
 	}
 
 	log := c.log
 	if log.GetSink() != nil { // a discarding logger needs no values, and no ID
-		log = log.WithValues("namespace", key.Namespace, "name", key.Name, "reconcileID", reconcileID(), "causes", item.causes.String())
+		log = log.WithValues("namespace", key.Namespace, "name", key.Name, "reconcileID", reconcileID(), "causes", item.Causes.String())
 		if key.Cluster != "" {
 			log = log.WithValues("cluster", key.Cluster)
 		}
@@ -83,7 +83,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// A member's reconciles end when it leaves the fleet.
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
-			c.q.forget(key)
+			c.q.Forget(key)
 			c.failures.ok(key)
 			return
 		}
@@ -98,7 +98,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		defer cancel()
 	}
 	ctx = logr.NewContext(ctx, log)
-	ri := &reconcileInfo{key: key, causes: item.causes, identity: c.mgr.Identity()}
+	ri := &reconcileInfo{key: key, causes: item.Causes, identity: c.mgr.Identity()}
 	ctx = context.WithValue(ctx, requestKey{}, ri)
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
@@ -111,19 +111,19 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
 		// Not the object's failure, and not to retry: this replica may no
 		// longer act, and whoever leads next reconciles every object.
-		c.q.forget(key)
+		c.q.Forget(key)
 		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil && errors.Is(context.Cause(ctx), act.ErrMoved):
 		// Not the object's failure either: it is another replica's now.
-		c.q.forget(key)
+		c.q.Forget(key)
 		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
 	case err != nil && c.vanished(ctx, key, ri, err):
 		// Routine, as a conflict is: the object was deleted while it was
 		// reconciled. Its deletion is its own event (OnDelete, the
 		// finalizer); nothing is left to retry.
 		c.metrics.Success.Inc()
-		c.q.forget(key)
+		c.q.Forget(key)
 		c.failures.ok(key)
 		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
@@ -136,14 +136,14 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		switch {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
-			c.q.forget(key)
+			c.q.Forget(key)
 			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the object changed since the cache saw it. The retry
 			// reads the newer state; it spends no shared retry budget.
 			c.failures.failed(key, err)
-			c.q.retryConflict(key)
+			c.q.RetryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
 			// Not the object's failure: the key waits for the server, with
@@ -152,17 +152,17 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 			c.waitForServer(key, cluster, err)
 		default:
 			c.failures.failed(key, err)
-			c.q.retry(key)
+			c.q.Retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
-		c.q.forget(key)
+		c.q.Forget(key)
 		c.failures.ok(key)
-		c.q.addAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), ReasonRequeue)
+		c.q.AddAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), Cause{Reason: ReasonRequeue})
 	default:
 		c.metrics.Success.Inc()
-		c.q.forget(key)
+		c.q.Forget(key)
 		c.failures.ok(key)
 	}
 }

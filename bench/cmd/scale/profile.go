@@ -24,7 +24,7 @@ var categories = []struct{ name, focus string }{
 	{"gzip", `^compress/`},
 	{"decoding watch events (protobuf)", `protobuf\.\(\*Serializer\)\.Decode|binding\.\(\*Stream\[.*\]\)\.event`},
 	{"the cache's store and event handlers", `ctrl\.\(\*feed\[.*\]\)\.(Add|Update|Delete|Replace|remove)$|cache\.\(\*threadSafeMap|cache\.\(\*sharedIndexInformer\)\.(OnAdd|OnUpdate|OnDelete|HandleDeltas)|cache\.\(\*processorListener|cache\.\(\*RealFIFO\)\.(Add|Update|Delete)|cache\.\(\*DeltaFIFO`},
-	{"the queue, workers and reconcile", `ctrl\.\(\*Controller|ctrl\.\(\*queue|workqueue|main\.main\.func`},
+	{"the queue, workers and reconcile", `ctrl\.\(\*Controller|ctrl/internal/workq\.|workqueue|main\.main\.func`},
 	{"allocation (mallocgc, with GC assists)", `runtime\.mallocgc`},
 	{"garbage collection (background marking)", `runtime\.gcBgMarkWorker`},
 	{"goroutine scheduling (park, find work, wake)", `runtime\.mcall|runtime\.schedule`},

@@ -40,7 +40,7 @@ func TestClassify(t *testing.T) {
 		}, Scheduling},
 		{"queue wakes a worker", []string{
 			"runtime.futex", "runtime.futexwakeup", "runtime.wakep", "runtime.readyWithTime", "sync.(*Cond).Signal",
-			"k8s.io/client-go/util/workqueue.(*Typed[...]).Add", "github.com/typedctrl/ctrl.(*queue).add",
+			"k8s.io/client-go/util/workqueue.(*Typed[...]).Add", "github.com/typedctrl/ctrl/internal/workq.(*Queue[...]).Add",
 		}, Scheduling},
 		{"idle thread", []string{"runtime.futex", "runtime.futexsleep", "runtime.notesleep", "runtime.stopm", "runtime.findRunnable", "runtime.schedule", "runtime.park_m", "runtime.mcall"}, Scheduling},
 		{"mark assist inside decoding", []string{
@@ -70,7 +70,7 @@ func TestClassify(t *testing.T) {
 func TestOf(t *testing.T) {
 	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
 	flate, gz := fn(1, "compress/flate.(*decompressor).Read"), fn(2, "golang.org/x/net/http2.(*gzipReader).Read")
-	add, ctrlq := fn(3, "k8s.io/client-go/util/workqueue.(*Typed[...]).Add"), fn(4, "github.com/typedctrl/ctrl.(*queue).add")
+	add, ctrlq := fn(3, "k8s.io/client-go/util/workqueue.(*Typed[...]).Add"), fn(4, "github.com/typedctrl/ctrl/internal/workq.(*Queue[...]).Add")
 	// The gzip read is inlined into its caller: one location, two lines.
 	l1 := &profile.Location{ID: 1, Line: []profile.Line{{Function: flate}, {Function: gz}}}
 	l2 := &profile.Location{ID: 2, Line: []profile.Line{{Function: add}}}

@@ -1,0 +1,164 @@
+package workq_test
+
+import (
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/typedctrl/ctrl/internal/workq"
+)
+
+type key struct{ cluster, name string }
+
+type causes struct{ list []string }
+
+func newQueue(t *testing.T, workers int) *workq.Queue[key, string, causes] {
+	q := workq.New(workq.Config[key, string, causes]{
+		Name: "test", Workers: workers, Members: func() int { return 1 },
+		Cluster:  func(k key) string { return k.cluster },
+		Limiter:  workqueue.NewTypedItemExponentialFailureRateLimiter[key](0, 0),
+		Metrics:  noMetrics{},
+		Activity: new(atomic.Uint64),
+		Note:     func(cs *causes, c string) { cs.list = append(cs.list, c) },
+		Merge:    func(into, from *causes) { into.list = append(into.list, from.list...) },
+		Count:    func(cs *causes) int { return len(cs.list) },
+		Self:     func(c string, k key) string { return c + " " + k.name },
+		Retry:    "retry",
+	})
+	t.Cleanup(q.ShutDown)
+	return q
+}
+
+// get takes the next key, which must be queued already, and gives it back.
+func get(t *testing.T, q *workq.Queue[key, string, causes]) (key, []string) {
+	t.Helper()
+	k, it, shutdown := q.Get()
+	if shutdown {
+		t.Fatal("got shutdown, want a key")
+	}
+	q.Done(k)
+	return k, it.Causes.list
+}
+
+func TestCausesAndCounts(t *testing.T) {
+	q := newQueue(t, 1)
+	a := key{name: "a"}
+	q.Add(a, "created")
+	q.Add(a, "updated")
+	if q.Len() != 1 {
+		t.Fatalf("got Len %d, want 1", q.Len())
+	}
+	k, it, _ := q.Get()
+	if q.Len() != 0 || q.Processing() != 1 {
+		t.Errorf("handed out: got Len %d, Processing %d, want 0, 1", q.Len(), q.Processing())
+	}
+	if want := []string{"created", "updated"}; k != a || !slices.Equal(it.Causes.list, want) {
+		t.Errorf("got %v %v, want %v %v", k, it.Causes.list, a, want)
+	}
+	q.Done(k)
+	if q.Processing() != 0 {
+		t.Errorf("done: got Processing %d, want 0", q.Processing())
+	}
+}
+
+func TestBacklogLetsLiveKeysFirst(t *testing.T) {
+	q := newQueue(t, 1)
+	var keys []key
+	for i := range 300 {
+		keys = append(keys, key{name: string(rune('A' + i))})
+	}
+	q.AddBacklog(workq.Batch[key, string]{Keys: slices.Clone(keys), Cause: "listed", Self: true})
+	if q.Len() != 128 || q.BacklogLen() != 172 {
+		t.Fatalf("got Len %d, BacklogLen %d, want 128, 172", q.Len(), q.BacklogLen())
+	}
+	live := key{name: "live"}
+	q.Add(live, "updated")
+	for i := range 129 {
+		k, cs := get(t, q)
+		if i < 128 && (k != keys[i] || cs[0] != "listed "+k.name) {
+			t.Fatalf("key %d: got %v %v, want %v listed by itself", i, k, cs, keys[i])
+		}
+		if i == 128 && k != live {
+			t.Fatalf("key 128: got %v, want the live key before the rest of the backlog", k)
+		}
+	}
+}
+
+func TestFairSetsAsideOneClustersKeys(t *testing.T) {
+	q := newQueue(t, 4) // a cluster runs at most 3 keys
+	for _, n := range []string{"1", "2", "3", "4"} {
+		q.Add(key{"m", n}, "created")
+	}
+	var running []key
+	for range 3 {
+		k, _, _ := q.Get()
+		running = append(running, k)
+	}
+	q.Add(key{"", "own"}, "created")
+	if k, _, _ := q.Get(); k.cluster != "" {
+		t.Fatalf("got %v, want the own cluster's key while m runs 3", k)
+	}
+	if q.AsideLen() != 1 {
+		t.Errorf("got AsideLen %d, want 1", q.AsideLen())
+	}
+	q.Done(running[0])
+	if k, it, _ := q.Get(); k != (key{"m", "4"}) || !slices.Equal(it.Causes.list, []string{"created"}) {
+		t.Errorf("got %v %v, want the key set aside, with its cause", k, it.Causes.list)
+	}
+}
+
+func TestWaitForServer(t *testing.T) {
+	q := newQueue(t, 1)
+	a := key{"m", "a"}
+	if !q.WaitForServer(a, "m") || q.WaitForServer(a, "m") {
+		t.Error("WaitForServer: want true the first time only")
+	}
+	if q.WaitingLen() != 1 || q.WaitingFor("m") != 1 || !slices.Equal(q.WaitingClusters(), []string{"m"}) {
+		t.Errorf("got %d waiting, %d for m, clusters %v; want 1, 1, [m]", q.WaitingLen(), q.WaitingFor("m"), q.WaitingClusters())
+	}
+	if n := q.Release("m", 0); n != 1 {
+		t.Fatalf("Release: got %d, want 1", n)
+	}
+	k, it, _ := q.Get()
+	if k != a || !slices.Equal(it.Causes.list, []string{"retry"}) || it.Released.IsZero() {
+		t.Errorf("got %v %v released %v, want %v retried after its release", k, it.Causes.list, it.Released, a)
+	}
+	q.Done(k)
+	q.WaitForServer(a, "m")
+	if n := q.DropWaiting("m"); n != 1 || q.WaitingLen() != 0 {
+		t.Errorf("DropWaiting: got %d, %d left, want 1, 0", n, q.WaitingLen())
+	}
+}
+
+func TestDue(t *testing.T) {
+	q := newQueue(t, 1)
+	q.AddAfter(key{name: "a"}, time.Hour, "requeue")
+	q.AddAfter(key{name: "a"}, 2*time.Hour, "requeue") // the earliest stands
+	if at, ok := q.DueAt(key{name: "a"}); !ok || time.Until(at) > time.Hour {
+		t.Errorf("got DueAt %v %v, want within an hour", at, ok)
+	}
+	if q.DueWithin(time.Minute) || !q.DueWithin(2*time.Hour) {
+		t.Error("DueWithin: want false for a minute, true for two hours")
+	}
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Inc()                                                   {}
+func (noMetrics) Dec()                                                   {}
+func (noMetrics) Set(float64)                                            {}
+func (noMetrics) Observe(float64)                                        {}
+func (noMetrics) NewDepthMetric(string) workqueue.GaugeMetric            { return noMetrics{} }
+func (noMetrics) NewAddsMetric(string) workqueue.CounterMetric           { return noMetrics{} }
+func (noMetrics) NewLatencyMetric(string) workqueue.HistogramMetric      { return noMetrics{} }
+func (noMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric { return noMetrics{} }
+func (noMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetrics{}
+}
+func (noMetrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetrics{}
+}
+func (noMetrics) NewRetriesMetric(string) workqueue.CounterMetric { return noMetrics{} }
