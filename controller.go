@@ -119,20 +119,8 @@ type ControllerOptions struct {
 // and its methods; Owns and Watches may also be added while the manager
 // runs, and removed with [Unwatch], and [Controller.Stop] ends it.
 //
-// Guarantees:
-//   - a key is never reconciled by two workers at once;
-//   - keys queued several times before a worker takes them are reconciled
-//     once, with every cause ([RequestFrom]);
-//   - reconcile receives its own deep copy of the cached object, which it may
-//     modify;
-//   - an error or a panic requeues the key with the rate limiter's backoff;
-//     nothing stops the controller but the manager;
-//   - with leader election, a replica that does not lead queues nothing; when
-//     it takes over, it reconciles every cached object once;
-//   - once leadership has ended (its deadline passed, noticed or not), no
-//     worker takes a key, running reconciles are canceled, and their writes
-//     through ctrl's clients fail with [ErrLeadershipLost]: an error that
-//     ends the reconcile, not retried and not counted as a failure.
+// Its guarantees are the package's Stingy, Live first, Fresh, Persistent,
+// One leader and One owner per object.
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -295,20 +283,17 @@ func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 // finalize returns nil, which lets the deletion complete. An error from
 // finalize is retried with backoff.
 //
-// A finalizer is the way to guarantee cleanup: unlike [Controller.OnDelete],
-// it holds the deletion until finalize succeeds, across restarts and
-// failovers.
+// Unlike [Controller.OnDelete], a finalizer holds the deletion until
+// finalize succeeds, across restarts and failovers: it is the way to
+// guarantee cleanup.
 //
 // finalize runs at least once per deletion, and once as long as the
-// process lives: a removal of the finalizer that fails (a conflict, an
-// outage) is retried without calling finalize again, and a reconcile that
-// finds its own removal not yet in the cache waits for it. A process that
-// dies between finalize's success and the removal calls it again after
-// the restart (or in the replica that takes over), so finalize must be
-// idempotent: deleting what is already gone succeeds. An object that leaves the controller's cache selector while it
-// carries the finalizer is finalized too, whether or not it is being
-// deleted: leaving the selector ends the controller's responsibility for
-// it, and nobody else would ever remove the finalizer.
+// process lives: a failed removal of the finalizer is retried without
+// calling finalize again. A process that dies between finalize's success
+// and the removal calls it again after the restart (or in the replica that
+// takes over): finalize must be idempotent. An object that leaves the
+// cache's selector while it carries the finalizer is finalized too, being
+// deleted or not: nobody else would remove the finalizer.
 //
 // It returns an error for an invalid name, a second call, or after the
 // manager started.

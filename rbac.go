@@ -34,8 +34,8 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 
 // RBACRules returns the rules the manager's own work needs in its own
 // cluster, as wired so far, one per resource, sorted: list and watch per
-// cache; Leases (get, create, update; delete for sharding) and patch of
-// the objects sharding's label mode labels; Events (create, update, patch)
+// cache; Leases (get, create, update; delete for a ring) and patch of the
+// objects a ring's label mode labels; Events (create, update, patch)
 // for recorders; patch of objects whose finalizers a controller or machine
 // owns and of machines' status; create of TokenReviews and
 // SubjectAccessReviews for secure metrics. Add your reconciles' writes and
