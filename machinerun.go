@@ -74,7 +74,7 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 	gen := obj.GetGeneration()
 	switch {
 	case deleting && !d.cleanup[from]:
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
+		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
 	case deleting && state.Step == nil:
 		// The cleanup path is complete.
 		changed := obj.DeepCopyObject().(T)
@@ -85,11 +85,11 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 		}
 		return out, nil, Result{}, err
 	case from == "":
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
+		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
 	case !known:
 		return obj, nil, Result{}, Terminal(fmt.Errorf("phase %q is not a state of the machine", from))
 	case !deleting && gen > *d.ObservedGeneration(obj) && state.SpecChanged != "" && state.SpecChanged != from:
-		return d.move(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
+		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
 			Message: fmt.Sprintf("generation %d", gen)})
 	case state.Step == nil:
 		out, err := d.stay(ctx, obj, obj.DeepCopyObject().(T), w)
@@ -108,11 +108,11 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 	if !slices.Contains(state.To, next.To) {
 		return before, nil, Result{}, Terminal(refuse(from, next.To, state.To))
 	}
-	return d.move(ctx, before, obj, w, from, next)
+	return d.makeMove(ctx, before, obj, w, from, next)
 }
 
-// move moves obj, changed by a step from before, to next.To, and writes it.
-func (d *machine[T, S]) move(ctx context.Context, before, obj T, w machineWriter[T], from S, next Next[S]) (T, *move[S], Result, error) {
+// makeMove moves obj, changed by a step from before, to next.To, and writes it.
+func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWriter[T], from S, next Next[S]) (T, *move[S], Result, error) {
 	if next.Reason == "" {
 		next.Reason = string(next.To)
 	}
