@@ -2,9 +2,12 @@ package integration_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +40,8 @@ type blackhole struct {
 type proxied struct {
 	client, server net.Conn
 	up, down       atomic.Bool // set: that direction is dropped
+	http1          bool        // the client offered HTTP/1.1 only: a connection of its own
+	closed         atomic.Bool // the client closed it
 }
 
 func newBlackhole(t *testing.T, target string) *blackhole {
@@ -62,11 +67,24 @@ func (b *blackhole) accept() {
 			c.Close()
 			continue
 		}
-		p := &proxied{client: c, server: s}
+		hello, err := readRecord(c)
+		if err == nil {
+			_, err = s.Write(hello)
+		}
+		if err != nil {
+			c.Close()
+			s.Close()
+			continue
+		}
+		protos := offeredProtocols(hello)
+		p := &proxied{client: c, server: s, http1: len(protos) > 0 && !slices.Contains(protos, "h2")}
 		b.mu.Lock()
 		b.conns = append(b.conns, p)
 		b.mu.Unlock()
-		b.wg.Go(func() { pipe(p.server, p.client, &p.up) })
+		b.wg.Go(func() {
+			pipe(p.server, p.client, &p.up)
+			p.closed.Store(true)
+		})
 		b.wg.Go(func() { pipe(p.client, p.server, &p.down) })
 	}
 }
@@ -103,6 +121,80 @@ func (b *blackhole) silenceFrom(n int, bothWays bool) {
 		p.down.Store(true)
 		p.up.Store(bothWays)
 	}
+}
+
+// silenceOwn silences, both ways, the open connections whose client
+// offered HTTP/1.1 only (a watch's connection of its own; the shared one
+// offers h2), and returns how many.
+func (b *blackhole) silenceOwn() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, p := range b.conns {
+		if p.http1 && !p.closed.Load() {
+			p.down.Store(true)
+			p.up.Store(true)
+			n++
+		}
+	}
+	return n
+}
+
+// readRecord reads the first TLS record a client sends: its ClientHello.
+func readRecord(c net.Conn) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	rec := make([]byte, 5)
+	if _, err := io.ReadFull(c, rec); err != nil {
+		return nil, err
+	}
+	rec = append(rec, make([]byte, binary.BigEndian.Uint16(rec[3:5]))...)
+	_, err := io.ReadFull(c, rec[5:])
+	return rec, err
+}
+
+// offeredProtocols returns the ALPN protocols of a ClientHello record, or
+// nil if it has none or cannot be read.
+func offeredProtocols(rec []byte) []string {
+	// The record header (5), the handshake header (4), the version (2) and
+	// the random (32); then session id, cipher suites and compression
+	// methods, each prefixed by its length.
+	b := rec[min(len(rec), 5+4+2+32):]
+	skip := func(lenBytes int) bool {
+		if len(b) < lenBytes {
+			return false
+		}
+		n := 0
+		for _, c := range b[:lenBytes] {
+			n = n<<8 | int(c)
+		}
+		if len(b) < lenBytes+n {
+			return false
+		}
+		b = b[lenBytes+n:]
+		return true
+	}
+	if !skip(1) || !skip(2) || !skip(1) || len(b) < 2 {
+		return nil
+	}
+	b = b[2:] // the extensions' length
+	for len(b) >= 4 {
+		typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
+		if len(b) < 4+n {
+			return nil
+		}
+		ext := b[4 : 4+n]
+		b = b[4+n:]
+		if typ != 16 || len(ext) < 2 { // application_layer_protocol_negotiation
+			continue
+		}
+		var protos []string
+		for l := ext[2:]; len(l) > 0 && len(l) > int(l[0]); l = l[1+int(l[0]):] {
+			protos = append(protos, string(l[1:1+int(l[0])]))
+		}
+		return protos
+	}
+	return nil
 }
 
 // opened returns how many connections the proxy has accepted.
