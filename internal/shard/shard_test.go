@@ -481,3 +481,70 @@ func TestRingClaimRace(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// TestObjectMoves counts the objects that change owner, over 3,000 UIDs,
+// when a fourth replica joins three and when one of the four dies: the
+// joiner's objects and the dead replica's, and no others. It logs the
+// counts the README states, beside those of rendezvous hashing capped at
+// the fair share and computed afresh (what the split did before it started
+// from the members' claims).
+func TestObjectMoves(t *testing.T) {
+	r := rand.New(rand.NewPCG(42, 42))
+	uids := make([]uint64, 3000)
+	for i := range uids {
+		uids[i] = Hash(fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", r.Uint32(), r.Uint32()>>16, r.Uint32()>>16, r.Uint32()>>16, r.Uint64()>>16))
+	}
+	owners := func(shares map[string]Set) []string {
+		out := make([]string, len(uids))
+		for i, p := range uids {
+			for m, s := range shares {
+				if s.Contains(p) {
+					if out[i] != "" {
+						t.Fatalf("object %d served by %s and %s", i, out[i], m)
+					}
+					out[i] = m
+				}
+			}
+			if out[i] == "" {
+				t.Fatalf("object %d served by nobody", i)
+			}
+		}
+		return out
+	}
+	count := func(before, after []string, stays func(string) bool) (moved, between int) {
+		for i := range before {
+			if before[i] != after[i] {
+				moved++
+				if stays(before[i]) && stays(after[i]) && before[i] != "" {
+					between++
+				}
+			}
+		}
+		return moved, between
+	}
+	perReplica := func(o []string) map[string]int {
+		n := map[string]int{}
+		for _, m := range o {
+			n[m]++
+		}
+		return n
+	}
+	three := Assign(BucketUnits(), []string{"r1", "r2", "r3"}, nil)
+	four := Assign(BucketUnits(), []string{"r1", "r2", "r3", "r4"}, three)
+	afresh := Assign(BucketUnits(), []string{"r1", "r2", "r3", "r4"}, nil)
+	left := Assign(BucketUnits(), []string{"r1", "r3", "r4"}, four)
+	o3, o4, oFresh, oLeft := owners(three), owners(four), owners(afresh), owners(left)
+
+	moved, between := count(o3, o4, func(m string) bool { return m != "r4" })
+	if joined := perReplica(o4)["r4"]; moved != joined || between != 0 {
+		t.Errorf("3 → 4: %d objects moved, %d of them between replicas that stay; want the joiner's %d and 0", moved, between, joined)
+	}
+	fresh, _ := count(o3, oFresh, func(string) bool { return true })
+	t.Logf("3 → 4 replicas: %d objects moved, all to the joiner (computed afresh: %d); shares %v", moved, fresh, perReplica(o4))
+
+	moved, between = count(o4, oLeft, func(m string) bool { return m != "r2" })
+	if dead := perReplica(o4)["r2"]; moved != dead || between != 0 {
+		t.Errorf("4 → 3: %d objects moved, %d of them between replicas that stay; want the dead replica's %d and 0", moved, between, dead)
+	}
+	t.Logf("4 → 3 replicas (r2 dies): %d objects moved, all from r2; shares %v", moved, perReplica(oLeft))
+}
