@@ -3,6 +3,7 @@ package ctrl_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -153,5 +154,33 @@ func testLeadershipLost(t *testing.T, standby bool) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Start: %v", err)
+	}
+}
+
+// TestDefaultIdentity: with no Identity set, leader election and sharding
+// both name the replica by its host name and a random suffix, as one DNS
+// label, different in each manager.
+func TestDefaultIdentity(t *testing.T) {
+	label := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	for name, opts := range map[string]ctrl.Options{
+		"leader election": {LeaderElection: ctrl.LeaderElection{Name: "lock"}},
+		"sharding":        {Sharding: ctrl.Sharding{Ring: "ring"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			seen := map[string]bool{}
+			for range 3 {
+				opts.FakeClientset = fake.NewClientset()
+				mgr, err := ctrl.NewManager(opts)
+				must(t, err)
+				id := mgr.Identity()
+				if !label.MatchString(id) || !regexp.MustCompile(`(^|-)[a-z0-9]{8}$`).MatchString(id) {
+					t.Errorf("Identity %q: want a DNS label ending in 8 random characters", id)
+				}
+				if seen[id] {
+					t.Errorf("Identity %q chosen twice", id)
+				}
+				seen[id] = true
+			}
+		})
 	}
 }
