@@ -140,7 +140,8 @@ func (b *blackhole) silenceOwn() int {
 	return n
 }
 
-// readRecord reads the first TLS record a client sends: its ClientHello.
+// readRecord reads the first TLS record a client sends: its ClientHello
+// (every client of the proxy speaks TLS, as the API server does).
 func readRecord(c net.Conn) ([]byte, error) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
