@@ -82,6 +82,11 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		}
 		switch {
 		case (deleted || e.gone) && !cached:
+			if prev, ok := c.expect[key]; deleted && ok && prev.rv != "" && !prev.gone {
+				// Deleted before the cache has its create (or an update): it
+				// comes, then its deletion, which this waits for too.
+				c.expect[key] = expectation{rv: prev.rv, deleting: true}
+			}
 		case cached && seen(e, cur):
 		case !deleted && !e.gone && f.lastRV != "" && newer(f.lastRV, e.rv):
 			// Events come in resourceVersion order: the feed is past this
@@ -143,6 +148,9 @@ func (c *Cache[T]) settlePassed() {
 			continue
 		}
 		if f := c.feedOf(k); f != nil && f.lastRV != "" && newer(f.lastRV, e.rv) {
+			if _, cached := c.items.get(k); e.deleting && cached {
+				continue // created, and its deletion still to come
+			}
 			delete(c.expect, k)
 		}
 	}

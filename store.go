@@ -130,8 +130,9 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 			idx.remove(key, old)
 		}
 	}
-	// Any removal settles a wait for the object's removal.
-	c.observe(key, t, kind != deleted && !c.expect[key].gone, f.b.Fake())
+	// Any removal settles a wait for the object's removal or deletion.
+	e := c.expect[key]
+	c.observe(key, t, kind != deleted && !e.gone && !e.deleting, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -290,4 +291,51 @@ func TestWaitIdleTerminatingPod(t *testing.T) {
 			t.Errorf("WaitIdle after patch %s of a terminating Pod: %v", patch, err)
 		}
 	}
+}
+
+// TestWaitIdleDeleteBeforeCached deletes each object right after its
+// Client created it, into a cache made a moment before and still listing:
+// the delete's reply often comes before the cache has the object. WaitIdle
+// waits for the deletion as well as the create. The Pods, in their grace
+// period, are then cached with a deletionTimestamp, and the ConfigMaps,
+// deleted at once, are gone.
+func TestWaitIdleDeleteBeforeCached(t *testing.T) {
+	ns := newNamespace(t)
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns})
+	must(t, err)
+	pods := newClient[*corev1.Pod](t, mgr)
+	configMaps := newClient[*corev1.ConfigMap](t, mgr)
+	ctx := start(t, mgr)
+	waitIdle(t, mgr)
+	const n = 30
+	for i := range n {
+		label := map[string]string{"round": strconv.Itoa(i)}
+		opts := ctrl.CacheOptions{LabelSelector: labels.SelectorFromSet(label)}
+		podCache, err := ctrl.NewCache[*corev1.Pod](mgr, opts)
+		must(t, err)
+		cmCache, err := ctrl.NewCache[*corev1.ConfigMap](mgr, opts)
+		must(t, err)
+		p := newPod(ns, fmt.Sprintf("p-%02d", i))
+		p.Labels = label
+		pod, err := pods.Create(ctx, p)
+		must(t, err)
+		must(t, pods.Delete(ctx, ctrl.KeyOf(pod), metav1.DeleteOptions{}))
+		cm, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%02d", i), Labels: label}})
+		must(t, err)
+		must(t, configMaps.Delete(ctx, ctrl.KeyOf(cm), metav1.DeleteOptions{}))
+		waitIdle(t, mgr)
+		if cached, ok := podCache.Get(ctrl.KeyOf(pod)); !ok || cached.DeletionTimestamp == nil {
+			t.Errorf("after WaitIdle, the cache has Pod %s: %t, without a deletionTimestamp; want it in its grace period", ctrl.KeyOf(pod), ok)
+		}
+		if _, ok := cmCache.Get(ctrl.KeyOf(cm)); ok {
+			t.Errorf("after WaitIdle, the cache has ConfigMap %s; want it gone", ctrl.KeyOf(cm))
+		}
+	}
+}
+
+// newPod is a Pod bound to a node that never answers: deleted, it stays in
+// its grace period.
+func newPod(ns, name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{NodeName: "node-that-never-answers", Containers: []corev1.Container{{Name: "c", Image: "example.com/c"}}}}
 }
