@@ -54,11 +54,9 @@ func (c *Controller[T]) prepare() {
 }
 
 // start waits for the controller's caches to sync, then activates it,
-// queues every cached object through the backlog, and starts the workers,
-// which reconcile under reconcileCtx. It does not block: a cache the server
-// forbids to list holds up its own controllers only. Called once Start has
-// waited for the caches and, with leader election, each time this replica
-// takes the lead.
+// queues every cached object, and starts the workers under reconcileCtx,
+// without blocking: a cache the server forbids to list holds up its own
+// controllers only. Called on each takeover too.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,8 +87,8 @@ func (c *Controller[T]) start(reconcileCtx context.Context) {
 	})
 }
 
-// cachesLocked returns the controller's caches: its own, and those of its
-// Owns and Watches. Called with c.mu held.
+// cachesLocked returns the controller's caches, its Owns' and Watches'
+// included. Called with c.mu held.
 func (c *Controller[T]) cachesLocked() []managedCache {
 	caches := []managedCache{c.cache}
 	for _, l := range c.links {
@@ -99,8 +97,7 @@ func (c *Controller[T]) cachesLocked() []managedCache {
 	return caches
 }
 
-// waitingFor names a cache of the controller that has not synced, and why,
-// or returns "".
+// waitingFor names a cache of the controller that has not synced, and why.
 func (c *Controller[T]) waitingFor() string {
 	c.mu.Lock()
 	caches := c.cachesLocked()
@@ -108,8 +105,7 @@ func (c *Controller[T]) waitingFor() string {
 	return unsynced(caches)
 }
 
-// unsynced names the first of caches that has not synced, and why, or
-// returns "".
+// unsynced names the first of caches that has not synced, and why.
 func unsynced(caches []managedCache) string {
 	for _, cc := range caches {
 		select {
@@ -167,12 +163,9 @@ func (c *Controller[T]) resync(d time.Duration) {
 	}
 }
 
-// pause deactivates the controller until its next start, after this
-// replica lost the lead and stands by: changes queue nothing, the workers
-// drop the keys still queued (their term has ended), and tombstones go, as
-// they would with a restart: a deletion observed while leading and not yet
-// handled is not seen again. It waits up to timeout for running reconciles,
-// whose context is canceled, to return.
+// pause deactivates the controller of a replica that lost the lead and
+// stands by: queued keys are dropped and tombstones go, as with a restart.
+// It waits up to timeout for running reconciles, canceled, to return.
 func (c *Controller[T]) pause(timeout time.Duration) error {
 	c.mu.Lock()
 	c.active.Store(false) // under the lock activate checks the term in
