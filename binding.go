@@ -45,10 +45,8 @@ func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.
 	}
 	b, err := binding.For[T](clients, info)
 	if errors.Is(err, binding.ErrNotServed) {
-		// Its CRD is not installed yet: an optional kind's, or a required
-		// one's, which Start then finds missing. A scope the registration
-		// declares binds it with the fakes' defaults for the rest; the
-		// binding is not kept, so the next one asks discovery again.
+		// Its CRD is not installed yet: a declared scope binds it with the
+		// fakes' defaults, not kept, so the next bind asks discovery again.
 		clients.Discover = nil
 		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
 			return guess, nil

@@ -49,16 +49,12 @@ type CacheOptions struct {
 	// cluster-scoped types, it holds every object. Default: every namespace.
 	Sharded bool
 
-	// Optional lets the cache's kind, a custom resource, be absent (the
-	// Optional guarantee; README.md#optional-kinds): Start does not wait for
-	// it; the cache watches the CRD (get, list, watch on
-	// customresourcedefinitions), and while it waits holds nothing, with
-	// /readyz and ctrl_cache_waiting_for_crd naming the CRD. Objects of a
-	// deleted CRD are deleted (hooks run); objects only no longer served are
-	// forgotten. Asking for an existing cache with the other choice is an
-	// error. Not for fleet caches nor built-in kinds; a kind missing when wired
-	// must declare its scope. Default: required, and Start fails if the kind is
-	// not served.
+	// Optional lets the cache's kind, a custom resource, be absent (see the
+	// package's guarantees: Optional): Start does not wait for it; the cache
+	// watches the CRD (get, list, watch on customresourcedefinitions), with
+	// /readyz and ctrl_cache_waiting_for_crd naming it while it waits. Not for
+	// fleet caches nor built-in kinds; a kind missing when wired must declare
+	// its scope. Default: required, and Start fails if the kind is not served.
 	Optional bool
 }
 
@@ -68,9 +64,8 @@ type CacheOptions struct {
 // controllers use stops and lets its objects go when the last user is
 // removed ([Controller.Stop], [Unwatch]); one made by [NewCache] stays.
 //
-// Objects from Get, List and ByIndex are shared: never modify them
-// (DeepCopyObject first). They carry their apiVersion and kind. The cache
-// may lag the server: a write shows once its watch event arrived. All
+// Its reads are shared objects, never to be modified (see "Reading
+// objects" in the package doc), and may lag the server (Fresh). All
 // methods are safe for concurrent use.
 type Cache[T Object] struct {
 	mgr  *Manager
@@ -246,11 +241,10 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 }
 
 // SetWatchErrorHandler sets fn, called with each failed list or watch
-// request's error, and each error that ends a watch stream (an event that
-// cannot be decoded, or is of another type than T), besides the manager's
-// logging; a later call replaces it. A 410 Gone is not an error: the cache
-// relists, counted in ctrl_cache_relists_total. fn runs on the cache's
-// goroutines, one call at a time per watch, and must not block.
+// request's error and each error that ends a watch stream (see the
+// package's guarantees: Told), besides the manager's logging; a later call
+// replaces it. A 410 Gone only relists (ctrl_cache_relists_total). fn runs
+// one call at a time per watch and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn

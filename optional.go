@@ -63,8 +63,7 @@ func newOptional(m *Manager, info binding.Info) *optional {
 	}
 }
 
-// busy says why the cache is not idle: its CRD changed, and follow has not
-// acted on it yet.
+// busy says why the cache is not idle: follow has not acted on a CRD change.
 func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
 
 func (c *Cache[T]) watchCRD() error {
@@ -182,8 +181,8 @@ func (c *Cache[T]) users() []string {
 }
 
 // Served reports whether the API server serves the cache's kind, as far as
-// the cache knows: false while an optional cache waits for its CRD, or
-// while a required one's last list or watch got 404.
+// the cache knows: false while an optional cache waits for its CRD or a
+// required one's last list or watch got 404.
 func (c *Cache[T]) Served() bool {
 	if c.opt != nil {
 		return c.opt.waiting.Load() == nil && c.HasSynced()
