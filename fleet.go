@@ -22,9 +22,9 @@ import (
 // the hub), member clusters that join and leave while it runs. A cache
 // with CacheOptions.Fleet holds the objects of every member, under keys
 // that carry the member's name (Key.Cluster); a controller over such a
-// cache reconciles them all, with clients bound to each object's cluster
-// ([Client.InCluster], [RequestFrom]). Each member has its own connection, watches
-// and recovery: one that is slow or gone does not hold up the others.
+// cache reconciles them all ([Client.InCluster], [RequestFrom]). Each member
+// has its own connection, watches and recovery: one slow or gone holds up
+// no other.
 
 // Cluster says how to reach a member cluster: Config for a real one, or
 // client-go's fakes in tests, as in [Options].
@@ -34,8 +34,7 @@ type Cluster struct {
 	FakeDynamic   dynamic.Interface
 }
 
-// Fleet is what a [Provider] tells about member clusters. *Manager
-// implements it.
+// Fleet is what a [Provider] tells about member clusters; *Manager is one.
 type Fleet interface {
 	// Engage adds the member cluster name, or replaces its configuration.
 	Engage(name string, c Cluster) error
@@ -175,14 +174,12 @@ func (m *Manager) Clusters() []string {
 	return names
 }
 
-// memberCount returns how many member clusters are engaged.
 func (m *Manager) memberCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.members)
 }
 
-// memberOf returns the engaged member name, or nil.
 func (m *Manager) memberOf(name string) *member {
 	m.mu.Lock()
 	defer m.mu.Unlock()

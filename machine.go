@@ -22,16 +22,14 @@ import (
 // BucketPhase, kept in the status of objects of type T. Run it with
 // [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
-// Each reconcile makes at most one move. An object with no phase enters
-// Initial. In a state with a Step, the step does the state's work and
-// returns where to go next, one of the state's To; a failing step stays
-// and is retried with backoff. A state without a Step rests until the spec
-// changes ([State].SpecChanged) or the object is deleted.
-//
-// A move sets the phase, status.observedGeneration and the condition, and
-// writes them with the step's status changes under the Once guarantee. Steps
-// must be idempotent: a step reruns if the process dies before its write,
-// or its write conflicts.
+// Each reconcile makes at most one move: an object with no phase enters
+// Initial; a state's Step does its work and returns the next state, one of
+// its To, or fails, to stay and be retried with backoff. A state without a
+// Step rests until the spec changes ([State].SpecChanged) or the object is
+// deleted. A move writes the phase, status.observedGeneration and the
+// condition with the step's status changes (see the package's guarantees:
+// Once). Steps must be idempotent: a step reruns if the process dies before
+// its write, or its write conflicts.
 type Machine[T Object, S ~string] struct {
 	// Initial is entered by an object with no phase, reason "Created".
 	// Required.
@@ -52,13 +50,11 @@ type Machine[T Object, S ~string] struct {
 	// the time the object entered its state as lastTransitionTime. Default:
 	// "Ready".
 	Condition string
-	// Finalizer, such as "example.com/cleanup", makes cleanup part of the
-	// machine: it is added before an object's first move; a deleted object
-	// moves to Deleting (reason "Deleting") from any state. The states
-	// reachable from Deleting form the cleanup path, sharing no state with
-	// those reachable from Initial; the finalizer is removed once the path
-	// reaches a state without a Step. Default: none: a deleted object goes at
-	// once.
+	// Finalizer, such as "example.com/cleanup", is added before an object's
+	// first move; a deleted object then moves to Deleting (reason
+	// "Deleting") from any state, along the cleanup path (the states
+	// reachable from Deleting, none reachable from Initial), and the
+	// finalizer is removed in a state without a Step. Default: none.
 	Finalizer string
 	// Deleting is the first state of the cleanup path. Required with
 	// Finalizer, and only with it.
@@ -105,15 +101,12 @@ type Next[S ~string] struct {
 //
 // It reconciles an object when it is created, when its phase, generation or
 // observedGeneration changes ([Controller.FilterUpdates] adds more), and
-// while it is deleted. A reconcile that finds this program's own write not
-// yet cached waits for it. The machine owns its finalizer: do not use
-// OnFinalize; an object leaving the selector keeps it.
-// ControllerOptions.UnsafeDisableDeepCopy is ignored. Moves are Events
-// from component name and counted in ctrl_machine_objects,
-// ctrl_machine_transitions_total and ctrl_machine_state_duration_seconds,
-// labeled with name and declared states. It returns an error if machine is
-// incomplete or inconsistent (naming what is wrong), T has no status
-// subresource, Events cannot be written, or as [NewController] does.
+// while it is deleted. The machine owns its finalizer (do not use
+// OnFinalize); an object leaving the selector keeps it. Moves are Events
+// from component name and ctrl_machine_* metrics labeled with name and
+// state. UnsafeDisableDeepCopy is ignored. It returns an error if machine
+// is incomplete or inconsistent, T has no status subresource, Events
+// cannot be written, or as [NewController] does.
 func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
 	d, err := machine.compile()
 	if err != nil {
@@ -172,11 +165,9 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 // Reconcile runs one reconcile of the machine on obj without a manager, for
 // unit tests, and returns the object as the server would then hold it
 // (finalizer and status written, a step's other changes not), the Result
-// and the error; obj is not changed. Steps run with ctx and their clients
-// make requests; no Event is emitted, nothing counted. Set
-// metadata.generation or deletionTimestamp to play a spec change or a
-// deletion. Calling Reconcile until the phase stops changing runs obj to
-// rest. On error the object holds what was written before the failure.
+// and the error; obj is not changed, no Event is emitted, nothing counted.
+// Set metadata.generation or deletionTimestamp to play a spec change or a
+// deletion. On error the object holds what was written before the failure.
 func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {

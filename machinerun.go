@@ -46,8 +46,8 @@ const (
 )
 
 // advance runs one reconcile of the machine on obj, its own copy, writing
-// through w: the whole fate of an object is in the switch below. It returns
-// the object as last written, the move it wrote, if any, and the Result.
+// through w; it returns the object as last written, the move it wrote, if
+// any, and the Result.
 func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
 	deleting := obj.GetDeletionTimestamp() != nil
 	if d.Finalizer != "" {
@@ -124,8 +124,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 	}
 	mv := &move[S]{from: from, to: next.To, next: next}
 	gen := obj.GetGeneration()
-	// A copy: the object's DeepCopyObject may share the slice with the
-	// cache's object.
+	// A copy: DeepCopyObject may share the slice with the cache's object.
 	conds := slices.Clone(*d.Conditions(obj))
 	if i := slices.IndexFunc(conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
 		mv.entered = conds[i].LastTransitionTime.Time
@@ -136,8 +135,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 		status = metav1.ConditionTrue
 	}
 	// lastTransitionTime changes with every move, not only when the status
-	// flips: the condition is about the state, so a new state is a new
-	// condition, and its time is what the step of a waiting state reads.
+	// flips: a waiting state's step reads it as the time it was entered.
 	*d.Conditions(obj) = append(conds, metav1.Condition{Type: d.Condition, Status: status, ObservedGeneration: gen,
 		LastTransitionTime: metav1.Now(), Reason: next.Reason, Message: next.Message})
 	*d.Phase(obj) = next.To
@@ -194,17 +192,16 @@ type machineRun[T Object, S ~string] struct {
 }
 
 // changed is the machine's update filter: the updates that can make it
-// move. Other finalizer changes are left out: the machine makes them
-// itself, right before a move whose own update follows; and the update
-// that brings a write a reconcile waits for passes anyway.
+// move. Finalizer changes are left out: the machine makes them itself,
+// right before a move whose own update follows.
 func (r *machineRun[T, S]) changed(old, obj T) bool {
 	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
 		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
 }
 
-// reconcile is the controller's reconcile function: one advance, and, once
-// a move is written, its Event, log line and metrics. cached is the cache's
-// object itself (UnsafeDisableDeepCopy), read before the reconcile began.
+// reconcile is one advance and, once a move is written, its Event, log
+// line and metrics. cached is the cache's object itself
+// (UnsafeDisableDeepCopy).
 func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
 	latest, ok := r.ctrl.cache.Get(keyFrom(ctx, cached))
 	if !ok {

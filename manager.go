@@ -36,16 +36,14 @@ import (
 // value of every other field means its default.
 type Options struct {
 	// Config reaches the manager's own cluster (a fleet's hub; where Leases
-	// live). Built-ins travel as protobuf, custom resources as JSON. A positive QPS
-	// (with Burst) limits all the manager's requests; zero: no client-side
-	// limit (README.md#no-client-side-rate-limit). A manager with only fleet
-	// caches may leave it and the fakes unset, and cannot elect or shard.
+	// live). A positive QPS (with Burst) limits all the manager's requests;
+	// zero: no client-side limit (README.md#no-client-side-rate-limit). A
+	// manager with only fleet caches may leave it and the fakes unset, and
+	// then cannot elect or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests, before Config: pass
-	// fake.NewClientset(objects...). A cache over it syncs once its watch is
-	// open. It and FakeDynamic delete as the API server does, finalizers
-	// holding deletions (the Testable guarantee), and keep
-	// metadata.generation as it does. Reactors a test adds with
+	// fake.NewClientset(objects...). It and FakeDynamic behave as the
+	// package's guarantees (Testable) say; reactors a test adds with
 	// PrependReactor, before NewManager or after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and unstructured objects in tests,
@@ -79,10 +77,8 @@ type Options struct {
 	// ConnectionCheck is how long a connection to the API server may go
 	// without answering: ctrl pings a connection silent for a third of it
 	// and closes it if the ping takes the rest, retrying its requests on a
-	// new one. A busy watch's own HTTP/1.1 connection returns to the shared
-	// one after at most this long without an event
-	// (README.md#connection-checks). Negative: client-go's defaults, every
-	// watch shared. Default: 3 seconds.
+	// new one (README.md#connection-checks). Negative: client-go's
+	// defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
@@ -105,11 +101,10 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as ":8443",
-	// by default over HTTPS to bearer tokens the API server authenticates
-	// whose user may get nonResourceURL /metrics (the manager creates
-	// tokenreviews and subjectaccessreviews; answers cached a minute, five
-	// if allowed, 30 s if denied). It needs the default registry or a
-	// Registerer that is a Gatherer. Default: off.
+	// by default over HTTPS to tokens whose user may get nonResourceURL
+	// /metrics (Guarded; answers cached a minute, five if allowed, 30 s if
+	// denied). It needs the default registry or a Registerer that is a
+	// Gatherer. Default: off.
 	MetricsAddress string
 	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
@@ -126,12 +121,9 @@ type Options struct {
 	WebhookAddress string
 	// WebhookCertDir holds the webhook certificate and key as tls.crt and
 	// tls.key. Start fails if they cannot be read; a changed pair is served
-	// from the next handshake. Default:
-	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
+	// from the next handshake. Default: $TMPDIR/k8s-webhook-server/serving-certs.
 	WebhookCertDir string
-	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
-	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
-	// suites, HTTP/1.1 only.
+	// TLS sets the TLS of the webhook and metrics servers; see [TLSOptions].
 	TLS TLSOptions
 }
 
@@ -294,10 +286,9 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 // Start opens the HTTP endpoints, starts every cache, waits for their first
 // lists, and starts the controllers' workers (with leader election, once
 // leading). It blocks until ctx is done or a fatal error occurs. On
-// shutdown, controllers stop taking keys; running reconciles get up to
-// Options.ShutdownTimeout (then are canceled) while the Lease is renewed;
-// then the Lease is released and caches and servers stop. A lost
-// leadership cancels reconciles at once ([LeaderElection]).
+// shutdown, running reconciles get up to Options.ShutdownTimeout (then are
+// canceled) while the Lease is renewed; then the Lease is released and
+// caches and servers stop.
 //
 // Start returns nil after a shutdown through ctx, otherwise the error: an
 // address that cannot be bound, a cache unsynced after Options.SyncTimeout

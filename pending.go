@@ -1,10 +1,8 @@
 package ctrl
 
-// pending reports whether a write to the object with key, made through a
-// Client of the manager, is still to be observed by the cache: until it
-// is, the cached object is older than what this program wrote, and the
-// event that brings the write follows. A [Machine] waits for it rather
-// than step from the older state.
+// pending reports whether a write to key through the manager's Clients is
+// still to be observed by the cache, whose object is then older than what
+// this program wrote; the event that brings the write follows.
 func (c *Cache[T]) pending(key Key) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -13,10 +11,8 @@ func (c *Cache[T]) pending(key Key) bool {
 }
 
 // holds reports whether obj, read from the cache, is still what it holds
-// for key, with no write of the manager's to key waiting to be observed:
-// both at one instant, so that obj is the newest state this program knows.
-// A reconcile that read obj before an event arrived (or a write was made)
-// sees false, and the event queues the key again.
+// for key with no write to key pending, both at one instant: obj is then
+// the newest state this program knows. Otherwise an event queues the key.
 func (c *Cache[T]) holds(key Key, obj T) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

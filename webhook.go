@@ -21,12 +21,9 @@ import (
 // ([Validate]). nil admits; an API status error (apierrors.NewInvalid...)
 // passes as it is; a *field.Error or field.ErrorList's ToAggregate()
 // becomes 422 Invalid, one cause per field; any other error, 403 Forbidden.
-//
-// A nil function admits without a call and is left out of the
-// configuration. Calls may run concurrently, each with its own objects.
-// ctx ends at the request's timeout (see the Answered guarantee) and
-// carries the logger with the request's uid and path. [AdmissionWarning]
-// adds warnings.
+// A nil function admits and is left out of the configuration. Calls may run
+// concurrently; ctx ends at the request's timeout (Answered) and carries
+// the logger with the request's uid and path.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -37,10 +34,9 @@ type Validator[T Object] struct {
 }
 
 // Validate registers v as the validating webhook of T (built-in or
-// [Register]ed), at /validate-<group with dashes>-<version>-<kind> as
-// controller-runtime names it, unless [WebhookOptions] say otherwise. It
-// returns an error if T has one, v sets no function, the path or name is
-// taken or invalid, more than one WebhookOptions is given, or, wrapping
+// [Register]ed), at the path [WebhookOptions] describes. It returns an
+// error if T has one, v sets no function, the path or name is taken or
+// invalid, more than one WebhookOptions is given, or, wrapping
 // [ErrStarted], the manager started.
 func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) error {
 	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete}, opts)
@@ -60,11 +56,10 @@ type WebhookOptions struct {
 	Name string
 }
 
-// Default registers f as the defaulting (mutating) webhook of T, at
-// /mutate-<group with dashes>-<version>-<kind>, called on creates and
-// updates to change the object in place; the API server gets a JSON patch,
-// which leaves fields T does not know alone. Errors deny as for a
-// [Validator]. It returns errors as [Validate] does.
+// Default registers f as the defaulting (mutating) webhook of T, called on
+// creates and updates to change the object in place; the API server gets a
+// JSON patch, which leaves fields T does not know alone. Errors deny as for
+// a [Validator]. It returns errors as [Validate] does.
 func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
 		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
@@ -90,15 +85,13 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], op
 
 // Convert registers the conversion between A and B, two versions of one
 // custom resource registered with [Register] with the same group, resource
-// and kind. toB and toA fill in a destination that carries a copy of the
-// source's metadata; ctx ends at the request's timeout and carries the
-// logger; calls may run concurrently. Served at /convert; with three
-// versions or more, spokes convert through a hub along the shortest chain
-// of registered pairs. A conversion that changes name, namespace or uid
-// fails. See [Manager.WebhookConfigurations] for the CRD's spec.conversion.
-// It returns an error if A and B are not two versions of one custom
-// resource, a function is nil, the pair is registered, or, wrapping
-// [ErrStarted], the manager started.
+// and kind, served at /convert. toB and toA fill in a destination that
+// carries a copy of the source's metadata, and may not change name,
+// namespace or uid; ctx is as for a [Validator]. With three versions or
+// more, conversions chain along the shortest path of registered pairs. It
+// returns an error if A and B are not two versions of one custom resource,
+// a function is nil, the pair is registered, or, wrapping [ErrStarted],
+// the manager started.
 func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
