@@ -25,13 +25,10 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
-// A Request is the reconcile that a context belongs to: what
-// [RequestFrom] returns to a reconcile function and to what it calls with
-// its context. Writes made under that context are fenced by the
-// leadership the reconcile runs under: see [CheckLeadership].
+// A Request is the reconcile a context belongs to, as [RequestFrom] returns
+// it. Writes under that context are fenced: see [CheckLeadership].
 type Request struct {
-	// Key is the reconciled object's. Key.Cluster names the fleet member
-	// it lives in, "" the manager's own cluster: bind clients to it with
+	// Key is the reconciled object's; bind clients to its Cluster with
 	// [Client.InCluster].
 	Key Key
 	// Causes are why the key was queued.
@@ -67,21 +64,18 @@ type requestKey struct{}
 // ControllerOptions configure a [Controller]. The zero value is one worker,
 // [DefaultRateLimiter], and the default cache of the type.
 type ControllerOptions struct {
-	// Workers is how many objects are reconciled at once. Default: 1.
-	// Over many clusters, the objects of one cluster take at most
-	// Workers - max(1, Workers/4) of them at once, so a member cluster
-	// whose reconciles are slow never holds up the others.
+	// Workers is how many objects are reconciled at once. Default: 1. One
+	// cluster of a fleet takes at most Workers - max(1, Workers/4) of them,
+	// so a slow member never holds up the others.
 	Workers int
-	// RateLimiter spaces out retries after errors. Failures that only mean
-	// the API server was unreachable, and conflicts, do not go through it;
-	// see [DefaultRateLimiter]. Default: DefaultRateLimiter().
+	// RateLimiter spaces out retries after errors; see [DefaultRateLimiter].
+	// Default: DefaultRateLimiter().
 	RateLimiter RateLimiter
 	// Cache selects the objects the controller reconciles. Default: every
 	// object of the type in the manager's namespace.
 	Cache CacheOptions
 	// ResyncPeriod, if positive, reconciles every cached object again at
-	// this interval, through the list backlog, so that changes keep coming
-	// first. Default: never.
+	// this interval (Live first). Default: never.
 	ResyncPeriod time.Duration
 	// UnsafeDisableDeepCopy hands reconcile the cached object itself, saving
 	// a copy per reconcile; reconcile must then not modify the object (copy
@@ -106,12 +100,9 @@ type ControllerOptions struct {
 // Controller reconciles objects of type T: whenever an object changes, or
 // an object mapped to it does, its key is queued and a worker calls the
 // reconcile function with the latest cached state. Create it with
-// [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
-// and its methods; Owns and Watches may also be added while the manager
-// runs, and removed with [Unwatch], and [Controller.Stop] ends it.
-//
-// Its guarantees are the package's Stingy, Live first, Fresh, Persistent,
-// One leader and One owner per object.
+// [NewController] and wire it with [Owns], [Watches] and its methods
+// (see the package's guarantees: Stingy, Live first, Fresh, Persistent,
+// One leader, One owner per object, Rewirable).
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -138,12 +129,10 @@ type Controller[T Object] struct {
 	// gone, so a retried removal does not run finalize again.
 	finalized map[Key]types.UID
 
-	// active is set while the controller runs its workers: while this
-	// replica leads. Handlers queue nothing and keep no tombstones before.
+	// active: the workers run (this replica leads); else handlers drop all.
 	active   atomic.Bool
 	stopping atomic.Bool
-	// reconcileCtx is the context of reconciles: canceled, and its terms
-	// ended, when this replica stops leading; replaced when it leads again.
+	// reconcileCtx is the reconciles' context, for one term of leadership.
 	reconcileCtx atomic.Pointer[context.Context]
 	startOnce    sync.Once     // starts the workers
 	stop         chan struct{} // closed by the first shutdown
@@ -151,8 +140,7 @@ type Controller[T Object] struct {
 	wg           sync.WaitGroup
 	outage       outageLog
 	failures     failures // keys whose last reconcile failed, with its error
-	// afterRead, set by tests before Start, is called by a reconcile
-	// between its read of the cache and what it does with what it read.
+	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)
 
 	// links (Owns, Watches) and cancel are under mu; wiring serializes
@@ -244,11 +232,9 @@ func (c *Controller[T]) Name() string { return c.ctrlName }
 func (c *Controller[T]) String() string { return fmt.Sprintf("controller %q", c.ctrlName) }
 
 // FilterUpdates makes the controller reconcile an update only if one of
-// changed reports true for the old and new object, for example
-// [GenerationChanged] to ignore status-only writes. Creations, deletions,
-// lists, resyncs and updates of objects being deleted are always reconciled.
-// Several calls add to the list. It returns an error after the manager
-// started.
+// changed reports true, such as [GenerationChanged]; other events, and
+// updates of objects being deleted, always pass. Several calls add to the
+// list. It returns an error after the manager started.
 func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 	if err := checkFilters(changed); err != nil {
 		return fmt.Errorf("ctrl: %s: FilterUpdates: %w", c, err)
