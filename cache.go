@@ -39,14 +39,12 @@ type CacheOptions struct {
 	// *metav1.PartialObjectMetadata holds. It must be zero for other types.
 	Resource APIResource
 	// Fleet makes the cache hold the objects of every engaged member cluster
-	// ([Provider]), under keys that carry the member's name, instead of the own
-	// cluster's. Each member is listed and watched on its own; one that cannot
-	// be reached holds up no other, nor Start. Default: off.
+	// ([Provider]) instead of the own cluster's, each keyed with its member;
+	// a member that cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
-	// Sharded makes the cache hold only the objects of the namespaces this
-	// replica serves, with Sharding.ByNamespace: for caches a sharded
-	// controller [Watches] ([Owns] makes its own so). Elsewhere, and for
-	// cluster-scoped types, it holds every object. Default: every namespace.
+	// Sharded makes a cache a sharded controller [Watches] hold only the
+	// namespaces this replica serves with Sharding.ByNamespace ([Owns] does
+	// so itself); otherwise it holds every object. Default: every namespace.
 	Sharded bool
 
 	// Optional lets the cache's kind, a custom resource, be absent (see the
@@ -61,8 +59,7 @@ type CacheOptions struct {
 // Cache is a typed, read-only, continuously updated view of the objects of
 // one type, fed by a list-and-watch (one per namespace). Everything that
 // asks for the same type and [CacheOptions] shares one Cache. A cache only
-// controllers use stops and lets its objects go when the last user is
-// removed ([Controller.Stop], [Unwatch]); one made by [NewCache] stays.
+// controllers use stops with its last user (Rewirable); [NewCache]'s stay.
 //
 // Its reads are shared objects, never to be modified (see "Reading
 // objects" in the package doc), and may lag the server (Fresh). All
@@ -157,8 +154,7 @@ func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T],
 	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
 
-// String describes the cache for logs and errors: its type, resource and
-// scope.
+// String describes the cache: its type, resource and scope.
 func (c *Cache[T]) String() string {
 	if s := c.currentScope().String(); s != "" {
 		return c.b.Info.String() + " " + s
@@ -166,8 +162,7 @@ func (c *Cache[T]) String() string {
 	return c.b.Info.String()
 }
 
-// Get returns the cached object with the given key. The object is shared:
-// do not modify it.
+// Get returns the cached object with key, shared: do not modify it.
 func (c *Cache[T]) Get(key Key) (T, bool) {
 	c.mu.RLock()
 	obj, ok := c.items.get(key)
@@ -175,10 +170,9 @@ func (c *Cache[T]) Get(key Key) (T, bool) {
 	return obj, ok
 }
 
-// List returns the cached objects in namespace ("" for all) that match
-// selector (nil for all), in no order; in a fleet cache, every member's.
-// They are shared: do not modify them. Its cost grows with the namespace's
-// objects, not the cache's.
+// List returns the cached objects, shared, in namespace ("" for all) that
+// match selector (nil for all), in no order; in a fleet cache, every
+// member's. Its cost grows with the namespace's objects, not the cache's.
 func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 	if !c.opts.Fleet {
 		return c.ListIn("", namespace, selector)
@@ -221,10 +215,9 @@ func (c *Cache[T]) keys() []Key {
 }
 
 // SetTransform passes every object through fn, after managedFields are
-// removed, before storing it. fn may modify its argument and must return
-// the object to store; fn(fn(x)) must equal fn(x), since an object may
-// pass twice. It returns an error once the cache started or if a
-// transform is set.
+// removed, before storing it. fn may modify its argument and returns the
+// object to store; fn(fn(x)) must equal fn(x). It returns an error once the
+// cache started or if a transform is set.
 func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -60,9 +60,8 @@ type Options struct {
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
-	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply. Default: the base name of os.Args[0], as client-go's
-	// user agent takes it, or "ctrl" if that is empty.
+	// FieldManager names this program in managedFields for its writes.
+	// Default: the base name of os.Args[0], or "ctrl" if that is empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -70,9 +69,8 @@ type Options struct {
 	// ShutdownTimeout bounds how long Start waits, once its context is done,
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
-	// Compression asks the API server to gzip its responses: worth it over a
-	// slow or metered link, a CPU cost in the cluster (see
-	// README.md#compression-off-by-default). Default: off.
+	// Compression asks the API server to gzip its responses
+	// (README.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
 	// without answering: ctrl pings a connection silent for a third of it
@@ -82,15 +80,13 @@ type Options struct {
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
-	// limit, turning off proportional GC pacing unless GOGC is set
-	// (README.md#memory-limit). GOMEMLIMIT, when set, wins; negative leaves
-	// the runtime alone. Default: with Options.Config (not fakes), four
-	// fifths of the smallest cgroup memory limit of the container, if any.
+	// limit, with proportional GC pacing off unless GOGC is set (Bounded).
+	// GOMEMLIMIT wins; negative leaves the runtime alone. Default: with
+	// Options.Config, four fifths of the container's cgroup limit, if any.
 	MemoryLimit int64
 
-	// ClusterProvider finds the member clusters of a fleet, which caches with
-	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
-	// directly with [Manager.Engage]. Default: none.
+	// ClusterProvider finds the member clusters of a fleet ([Provider]);
+	// [Manager.Engage] adds them directly. Default: none.
 	ClusterProvider Provider
 
 	// Sharding splits every controller's objects among the replicas ([Sharding]),
@@ -108,9 +104,9 @@ type Options struct {
 	MetricsAddress string
 	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
-	// HealthAddress serves /healthz (alive) and /readyz (every cache synced,
-	// every required kind still served; optional kinds waiting for their CRD
-	// listed), such as ":8081", over plain HTTP to anyone. Default: off.
+	// HealthAddress serves /healthz and /readyz (every cache synced, every
+	// required kind served; optional kinds waiting for their CRD listed),
+	// such as ":8081", over plain HTTP to anyone. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string

@@ -43,8 +43,7 @@ func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) erro
 }
 
 // WebhookOptions choose an admission webhook's path and configuration name,
-// such as an existing kubebuilder project's. The zero value means the
-// defaults.
+// such as an existing kubebuilder project's. The zero value: the defaults.
 type WebhookOptions struct {
 	// Path is the URL path of the webhook. Default:
 	// /validate-<group with dashes>-<version>-<kind> for [Validate],
@@ -105,9 +104,8 @@ func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B
 }
 
 // AdmissionWarning adds msg to the warnings of the admission request of ctx
-// (kubectl prints them), from a [Validator] or [Default] function.
-// Elsewhere it logs msg to ctx's logger at V(1). The API server truncates
-// long messages.
+// (kubectl prints them), from a [Validator] or [Default] function;
+// elsewhere it logs msg to ctx's logger at V(1).
 func AdmissionWarning(ctx context.Context, msg string) {
 	if !webhook.Warn(ctx, msg) {
 		logr.FromContextOrDiscard(ctx).V(1).Info("AdmissionWarning outside an admission request", "warning", msg)
@@ -154,10 +152,9 @@ func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error
 }
 
 // WebhookHandler returns the handler Start serves on
-// Options.WebhookAddress, for tests or programs that serve it themselves.
-// It routes by path, takes only POSTs of application/json, is safe for
-// concurrent use, and serves webhooks registered later. Calling it tells
-// Start the webhooks are served, so Options.WebhookAddress may be unset.
+// Options.WebhookAddress, for programs that serve it themselves (which may
+// then leave the address unset). It takes only POSTs of application/json,
+// is safe for concurrent use, and serves webhooks registered later.
 func (m *Manager) WebhookHandler() http.Handler {
 	m.webhooks.handed.Store(true)
 	s, err := m.webhookServer()
@@ -191,12 +188,11 @@ type WebhookTarget struct {
 	// URL is the webhook server's base URL, such as
 	// "https://127.0.0.1:9443"; each webhook's path is appended.
 	URL string
-	// Service fronts the webhook server; each webhook's path is set on a copy.
-	// Its port defaults to 443.
+	// Service fronts the webhook server, port 443 if unset; each webhook's
+	// path is set on a copy.
 	Service *admissionregistrationv1.ServiceReference
 	// CABundle holds the PEM certificates that verify the server, such as
-	// [WriteWebhookCerts] returns (or cert-manager injects). Default: the API
-	// server's system trust roots.
+	// [WriteWebhookCerts] returns. Default: the API server's trust roots.
 	CABundle []byte
 }
 
@@ -212,9 +208,8 @@ type WebhookConfigurations struct {
 	Conversions map[string]CRDConversion
 }
 
-// CRDConversion is apiextensions.k8s.io/v1 CustomResourceConversion with
-// upstream's JSON names (ctrl does not depend on apiextensions): marshal it
-// into a patch such as {"spec":{"conversion": ...}}.
+// CRDConversion is apiextensions.k8s.io/v1 CustomResourceConversion, with
+// its JSON names: marshal it into {"spec":{"conversion": ...}}.
 type CRDConversion struct {
 	// Strategy is "Webhook".
 	Strategy string `json:"strategy"`
@@ -257,11 +252,10 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	return out, nil
 }
 
-// WriteWebhookCerts writes a new CA and a serving certificate valid a year
-// for 127.0.0.1, ::1, localhost and dnsNames to dir (created if needed) as
-// tls.crt, tls.key and ca.crt for Options.WebhookCertDir, each by rename,
-// and returns the CA in PEM for [WebhookTarget].CABundle. For development
-// and tests.
+// WriteWebhookCerts writes, for development and tests, a new CA and a
+// serving certificate valid a year for 127.0.0.1, ::1, localhost and
+// dnsNames to dir (created if needed) as tls.crt, tls.key and ca.crt, each
+// by rename, and returns the CA in PEM for [WebhookTarget].CABundle.
 func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
 	if caBundle, err = webhook.WriteCerts(dir, dnsNames...); err != nil {
 		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)
