@@ -341,7 +341,6 @@ func (c *Cache[T]) warning() string {
 	return ""
 }
 
-// notFound is a cached read's missing object, for apierrors.IsNotFound.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
 }

@@ -78,7 +78,6 @@ func (cs *Causes) add(c Cause) {
 	}
 }
 
-// merge adds the causes of other after those of cs.
 func (cs *Causes) merge(other *Causes) {
 	for _, c := range other.First {
 		if len(cs.First) < maxCauses {

@@ -95,8 +95,8 @@ func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 func (c *Client[T]) resource() APIResource { return resourceOption(c.b.Info) }
 
 // Uncached returns a client of T whose Get and List go to the API server
-// instead of the cache (controller-runtime's APIReader): for types the
-// program does not cache, and reads that must not lag. Writes are the same.
+// instead of the cache: for types the program does not cache, and reads
+// that must not lag.
 func (c *Client[T]) Uncached() *Client[T] {
 	u := *c
 	u.uncached = true

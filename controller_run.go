@@ -125,7 +125,6 @@ func (c *Controller[T]) activate(reconcileCtx context.Context) {
 	c.activateLocked(reconcileCtx)
 }
 
-// activateLocked is activate, with c.mu held.
 func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	if reconcileCtx.Err() != nil || c.stopping.Load() || c.removed.Load() {
 		return

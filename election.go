@@ -27,8 +27,7 @@ import (
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string
-	// LeaseOptions: the Lease's namespace, this replica's identity in it,
-	// and its timing.
+	// LeaseOptions: the Lease's namespace, this replica's identity, timing.
 	LeaseOptions
 	// StandbyOnLoss makes a replica that lost the Lease stand by instead of
 	// exiting: its reconciles are canceled (Start waits up to
@@ -52,9 +51,9 @@ type LeaseOptions struct {
 	// last renewed, before taking over what it holds. Default: 15 s, or 1.5
 	// times RenewDeadline if only that is set.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long this replica may act after the start of its
-	// last successful renewal; past it, it stops its controllers. Shorter
-	// than LeaseDuration. Default: two thirds of LeaseDuration (10 s).
+	// RenewDeadline, shorter than LeaseDuration, is how long this replica
+	// may act after the start of its last successful renewal (One leader).
+	// Default: two thirds of LeaseDuration (10 s).
 	RenewDeadline time.Duration
 	// RetryPeriod is how often the Lease is acquired or renewed. Default:
 	// two fifteenths of LeaseDuration (2 s).
@@ -86,7 +85,6 @@ func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(ide
 	return cfg, b, nil
 }
 
-// newElection resolves opts.LeaderElection into the manager's policy.
 func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	le := opts.LeaderElection
 	cfg, _, err := le.lease(m, opts, "leader election", func(string) string { return le.Name })
@@ -123,16 +121,15 @@ func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
 	return m.leadership.ctx != nil && leader.Check(m.leadership.ctx) == nil, m.leadership.changed
 }
 
-// begin records that the controllers are about to run under ctx, without
-// telling observers yet: setLeading does.
+// begin records ctx without telling observers yet: setLeading does.
 func (l *leadership) begin(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ctx, l.last = ctx, ctx
 }
 
-// setLeading records that the controllers run under ctx, or, with nil,
-// that they stopped, and tells observers.
+// setLeading records that the controllers run under ctx (nil: stopped)
+// and tells observers.
 func (m *Manager) setLeading(ctx context.Context) {
 	m.leadership.mu.Lock()
 	defer m.leadership.mu.Unlock()
@@ -161,8 +158,7 @@ func CheckLeadership(ctx context.Context) error {
 	return nil
 }
 
-// acting reports whether this replica may write for its controllers now:
-// without leader election and sharding always, else while it leads.
+// acting reports whether this replica may write for its controllers now.
 func (m *Manager) acting() bool {
 	if m.identity == "" {
 		return true
@@ -184,9 +180,9 @@ func (m *Manager) lost() bool {
 	return err != nil && !errors.Is(err, leader.ErrReleased)
 }
 
-// Identity returns the identity this replica holds its Lease under:
-// LeaderElection.Identity or Sharding.Identity, or the one chosen for it
-// when that is empty. It is empty without leader election and sharding.
+// Identity returns the identity this replica holds its Lease under, as
+// set in LeaseOptions or chosen for it; "" without leader election and
+// sharding.
 func (m *Manager) Identity() string { return m.identity }
 
 // leases serves the elector's Lease reads and writes through the binding.

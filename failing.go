@@ -45,7 +45,6 @@ func (f *failures) ok(key Key) {
 	f.n.Store(int32(len(f.m)))
 }
 
-// forgetCluster forgets the keys of a member that left.
 func (f *failures) forgetCluster(cluster string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

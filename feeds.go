@@ -131,7 +131,6 @@ func (c *Cache[T]) refeed(gone eventKind) {
 	c.feeds.Store(&next)
 }
 
-// halt stops the feed, if it runs, and waits for it to return.
 func (f *feed[T]) halt() {
 	if f.done != nil {
 		f.stop()

@@ -210,7 +210,6 @@ func bindIn[T Object](m *Manager, cluster string, res APIResource) (*binding.Bin
 	return bindWith[T](m, mb.bindings, mb.clients, res)
 }
 
-// runProvider runs Options.ClusterProvider until ctx is done.
 func (m *Manager) runProvider(ctx context.Context) {
 	p := m.opts.ClusterProvider
 	if p == nil {

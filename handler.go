@@ -122,7 +122,6 @@ func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	}
 }
 
-// forgetFinalized drops the record that finalize succeeded for key.
 func (c *Controller[T]) forgetFinalized(key Key) {
 	if c.finalizer == "" {
 		return
@@ -201,7 +200,6 @@ func (c *Controller[T]) enqueueListed(keys []Key, cause Cause) {
 	c.mgr.activity.Add(1)
 }
 
-// enqueueAll queues every object of the controller through the backlog.
 func (c *Controller[T]) enqueueAll(cause Cause) {
 	if !c.active.Load() {
 		return

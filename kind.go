@@ -59,7 +59,6 @@ func ReferenceOf[T Object](obj T) (corev1.ObjectReference, error) {
 	return reference(gvk, obj), nil
 }
 
-// reference is the reference to obj, of kind gvk.
 func reference(gvk schema.GroupVersionKind, obj metav1.Object) corev1.ObjectReference {
 	return corev1.ObjectReference{
 		APIVersion:      gvk.GroupVersion().String(),

@@ -31,8 +31,7 @@ import (
 // Once). Steps must be idempotent: a step reruns if the process dies before
 // its write, or its write conflicts.
 type Machine[T Object, S ~string] struct {
-	// Initial is entered by an object with no phase, reason "Created".
-	// Required.
+	// Initial is entered by an object with no phase, reason "Created". Required.
 	Initial S
 	// States declares every state. A name is the default reason of moves
 	// into it, so a valid condition reason, such as Provisioning. Required.
@@ -46,9 +45,8 @@ type Machine[T Object, S ~string] struct {
 	// every status write sets to the generation it acted on. Required.
 	ObservedGeneration func(T) *int64
 	// Condition is the type of the machine's condition: True in [State].Ready
-	// states, False in others, with the last move's reason and message, and
-	// the time the object entered its state as lastTransitionTime. Default:
-	// "Ready".
+	// states, else False, with the last move's reason and message and the
+	// time the state was entered. Default: "Ready".
 	Condition string
 	// Finalizer, such as "example.com/cleanup", is added before an object's
 	// first move; a deleted object then moves to Deleting (reason
@@ -56,8 +54,8 @@ type Machine[T Object, S ~string] struct {
 	// reachable from Deleting, none reachable from Initial), and the
 	// finalizer is removed in a state without a Step. Default: none.
 	Finalizer string
-	// Deleting is the first state of the cleanup path. Required with
-	// Finalizer, and only with it.
+	// Deleting, the first state of the cleanup path, goes with Finalizer:
+	// both or neither.
 	Deleting S
 }
 
@@ -73,19 +71,16 @@ type State[T Object, S ~string] struct {
 	// Ready marks a state where the spec is met: the condition is True.
 	Ready bool
 	// SpecChanged is where an object in this state moves, with reason
-	// "SpecChanged", when metadata.generation passes status.observedGeneration
-	// (such as from Ready back to Provisioning); it need not be in To.
-	// Default: none: the object stays, and Step sees the new spec.
+	// "SpecChanged", when metadata.generation passes status.observedGeneration;
+	// it need not be in To. Default: none: Step sees the new spec.
 	SpecChanged S
 }
 
-// Next is what a [State]'s step decided. The zero value stays in the
-// state and waits for the next change.
+// Next is what a [State]'s step decided. The zero value stays and waits.
 type Next[S ~string] struct {
 	// To is the state to move to. Default: stay.
 	To S
-	// Reason is the move's UpperCamelCase reason, in condition and Event.
-	// Default: the name of To.
+	// Reason is the move's UpperCamelCase reason. Default: the name of To.
 	Reason string
 	// Message says what happened. Default: "entered <To> from <state>".
 	Message string
@@ -97,9 +92,8 @@ type Next[S ~string] struct {
 }
 
 // NewMachine returns a controller named name that runs machine on the
-// objects of type T; wire it further like any [Controller].
-//
-// It reconciles an object when it is created, when its phase, generation or
+// objects of type T; wire it further like any [Controller]. It reconciles
+// an object when it is created, when its phase, generation or
 // observedGeneration changes ([Controller.FilterUpdates] adds more), and
 // while it is deleted. The machine owns its finalizer (do not use
 // OnFinalize); an object leaving the selector keeps it. Moves are Events

@@ -20,7 +20,6 @@ func (o *objects[T]) get(k Key) (T, bool) {
 	return obj, ok
 }
 
-// set stores obj under k and returns the object it replaced, if any.
 func (o *objects[T]) set(k Key, obj T) (old T, existed bool) {
 	if o.parts == nil {
 		o.parts = map[part]map[string]T{}
@@ -39,7 +38,6 @@ func (o *objects[T]) set(k Key, obj T) (old T, existed bool) {
 	return old, existed
 }
 
-// remove deletes k and returns the object it held, if any.
 func (o *objects[T]) remove(k Key) (old T, existed bool) {
 	p := partOf(k)
 	names := o.parts[p]
@@ -57,7 +55,6 @@ func (o *objects[T]) remove(k Key) (old T, existed bool) {
 
 func (o *objects[T]) len() int { return o.n }
 
-// all yields every object with its key.
 func (o *objects[T]) all() iter.Seq2[Key, T] {
 	return func(yield func(Key, T) bool) {
 		for p, names := range o.parts {

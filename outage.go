@@ -78,7 +78,6 @@ func (m *Manager) serverAnswered(cluster string) {
 	}
 }
 
-// clustersWaited returns the clusters whose servers keys wait for.
 func (m *Manager) clustersWaited() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -21,7 +21,6 @@ func mergePatch[T Object](old, obj T) ([]byte, error) {
 	return withResourceVersion(diff, old.GetResourceVersion())
 }
 
-// statusPatch is mergePatch of the status alone.
 func statusPatch[T Object](old, obj T) ([]byte, error) {
 	_, status, err := splitPatches(old, obj)
 	if err != nil || status == nil {

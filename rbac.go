@@ -17,7 +17,6 @@ type grants struct {
 	verbs map[schema.GroupResource]map[string]bool
 }
 
-// need records that the manager needs verbs on the resource gr.
 func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 	m.grants.mu.Lock()
 	defer m.grants.mu.Unlock()

@@ -80,7 +80,6 @@ func (h *mapHandler[O]) changed(ev event[O]) {
 	}
 }
 
-// union returns the keys of a and then of b, each once.
 func union(a, b []Key) []Key {
 	out := make([]Key, 0, len(a)+len(b))
 	seen := make(map[Key]struct{}, len(a)+len(b))

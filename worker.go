@@ -18,7 +18,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// work is one worker goroutine: it takes keys until the queue shuts down.
 func (c *Controller[T]) work() {
 	for {
 		key, item, shutdown := c.q.Get()
@@ -158,7 +157,6 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 // ControllerOptions.ReconcileTimeout.
 var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
 
-// jitter returns d lengthened by a random part of up to fraction of it.
 func jitter(d time.Duration, fraction float64) time.Duration {
 	if fraction <= 0 {
 		return d

@@ -47,7 +47,6 @@ func (c *Client[T]) checkNil(verb string, obj T) error {
 	return nil
 }
 
-// checkObject rejects nil, and a namespaced object without a namespace.
 func (c *Client[T]) checkObject(verb string, obj T) error {
 	if err := c.checkNil(verb, obj); err != nil {
 		return err
