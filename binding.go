@@ -10,21 +10,18 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// bindingID identifies a binding: a Go type, and the resource for types
-// that serve any resource (*unstructured.Unstructured).
+// bindingID is a Go type, with the resource for types that serve any.
 type bindingID struct {
 	typ reflect.Type
 	gvr schema.GroupVersionResource
 }
 
-// bind resolves T against the manager's own clients, once per type (and
-// resource, for *unstructured.Unstructured and metadata).
+// bind resolves T against the manager's own clients, once per bindingID.
 func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 	return bindWith[T](m, m.bindings, m.clients, res)
 }
 
-// bindWith resolves T against clients, once per type and resource in
-// bindings, which m.mu guards.
+// bindWith resolves T against clients, once per bindingID; m.mu guards bindings.
 func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
 	var info *binding.Info
 	if res != (APIResource{}) {

@@ -53,8 +53,7 @@ type reconcileInfo struct {
 	key      Key
 	causes   *Causes
 	identity string
-	// reconciled says the reconcile function was called, with the object
-	// of uid: what a NotFound of its own writes is checked against.
+	// reconciled: reconcile got the object of uid (see vanished).
 	reconciled bool
 	uid        types.UID
 }

@@ -6,16 +6,14 @@ import (
 	"time"
 )
 
-// The methods in this file implement managedController, the manager's
-// view of a controller.
+// The methods in this file implement managedController.
 
 func (c *Controller[T]) name() string { return c.ctrlName }
 
 func (c *Controller[T]) waitingClusters() []string { return c.q.WaitingClusters() }
 
-// forget drops the tombstones and waiting keys of a member that left: its
-// objects were not deleted, and its server is not coming back for them.
-// Keys of other clusters that waited for its server are retried.
+// forget drops what is kept of a member that left (its objects were not
+// deleted); keys of other clusters that waited for its server are retried.
 func (c *Controller[T]) forget(cluster string) {
 	c.mu.Lock()
 	for k := range c.tombstones {
@@ -87,8 +85,7 @@ func (c *Controller[T]) start(reconcileCtx context.Context) {
 	})
 }
 
-// cachesLocked returns the controller's caches, its Owns' and Watches'
-// included. Called with c.mu held.
+// cachesLocked returns the controller's caches, its links' included; c.mu held.
 func (c *Controller[T]) cachesLocked() []managedCache {
 	caches := []managedCache{c.cache}
 	for _, l := range c.links {
@@ -144,8 +141,7 @@ func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	})
 }
 
-// resync queues every cached object every d while the controller is
-// active, until it stops.
+// resync queues every cached object every d while the controller is active.
 func (c *Controller[T]) resync(d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()

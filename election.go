@@ -60,8 +60,7 @@ type LeaseOptions struct {
 	RetryPeriod time.Duration
 }
 
-// lease resolves o's defaults for the Lease named name(identity); what
-// names the Lease's use in errors.
+// lease resolves o for the Lease named name(identity); what is for errors.
 func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
 	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, "default")
 	if o.Identity == "" {
@@ -96,8 +95,7 @@ func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	return &leader.Election{Config: cfg, Standby: le.StandbyOnLoss}, nil
 }
 
-// leadership is what [Manager.Leading] reports: the context, carrying the
-// Leases' terms, the controllers run under, or nil.
+// leadership holds the context the controllers run under ([Manager.Leading]).
 type leadership struct {
 	mu      sync.Mutex
 	ctx     context.Context
@@ -128,8 +126,7 @@ func (l *leadership) begin(ctx context.Context) {
 	l.ctx, l.last = ctx, ctx
 }
 
-// setLeading records that the controllers run under ctx (nil: stopped)
-// and tells observers.
+// setLeading records that the controllers run under ctx (nil: stopped).
 func (m *Manager) setLeading(ctx context.Context) {
 	m.leadership.mu.Lock()
 	defer m.leadership.mu.Unlock()

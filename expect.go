@@ -4,8 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
-// expectation is a Client's write not yet observed, keyed by the object the server
-// returned: WaitIdle waits for it.
+// expectation is a Client's write not yet observed, which WaitIdle waits for.
 type expectation struct {
 	rv       string // observed once the object, or the feed, reaches this version
 	deleting bool   // observed once the object is gone or has a deletionTimestamp
@@ -101,8 +100,7 @@ func removedBy[T Object](obj T) bool {
 		(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0)
 }
 
-// expectFakeWrite counts a write to a fake, which sends the event before
-// the write returns: count first, take it back if the write failed.
+// expectFakeWrite counts first: a fake sends the event before the write returns.
 func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	c.mu.Lock()
 	e := c.expect[key]

@@ -59,8 +59,7 @@ func (f *failures) forgetCluster(cluster string) {
 // maxFailuresShown bounds the keys an error of WaitIdle names per controller.
 const maxFailuresShown = 5
 
-// failing returns an error that names the controller's failing keys, each
-// with its last error (wrapped, for errors.Is), or nil.
+// failing names the controller's failing keys, each with its last error.
 func (c *Controller[T]) failing() error {
 	f := &c.failures
 	if f.n.Load() == 0 {

@@ -9,8 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// finalizeStep adds the finalizer, or finalizes a deleted object. done: do not
-// reconcile; otherwise *obj is the patched object.
+// finalizeStep adds the finalizer or finalizes; unless done, *obj is patched.
 func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (done bool, err error) {
 	o := *obj
 	has := slices.Contains(o.GetFinalizers(), c.finalizer)

@@ -186,8 +186,7 @@ func (m *Manager) memberOf(name string) *member {
 	return m.members[name]
 }
 
-// httpOf returns the HTTP client of cluster's requests; nil for fakes and
-// for a member that left.
+// httpOf returns cluster's HTTP client; nil for fakes and a member that left.
 func (m *Manager) httpOf(cluster string) *http.Client {
 	if cluster == "" {
 		return m.clients.HTTP
@@ -223,8 +222,7 @@ func (m *Manager) runProvider(ctx context.Context) {
 	})
 }
 
-// keyFrom returns the key being reconciled in ctx, or obj's key in the
-// manager's own cluster outside a reconcile.
+// keyFrom returns the key reconciled in ctx, or outside a reconcile obj's.
 func keyFrom(ctx context.Context, obj Object) Key {
 	if ri, ok := ctx.Value(requestKey{}).(*reconcileInfo); ok {
 		return ri.key

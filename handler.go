@@ -96,8 +96,7 @@ func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 	return true
 }
 
-// awaited reports whether key was marked by awaitOwnWrite, with the causes
-// of the reconciles that waited, and clears the mark.
+// awaited clears key's awaitOwnWrite mark, returning the waiters' causes.
 func (c *Controller[T]) awaited(key Key) (*Causes, bool) {
 	if c.nAwaiting.Load() == 0 {
 		return nil, false
@@ -131,8 +130,7 @@ func (c *Controller[T]) forgetFinalized(key Key) {
 	c.mu.Unlock()
 }
 
-// tombstone is the last known state of an object that left the cache, and
-// how it left.
+// tombstone is an object's last known state when it left, and how it left.
 type tombstone[T Object] struct {
 	obj  T
 	kind eventKind // deleted, left or vanished
@@ -176,8 +174,7 @@ type target interface {
 	name() string
 }
 
-// A handler that serves a controller says whose it is, for the reports
-// of a cache that waits for its CRD.
+// user names the controller a handler serves, for a CRD-waiting cache's reports.
 type user interface{ user() string }
 
 func (c *Controller[T]) user() string   { return c.ctrlName }

@@ -2,8 +2,7 @@ package ctrl
 
 import "fmt"
 
-// index files objects under their values and namespaces, so a lookup in
-// one namespace touches only the objects there.
+// index files objects under their values, then namespaces.
 type index[T Object] struct {
 	fn     func(T) []string
 	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys

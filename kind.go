@@ -15,8 +15,7 @@ import (
 // type it binds, so caches and clients put them back, for code that
 // serializes objects or refers to them.
 
-// typeMetaOf returns the apiVersion and kind of the objects of info, built
-// once so that stamping them allocates nothing.
+// typeMetaOf is built once per binding, so that stamping allocates nothing.
 func typeMetaOf(info binding.Info) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: info.GVR.GroupVersion().String(), Kind: info.Kind}
 }

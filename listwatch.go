@@ -21,7 +21,7 @@ import (
 )
 
 // feed is one list-and-watch of a cache (one namespace of one cluster) and
-// its reflector's store. A new selection is a new feed (see refeed).
+// its reflector's store; a new selection is a new feed.
 type feed[T Object] struct {
 	c      *Cache[T]
 	b      *binding.Binding[T] // of the feed's cluster
@@ -148,8 +148,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 	})
 }
 
-// The feed is the reflector's ListerWatcher: it lists and watches its
-// namespace through the binding.
+// The feed is the reflector's ListerWatcher, through the binding.
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
 	opts = f.view.Narrow(opts, f.c.scope.labels)

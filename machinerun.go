@@ -21,11 +21,9 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
-// A machine at work: one reconcile advances an object by at most one
-// move, written to the status subresource from the state its step saw.
+// A machine at work: one reconcile advances an object by at most one move.
 
-// machineWriter writes what the machine changed: the finalizers, and the
-// status. Each returns the object as written.
+// machineWriter writes the finalizers and the status, returning the object.
 type machineWriter[T Object] interface {
 	writeFinalizers(ctx context.Context, old, obj T) (T, error)
 	writeStatus(ctx context.Context, old, obj T) (T, error)
@@ -45,9 +43,8 @@ const (
 	reasonDeleting    = "Deleting"
 )
 
-// advance runs one reconcile of the machine on obj, its own copy, writing
-// through w; it returns the object as last written, the move it wrote, if
-// any, and the Result.
+// advance runs one reconcile on obj, its own copy, writing through w; it
+// returns the object as last written, the move written, and the Result.
 func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
 	deleting := obj.GetDeletionTimestamp() != nil
 	if d.Finalizer != "" {
@@ -147,8 +144,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 	return out, mv, Result{}, nil
 }
 
-// stay writes what a step changed in the status of obj since before, if
-// anything, with observedGeneration brought up to date.
+// stay writes a step's status changes, if any, with observedGeneration.
 func (d *machine[T, S]) stay(ctx context.Context, before, obj T, w machineWriter[T]) (T, error) {
 	if gen := obj.GetGeneration(); *d.ObservedGeneration(obj) != gen {
 		*d.ObservedGeneration(obj) = gen
@@ -199,9 +195,8 @@ func (r *machineRun[T, S]) changed(old, obj T) bool {
 		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
 }
 
-// reconcile is one advance and, once a move is written, its Event, log
-// line and metrics. cached is the cache's object itself
-// (UnsafeDisableDeepCopy).
+// reconcile is one advance and a written move's Event, log line and
+// metrics; cached is the cache's own object (UnsafeDisableDeepCopy).
 func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
 	latest, ok := r.ctrl.cache.Get(keyFrom(ctx, cached))
 	if !ok {
@@ -247,8 +242,7 @@ type memoryWriter[T Object] struct{}
 
 func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
 
-// writeStatus returns old with the status of obj, as the status
-// subresource would store it: the writer's merge patch, applied.
+// writeStatus applies the status patch from old to obj, as the server would.
 func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
 	_, status, err := splitPatches(old, obj)
 	if err != nil || status == nil {

@@ -67,8 +67,7 @@ func (o *objects[T]) all() iter.Seq2[Key, T] {
 	}
 }
 
-// in yields the objects of one namespace of one cluster, with their keys;
-// namespace "" yields every namespace of the cluster.
+// in yields the objects of one namespace ("" every) of one cluster.
 func (o *objects[T]) in(cluster, namespace string) iter.Seq2[Key, T] {
 	return func(yield func(Key, T) bool) {
 		if namespace != "" {

@@ -44,8 +44,7 @@ func checkOptional(m *Manager, info binding.Info, opts CacheOptions) error {
 	case info.Builtin || info.GVR.Group == "":
 		return fmt.Errorf("ctrl: cache of %s: Optional: the kind is built in, and always served", info)
 	}
-	// Bound now, so that a manager that cannot read CRDs (fakes without a
-	// dynamic client) fails when wiring.
+	// Bound now, so that a manager that cannot read CRDs fails when wiring.
 	if _, err := bind[*unstructured.Unstructured](m, crdResource); err != nil {
 		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", info, err)
 	}

@@ -57,8 +57,7 @@ func (c *Controller[T]) releaseWaiting(cluster string) {
 	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// awaitServer makes sure something tells the waiting keys the server is
-// back: the probe, for when no watch broke.
+// awaitServer starts the probe, for outages that no watch noticed.
 func (m *Manager) awaitServer() {
 	m.mu.Lock()
 	ctx := m.running

@@ -146,10 +146,9 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 
 // SetControllerReference adds to obj an ownerReference to owner with
 // controller=true and blockOwnerDeletion=true: [Owns] maps obj's changes to
-// owner, and the garbage collector deletes obj with owner. An unstructured
-// owner names its kind itself and is namespaced if it has a namespace. It
-// returns an error if obj has another controller, if owner is namespaced
-// and obj is not in its namespace, or if O is not a known resource.
+// owner, and the garbage collector deletes obj with owner. It returns an
+// error if obj has another controller, if owner is namespaced and obj is
+// not in its namespace, or if O is not a known resource.
 func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	gvk, namespaced, err := ownerKind(owner)
 	if err != nil {

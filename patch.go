@@ -11,8 +11,7 @@ import (
 // fake applies patches with): lists are replaced whole. For a type whose
 // status is a subresource, the status is a write of its own.
 
-// mergePatch returns the merge patch that turns old into obj, carrying
-// old's resourceVersion as a precondition, or nil if nothing changed.
+// mergePatch returns old→obj's patch with old's resourceVersion, or nil.
 func mergePatch[T Object](old, obj T) ([]byte, error) {
 	diff, err := diffObjects(old, obj)
 	if err != nil || diff == nil {
@@ -29,9 +28,8 @@ func statusPatch[T Object](old, obj T) ([]byte, error) {
 	return withResourceVersion(status, old.GetResourceVersion())
 }
 
-// splitPatches returns the merge patches from old to obj without the
-// status and of the status alone, without preconditions; either is nil
-// when its part did not change.
+// splitPatches returns old→obj's patches of all but the status and of the
+// status, without preconditions; nil for a part that did not change.
 func splitPatches[T Object](old, obj T) (rest, status map[string]any, err error) {
 	diff, err := diffObjects(old, obj)
 	if err != nil || diff == nil {

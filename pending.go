@@ -23,9 +23,8 @@ func (c *Cache[T]) holds(key Key, obj T) bool {
 	return ok && any(cur) == any(obj)
 }
 
-// version returns the newest resourceVersion this program knows of the
-// object with key: its own write's, while the cache waits for it, else the
-// cached object's; "" if it knows none, or its last write deleted it.
+// version returns the newest resourceVersion this program knows for key:
+// a pending write's, else the cached object's; "" if none, or deleted.
 func (c *Cache[T]) version(key Key) string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -7,8 +7,7 @@ import (
 	"slices"
 )
 
-// cacheRefs: a cache's identity, users, and stop; an unpinned cache nobody uses
-// stops and forgets its objects. Under Manager.mu.
+// cacheRefs: a cache's identity, users, and stop. Under Manager.mu.
 type cacheRefs struct {
 	id       cacheID
 	users    int

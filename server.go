@@ -53,9 +53,8 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is /readyz: ready once every cache synced and none is
-// forbidden, else a line per cache with why. Synced caches stay ready
-// through an outage: a restart would not help.
+// readiness is /readyz: a line per cache not synced or forbidden. Synced
+// caches stay ready through an outage: a restart would not help.
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)

@@ -140,8 +140,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	}
 }
 
-// drop removes and dispatches the cached objects whose keys match, as
-// removals of kind: those no watch reports (forgotten, or CRD deleted).
+// drop removes the matching objects as removals of kind, which no watch reports.
 func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -193,8 +192,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		}
 	}
 	var changes, removed []event[T]
-	// An object missing from a relist of a selective cache was deleted, or
-	// its labels or fields changed while the watch was down.
+	// Missing from a selective relist: deleted, or out of the selector.
 	gone := deleted
 	if c.selective() {
 		gone = vanished

@@ -43,8 +43,7 @@ func (c *Controller[T]) work() {
 	}
 }
 
-// process reconciles one key and decides when it comes back: the whole fate
-// of a key is in the switch below.
+// process reconciles one key; the whole fate of a key is in its switch.
 func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	ctx, leave, ok := c.admit(ctx, key)
 	if !ok {
@@ -153,8 +152,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	}
 }
 
-// errReconcileTimeout is the cause of a reconcile's context canceled by
-// ControllerOptions.ReconcileTimeout.
+// errReconcileTimeout is the cause of a ReconcileTimeout cancellation.
 var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
 
 func jitter(d time.Duration, fraction float64) time.Duration {
@@ -164,8 +162,7 @@ func jitter(d time.Duration, fraction float64) time.Duration {
 	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
-// countCauses counts the reconcile once under each reason among all its
-// causes.
+// countCauses counts the reconcile once under each reason of its causes.
 func (c *Controller[T]) countCauses(cs *Causes) {
 	for i := range reasons {
 		if cs.reasons&(1<<i) != 0 {
@@ -192,8 +189,7 @@ func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (r
 	return c.reconcileCached(ctx, key)
 }
 
-// reconcileCached hands a removed object to its hooks, then reconciles the
-// cached object, if any.
+// reconcileCached runs a removed object's hooks, then reconciles the cached one.
 func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, error) {
 	cached, ok := c.cache.Get(key)
 	if c.afterRead != nil && ok {

@@ -16,8 +16,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// write fences every Client write with the reconcile's leadership, tags an
-// unreachable server, and has the caches of T track it for WaitIdle.
+// write fences every Client write, tags an outage, and has WaitIdle track it.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	if err := leader.Check(ctx); err != nil {
 		return binding.New[T](), err
@@ -66,12 +65,11 @@ func (c *Client[T]) checkKey(verb string, key Key) error {
 	return nil
 }
 
-// Create creates obj and returns the object the server stored. A create of
-// a named object carries the annotation ctrl.dev/create-id, unique to the
-// request: if its reply was lost and a later Create through this manager
-// finds the object with that value, it returns the object instead of
-// AlreadyExists. Objects anyone else created (other replicas included) are
-// still AlreadyExists; a create with generateName may create twice.
+// Create creates obj and returns the object the server stored. A named
+// object carries the annotation ctrl.dev/create-id, unique to the request:
+// a later Create through this manager that finds its own lost create
+// returns the object; anyone else's, other replicas' included, is
+// AlreadyExists. A create with generateName may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
@@ -113,10 +111,9 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	return out, c.wrap("update", key, err)
 }
 
-// UpdateStatus replaces obj's status through the status subresource (the
-// server ignores other changes), failing with a conflict as Update does. It
-// returns an error if the resource has no status subresource
-// (APIResource.Status).
+// UpdateStatus replaces obj's status through the status subresource,
+// failing with a conflict as Update does, or at once if the resource has
+// none (APIResource.Status).
 func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update status of", obj); err != nil {
 		return obj, err
@@ -143,8 +140,7 @@ func (c *Client[T]) noStatus() error {
 
 // Patch applies a patch to the object with key and returns the result. pt
 // is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
-// types.StrategicMergePatchType. For server-side apply use [Client.Apply];
-// to patch what a function changed in an object, [Client.PatchFrom].
+// types.StrategicMergePatchType (server-side apply: [Client.Apply]).
 //
 // In a reconcile under a Lease, a patch naming no resourceVersion is fenced
 // by the one the manager knows (One leader); a conflict this alone causes
