@@ -128,11 +128,9 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
-	// forgotten: out of the cache's reach (namespace unwatched, member gone,
-	// version not served, share moved). No hook runs; the finalizer stays.
+	// forgotten: out of the cache's reach; no hook runs, the finalizer stays.
 	forgotten
-	// joined: a member's first list is in (key names the cluster only); fleet
-	// watchers reconcile their objects, which the new member may need.
+	// joined: a member's first list is in (key names the cluster only).
 	joined
 )
 

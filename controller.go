@@ -120,12 +120,10 @@ type Controller[T Object] struct {
 	finalize   func(context.Context, T) error
 	onDelete   func(context.Context, T) error
 	tombstones map[Key]tombstone[T] // removed objects not yet handled
-	// awaiting holds the keys waiting for a write of this program to reach
-	// the cache, with their causes; that update passes the update filters.
+	// awaiting: keys waiting for this program's write to be cached, with causes.
 	awaiting  map[Key]*Causes
 	nAwaiting atomic.Int32
-	// finalized holds the objects finalized whose finalizer is not yet seen
-	// gone, so a retried removal does not run finalize again.
+	// finalized: finalize succeeded, the finalizer's removal not yet seen.
 	finalized map[Key]types.UID
 
 	// active: the workers run (this replica leads); else handlers drop all.
@@ -142,8 +140,7 @@ type Controller[T Object] struct {
 	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)
 
-	// links (Owns, Watches) and cancel are under mu; wiring serializes
-	// changes to the links while the manager runs.
+	// links and cancel are under mu; wiring serializes changes to the links.
 	wiring  sync.Mutex
 	links   []*link
 	removed atomic.Bool

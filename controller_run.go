@@ -114,8 +114,8 @@ func unsynced(caches []managedCache) string {
 	return ""
 }
 
-// activate runs the controller for the term of reconcileCtx, unless it has
-// ended: pause, which ends a term, deactivates under the same lock.
+// activate runs the controller for reconcileCtx's term, unless it ended
+// (pause deactivates under the same lock).
 func (c *Controller[T]) activate(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -158,9 +158,8 @@ func (c *Controller[T]) resync(d time.Duration) {
 	}
 }
 
-// pause deactivates the controller of a replica that lost the lead and
-// stands by: queued keys are dropped and tombstones go, as with a restart.
-// It waits up to timeout for running reconciles, canceled, to return.
+// pause deactivates a standing-by replica's controller as a restart would,
+// and waits up to timeout for its canceled reconciles to return.
 func (c *Controller[T]) pause(timeout time.Duration) error {
 	c.mu.Lock()
 	c.active.Store(false) // under the lock activate checks the term in

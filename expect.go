@@ -19,8 +19,7 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 		return
 	}
 	if fake {
-		// A fake's write that removed the last finalizer sends an update
-		// and then the removal: only the removal settles it.
+		// A fake's last-finalizer removal sends an update, then the removal.
 		if e.writes--; e.writes > 0 || e.gone && present {
 			c.expect[key] = e
 			return
@@ -65,8 +64,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		e := expectation{deleting: deleted}
 		switch {
 		case !deleted && removedBy(obj):
-			// The server deleted it (ShouldDeleteDuringUpdate) and replied
-			// at a version the cache may hold: only its removal settles this.
+			// Deleted by the server on update: only its removal settles this.
 			key = KeyOf(obj).InCluster(key.Cluster)
 			e.rv, e.gone = obj.GetResourceVersion(), true
 		case !deleted:
@@ -133,8 +131,7 @@ func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	}
 }
 
-// settlePassed drops expectations of writes the feeds have passed without
-// the object (it left the selector unseen: no event comes). Under c.mu.
+// settlePassed drops expectations of writes the feeds passed unseen. Under c.mu.
 func (c *Cache[T]) settlePassed() {
 	for k, e := range c.expect {
 		if e.rv == "" || e.gone { // the object's own removal settles it

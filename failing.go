@@ -10,9 +10,8 @@ import (
 	"time"
 )
 
-// failures remembers the last error of each key that waits for a retry,
-// for [Manager.WaitIdle] to name. A key leaves it once its reconcile ends
-// otherwise or its member leaves, so it is bounded by the objects.
+// failures remembers the last error of each key awaiting a retry, for
+// [Manager.WaitIdle]; keys leave once done, so it is bounded by the objects.
 type failures struct {
 	n  atomic.Int32 // len(keys), read without the lock on every success
 	mu sync.Mutex

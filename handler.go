@@ -111,9 +111,8 @@ func (c *Controller[T]) awaited(key Key) (*Causes, bool) {
 	return held, ok
 }
 
-// forgetKey bounds the per-key maps by the objects that exist. What
-// finalize did is kept for an object that may still exist (left, vanished):
-// its tombstone's finalizer runs next, and must not run finalize again.
+// forgetKey bounds the per-key maps by the objects that exist; what
+// finalize did is kept for an object that may still exist (left, vanished).
 func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	c.awaited(key)
 	if kind == deleted {
@@ -159,15 +158,13 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 		c.tombstones[ev.key] = tombstone[T]{ev.obj, ev.kind}
 		c.mu.Unlock()
 	}
-	// A deletion is reconciled even without hooks: a new object of the same
-	// name, created meanwhile, is reconciled.
+	// A deletion is queued even without hooks, for a new object of its name.
 	return keep || ev.kind == deleted
 }
 
 // target is a controller as the handlers of other caches see it.
 type target interface {
-	// Each queues only if the controller is active; Listed and All go
-	// through the backlog.
+	// Each queues only if active; Listed and All go through the backlog.
 	enqueue(key Key, cause Cause)
 	enqueueListed(keys []Key, cause Cause)
 	enqueueAll(cause Cause)

@@ -65,8 +65,7 @@ func (m *Manager) failing() error {
 }
 
 // stoppedErr says that the manager stopped, why, and which keys were
-// failing: a test whose one context ends both Start and WaitIdle may see
-// either end first.
+// failing: a context that ends both Start and WaitIdle may end either first.
 func (m *Manager) stoppedErr() error {
 	m.mu.Lock()
 	startErr := m.startErr

@@ -11,9 +11,8 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// Typed decoding drops apiVersion and kind; ctrl knows the kind of every
-// type it binds, so caches and clients put them back, for code that
-// serializes objects or refers to them.
+// Typed decoding drops apiVersion and kind; caches and clients put them
+// back, for code that serializes objects or refers to them.
 
 // typeMetaOf is built once per binding, so that stamping allocates nothing.
 func typeMetaOf(info binding.Info) metav1.TypeMeta {

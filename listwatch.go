@@ -195,8 +195,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
-		// A fake does not replay deletions between list and watch: sync
-		// only once the watch is open.
+		// A fake replays no deletions between list and watch: wait for the watch.
 		f.markSynced()
 	}
 	return w, err

@@ -232,8 +232,7 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	case !declared(m.Deleting):
 		fail("Deleting %q is not a declared state", m.Deleting)
 	default:
-		// A state on both paths would let a deleted object that is there
-		// count as cleaned up.
+		// A state on both paths would count a deleted object there as cleaned up.
 		d.cleanup = reachable(states, m.Deleting, false)
 		live := reachable(states, m.Initial, true)
 		for _, s := range names {

@@ -2,9 +2,8 @@ package ctrl
 
 import "iter"
 
-// objects holds a cache's objects by cluster and namespace, then by name,
-// so listing one namespace touches only its objects. The zero value is
-// empty and ready. Callers hold the cache's lock.
+// objects holds a cache's objects by cluster and namespace, then by name;
+// the zero value is ready. Callers hold the cache's lock.
 type objects[T Object] struct {
 	parts map[part]map[string]T
 	n     int

@@ -23,8 +23,7 @@ import (
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
 	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
-// optional is what a cache knows of its CRD, watched by name, unstructured and
-// trimmed (no apiextensions module): a missing CRD costs one idle watch.
+// optional is what a cache knows of its CRD, watched by name, unstructured.
 type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string
@@ -122,8 +121,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		def, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crd.State(def, o.version)
 		if serving != "" && (!served || def.GetUID() != serving) {
-			// A removed CRD's objects were all deleted first; one that only
-			// stopped serving the version leaves them on the server.
+			// A removed CRD's objects were deleted first (README.md#optional-kinds).
 			gone := forgotten
 			if def == nil || def.GetUID() != serving {
 				gone, why = deleted, "deleted"

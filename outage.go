@@ -19,9 +19,8 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until cluster's server answers again, outside
-// its backoff and the retry budget (the Resilient guarantee). Only the
-// manager's own requests, tagged with their cluster, signal an outage.
+// waitForServer parks key until cluster's server answers again (Resilient);
+// only the manager's own requests, tagged with their cluster, signal one.
 func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++

@@ -1,8 +1,7 @@
 package ctrl
 
 // pending reports whether a write to key through the manager's Clients is
-// still to be observed by the cache, whose object is then older than what
-// this program wrote; the event that brings the write follows.
+// still to be observed by the cache; the event that brings it follows.
 func (c *Cache[T]) pending(key Key) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -122,11 +122,10 @@ func MustRegister[T Object](r APIResource) {
 // object twice. Clients of P read only.
 //
 // fields names, by JSON path ("spec.nodeName"), what fn reads of a
-// built-in T besides metadata: only those are decoded; the first object of
-// each watch is projected both ways and a difference logged. No fields:
-// whole objects. It returns an error for a path T lacks, or fields of a
-// custom resource. Call it once per P before creating managers; again with
-// the same T and fields is a no-op.
+// built-in T besides metadata: only those are decoded (none: all); the
+// first object of each watch is projected both ways and a difference
+// logged. It returns an error for a path T lacks, or fields of a custom
+// resource. Call it once per P before managers; again the same: a no-op.
 func Project[T, P Object](fn func(T) P, fields ...string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())

@@ -27,15 +27,12 @@ func (c *Controller[T]) work() {
 		ctx := *c.reconcileCtx.Load()
 		switch {
 		case c.stopping.Load() || item.Causes.Total == 0:
-			// Once stopping, drain. A key without causes was queued again
-			// while handed out: the reconcile that took its causes serves it.
+			// Drain; a key without causes was served by the reconcile that took them.
 		case leader.Check(ctx) != nil:
-			// Leadership ended, maybe unnoticed: whoever leads next
-			// reconciles every object.
+			// Leadership ended: whoever leads next reconciles every object.
 			c.q.Forget(key)
 		case c.awaitOwnWrite(key, item.Causes):
-			// The cache lacks this program's write to the object: the
-			// update that brings it queues the key again.
+			// The update bringing this program's write queues the key again.
 		default:
 			c.process(ctx, key, item)
 		}
