@@ -69,11 +69,10 @@ type fleetCache interface {
 }
 
 // Engage makes name a member cluster of the fleet, reached as c says, or
-// gives the member a new configuration: its caches are started (if the
-// manager runs) and, once they have listed, its objects are reconciled
-// once. Engaging a member again with an equal Cluster does nothing. It
-// returns an error for a name that is not a DNS label, or a Cluster
-// without a client. It is safe for concurrent use.
+// gives the member a new configuration: its caches start (if the manager
+// runs) and, once listed, its objects are reconciled once; an equal
+// Cluster again does nothing. It returns an error for a name that is not
+// a DNS label, or a Cluster without a client.
 func (m *Manager) Engage(name string, c Cluster) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return fmt.Errorf("ctrl: Engage %q: the name must be a DNS label: %s", name, errs[0])
@@ -134,10 +133,9 @@ func sameCluster(a, b Cluster) bool {
 		x.Username == y.Username && x.Password == y.Password && x.Insecure == y.Insecure && x.ServerName == y.ServerName
 }
 
-// Disengage removes the member cluster name: its caches stop and forget
-// its objects, its running reconciles are canceled, its queued keys are
-// dropped as they come up, and its connections are closed. It does nothing
-// for a name that is not a member. It is safe for concurrent use.
+// Disengage removes the member cluster name, if it is one: its caches
+// forget its objects, its reconciles are canceled, its queued keys are
+// dropped, and its connections are closed.
 func (m *Manager) Disengage(name string) {
 	m.mu.Lock()
 	mb, ok := m.members[name]

@@ -42,9 +42,10 @@ type Options struct {
 	// then cannot elect or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests, before Config: pass
-	// fake.NewClientset(objects...). It and FakeDynamic behave as the
-	// package's guarantees (Testable) say; reactors a test adds with
-	// PrependReactor, before NewManager or after, run first.
+	// fake.NewClientset(objects...); a cache over it syncs once its watch is
+	// open. It and FakeDynamic behave as the package's guarantees (Testable)
+	// say; reactors a test adds with PrependReactor, before NewManager or
+	// after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and unstructured objects in tests,
 	// before Config: pass ctrltest.NewFakeDynamic(objects...). A cache of a
@@ -80,9 +81,10 @@ type Options struct {
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
-	// limit, with proportional GC pacing off unless GOGC is set (Bounded).
-	// GOMEMLIMIT wins; negative leaves the runtime alone. Default: with
-	// Options.Config, four fifths of the container's cgroup limit, if any.
+	// limit, with proportional GC pacing off unless GOGC is set
+	// (README.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
+	// alone. Default: with Options.Config and no fakes, four fifths of the
+	// container's smallest cgroup memory limit, if any.
 	MemoryLimit int64
 
 	// ClusterProvider finds the member clusters of a fleet ([Provider]);

@@ -14,7 +14,7 @@ import (
 // subresource): for [Register], CacheOptions.Resource and
 // ClientOptions.Resource. With Options.Config, unset scope and status are
 // learned from discovery; a set value the server contradicts is an error
-// (Typed). Fakes and fleet members have no discovery.
+// naming the field and the answer. Fakes and fleet members have no discovery.
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
@@ -125,7 +125,8 @@ func MustRegister[T Object](r APIResource) {
 // built-in T besides metadata: only those are decoded (none: all); the
 // first object of each watch is projected both ways and a difference
 // logged. It returns an error for a path T lacks, or fields of a custom
-// resource. Call it once per P before managers; again the same: a no-op.
+// resource. Call it once per P before creating managers (a repeat with the
+// same T and fields is a no-op).
 func Project[T, P Object](fn func(T) P, fields ...string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())

@@ -84,13 +84,13 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], op
 
 // Convert registers the conversion between A and B, two versions of one
 // custom resource registered with [Register] with the same group, resource
-// and kind, served at /convert. toB and toA fill in a destination that
-// carries a copy of the source's metadata, and may not change name,
-// namespace or uid; ctx is as for a [Validator]. With three versions or
-// more, conversions chain along the shortest path of registered pairs. It
-// returns an error if A and B are not two versions of one custom resource,
-// a function is nil, the pair is registered, or, wrapping [ErrStarted],
-// the manager started.
+// and kind, served at /convert (see [Manager.WebhookConfigurations]). toB
+// and toA fill in a destination that carries a copy of the source's
+// metadata, and may not change name, namespace or uid; ctx and concurrency
+// are as for a [Validator]. With three versions or more, conversions chain
+// along the shortest path of registered pairs. It returns an error if A and
+// B are not two versions of one custom resource, a function is nil, the
+// pair is registered, or, wrapping [ErrStarted], the manager started.
 func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
