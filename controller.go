@@ -76,9 +76,9 @@ type ControllerOptions struct {
 	// ResyncPeriod, if positive, reconciles every cached object again at
 	// this interval (Live first). Default: never.
 	ResyncPeriod time.Duration
-	// UnsafeDisableDeepCopy hands reconcile the cached object itself, saving
-	// a copy per reconcile; reconcile must then not modify the object (copy
-	// it with DeepCopyObject) nor keep it after returning. Default: off.
+	// UnsafeDisableDeepCopy hands reconcile the cached object itself, which
+	// it must then neither modify (copy it with DeepCopyObject) nor keep
+	// (README.md#a-copy-per-reconcile). Default: off.
 	UnsafeDisableDeepCopy bool
 	// ReconcileTimeout, if positive, cancels each reconcile's context (with
 	// its finalize and OnDelete hooks) this long after it began; overruns

@@ -205,10 +205,7 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
-		// Nothing cheaper than a copy is safe: a pooled one would change
-		// under what the reconcile kept of it, Go cannot intercept field
-		// writes for copy-on-write, and decoding anew costs more
-		// (BenchmarkReconcileCopy).
+		// Nothing cheaper is safe: README.md#a-copy-per-reconcile.
 		obj = cached.DeepCopyObject().(T)
 	}
 	if c.finalizer != "" {
