@@ -10,21 +10,18 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// bindingID identifies a binding: a Go type, and the resource for types
-// that serve any resource (*unstructured.Unstructured).
+// bindingID is a Go type, with the resource for types that serve any.
 type bindingID struct {
 	typ reflect.Type
 	gvr schema.GroupVersionResource
 }
 
-// bind resolves T against the manager's own clients, once per type (and
-// resource, for *unstructured.Unstructured and metadata).
+// bind resolves T against the manager's own clients, once per bindingID.
 func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 	return bindWith[T](m, m.bindings, m.clients, res)
 }
 
-// bindWith resolves T against clients, once per type and resource in
-// bindings, which m.mu guards.
+// bindWith resolves T against clients, once per bindingID; m.mu guards bindings.
 func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
 	var info *binding.Info
 	if res != (APIResource{}) {
@@ -45,10 +42,8 @@ func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.
 	}
 	b, err := binding.For[T](clients, info)
 	if errors.Is(err, binding.ErrNotServed) {
-		// Its CRD is not installed yet: an optional kind's, or a required
-		// one's, which Start then finds missing. A scope the registration
-		// declares binds it with the fakes' defaults for the rest; the
-		// binding is not kept, so the next one asks discovery again.
+		// Its CRD is not installed yet: a declared scope binds it with the
+		// fakes' defaults, not kept, so the next bind asks discovery again.
 		clients.Discover = nil
 		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
 			return guess, nil

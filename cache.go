@@ -39,38 +39,30 @@ type CacheOptions struct {
 	// *metav1.PartialObjectMetadata holds. It must be zero for other types.
 	Resource APIResource
 	// Fleet makes the cache hold the objects of every engaged member cluster
-	// ([Provider]), under keys that carry the member's name, instead of the own
-	// cluster's. Each member is listed and watched on its own; one that cannot
-	// be reached holds up no other, nor Start. Default: off.
+	// ([Provider]) instead of the own cluster's, each keyed with its member;
+	// a member that cannot be reached holds up no other, nor Start. Default: off.
 	Fleet bool
-	// Sharded makes the cache hold only the objects of the namespaces this
-	// replica serves, with Sharding.ByNamespace: for caches a sharded
-	// controller [Watches] ([Owns] makes its own so). Elsewhere, and for
-	// cluster-scoped types, it holds every object. Default: every namespace.
+	// Sharded makes a cache a sharded controller [Watches] hold only the
+	// namespaces this replica serves with Sharding.ByNamespace ([Owns] does
+	// so itself); otherwise it holds every object. Default: every namespace.
 	Sharded bool
 
-	// Optional lets the cache's kind, a custom resource, be absent (the
-	// Optional guarantee; README.md#optional-kinds): Start does not wait for
-	// it; the cache watches the CRD (get, list, watch on
-	// customresourcedefinitions), and while it waits holds nothing, with
-	// /readyz and ctrl_cache_waiting_for_crd naming the CRD. Objects of a
-	// deleted CRD are deleted (hooks run); objects only no longer served are
-	// forgotten. Asking for an existing cache with the other choice is an
-	// error. Not for fleet caches nor built-in kinds; a kind missing when wired
-	// must declare its scope. Default: required, and Start fails if the kind is
-	// not served.
+	// Optional lets the cache's kind, a custom resource, be absent (see the
+	// package's guarantees: Optional): Start does not wait for it; the cache
+	// watches the CRD (get, list, watch on customresourcedefinitions), with
+	// /readyz and ctrl_cache_waiting_for_crd naming it while it waits. Not for
+	// fleet caches nor built-in kinds; a kind missing when wired must declare
+	// its scope. Default: required, and Start fails if the kind is not served.
 	Optional bool
 }
 
 // Cache is a typed, read-only, continuously updated view of the objects of
 // one type, fed by a list-and-watch (one per namespace). Everything that
 // asks for the same type and [CacheOptions] shares one Cache. A cache only
-// controllers use stops and lets its objects go when the last user is
-// removed ([Controller.Stop], [Unwatch]); one made by [NewCache] stays.
+// controllers use stops with its last user (Rewirable); [NewCache]'s stay.
 //
-// Objects from Get, List and ByIndex are shared: never modify them
-// (DeepCopyObject first). They carry their apiVersion and kind. The cache
-// may lag the server: a write shows once its watch event arrived. All
+// Its reads are shared objects, never to be modified (see "Reading
+// objects" in the package doc), and may lag the server (Fresh). All
 // methods are safe for concurrent use.
 type Cache[T Object] struct {
 	mgr  *Manager
@@ -136,11 +128,9 @@ const (
 	deleted  // gone from the API server
 	left     // still on the server, but no longer selected by the cache
 	vanished // missing from a relist of a selective cache: deleted or left
-	// forgotten: out of the cache's reach (namespace unwatched, member gone,
-	// version not served, share moved). No hook runs; the finalizer stays.
+	// forgotten: out of the cache's reach; no hook runs, the finalizer stays.
 	forgotten
-	// joined: a member's first list is in (key names the cluster only); fleet
-	// watchers reconcile their objects, which the new member may need.
+	// joined: a member's first list is in (key names the cluster only).
 	joined
 )
 
@@ -162,8 +152,7 @@ func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T],
 	return makeCache(m, opts, use[T]{handler: h, pin: true})
 }
 
-// String describes the cache for logs and errors: its type, resource and
-// scope.
+// String describes the cache: its type, resource and scope.
 func (c *Cache[T]) String() string {
 	if s := c.currentScope().String(); s != "" {
 		return c.b.Info.String() + " " + s
@@ -171,8 +160,7 @@ func (c *Cache[T]) String() string {
 	return c.b.Info.String()
 }
 
-// Get returns the cached object with the given key. The object is shared:
-// do not modify it.
+// Get returns the cached object with key, shared: do not modify it.
 func (c *Cache[T]) Get(key Key) (T, bool) {
 	c.mu.RLock()
 	obj, ok := c.items.get(key)
@@ -180,10 +168,9 @@ func (c *Cache[T]) Get(key Key) (T, bool) {
 	return obj, ok
 }
 
-// List returns the cached objects in namespace ("" for all) that match
-// selector (nil for all), in no order; in a fleet cache, every member's.
-// They are shared: do not modify them. Its cost grows with the namespace's
-// objects, not the cache's.
+// List returns the cached objects, shared, in namespace ("" for all) that
+// match selector (nil for all), in no order; in a fleet cache, every
+// member's. Its cost grows with the namespace's objects, not the cache's.
 func (c *Cache[T]) List(namespace string, selector labels.Selector) []T {
 	if !c.opts.Fleet {
 		return c.ListIn("", namespace, selector)
@@ -226,10 +213,9 @@ func (c *Cache[T]) keys() []Key {
 }
 
 // SetTransform passes every object through fn, after managedFields are
-// removed, before storing it. fn may modify its argument and must return
-// the object to store; fn(fn(x)) must equal fn(x), since an object may
-// pass twice. It returns an error once the cache started or if a
-// transform is set.
+// removed, before storing it. fn may modify its argument and returns the
+// object to store; fn(fn(x)) must equal fn(x). It returns an error once the
+// cache started or if a transform is set.
 func (c *Cache[T]) SetTransform(fn func(T) T) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -246,11 +232,10 @@ func (c *Cache[T]) SetTransform(fn func(T) T) error {
 }
 
 // SetWatchErrorHandler sets fn, called with each failed list or watch
-// request's error, and each error that ends a watch stream (an event that
-// cannot be decoded, or is of another type than T), besides the manager's
-// logging; a later call replaces it. A 410 Gone is not an error: the cache
-// relists, counted in ctrl_cache_relists_total. fn runs on the cache's
-// goroutines, one call at a time per watch, and must not block.
+// request's error and each error that ends a watch stream (see the
+// package's guarantees: Told), besides the manager's logging; a later call
+// replaces it. A 410 Gone only relists (ctrl_cache_relists_total). fn runs
+// one call at a time per watch and must not block.
 func (c *Cache[T]) SetWatchErrorHandler(fn func(error)) {
 	c.mu.Lock()
 	c.onError = fn
@@ -354,7 +339,6 @@ func (c *Cache[T]) warning() string {
 	return ""
 }
 
-// notFound is a cached read's missing object, for apierrors.IsNotFound.
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
 }

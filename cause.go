@@ -32,10 +32,9 @@ var reasons = []Reason{ReasonCreated, ReasonUpdated, ReasonDeleted, ReasonOwned,
 // Cause is one reason a key was queued, and the object whose change it was.
 type Cause struct {
 	Reason Reason
-	// Kind and Object name the object that changed: the reconciled object
-	// itself, an owned one, or a watched one. Both are empty for requeues,
-	// retries, resyncs and triggers; Object is empty when a list of owned
-	// or watched objects changed.
+	// Kind and Object name the object that changed, the reconciled one or
+	// an owned or watched one; both are empty for requeues, retries,
+	// resyncs and triggers, Object for a list of owned or watched objects.
 	Kind   string
 	Object Key
 }
@@ -56,8 +55,7 @@ func (c Cause) String() string {
 }
 
 // Causes say why a reconcile runs: the first causes queued for its key
-// since its previous reconcile began, in order, and how many there were in
-// all. A key queued many times is reconciled once, with the causes of all.
+// since its previous reconcile began, in order, and how many (Stingy).
 type Causes struct {
 	// First holds the first causes, at most maxCauses of them.
 	First []Cause
@@ -80,7 +78,6 @@ func (cs *Causes) add(c Cause) {
 	}
 }
 
-// merge adds the causes of other after those of cs.
 func (cs *Causes) merge(other *Causes) {
 	for _, c := range other.First {
 		if len(cs.First) < maxCauses {

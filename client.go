@@ -24,17 +24,14 @@ type ClientOptions struct {
 }
 
 // Client reads and writes objects of type T: reads from the manager's
-// caches unless [Client.Uncached], writes to the API server. Errors keep
-// their API meaning through wrapping (apierrors.IsNotFound...); objects
-// carry apiVersion and kind. A namespaced type's key or object without a
-// namespace is an error, never a NotFound. Safe for concurrent use.
+// caches unless [Client.Uncached] (see "Reading objects" in the package
+// doc), writes to the API server. A namespaced type's key or object without
+// a namespace is an error, never a NotFound. Safe for concurrent use.
 //
 // A cached read needs a cache of T with no selector covering its
 // namespace; a client never creates one: the error says which to add.
-// Writes are tracked until the caches observed them, for
-// [Manager.WaitIdle]. Under a reconcile's context, writes are fenced by
-// leadership (the One leader guarantee; [CheckLeadership]); under another
-// context, such as context.Background(), they are not checked.
+// Writes under a reconcile's context are fenced (One leader); under
+// another context, such as context.Background(), they are not checked.
 type Client[T Object] struct {
 	m        *Manager
 	b        *binding.Binding[T] // the own cluster's; only its Info if ownErr is set
@@ -44,10 +41,10 @@ type Client[T Object] struct {
 }
 
 // NewClient returns a client of T for the own cluster and fleet members
-// ([Client.InCluster], or keys naming a cluster); a type only members serve
-// errs in the own cluster as binding it there did. It returns an error if
-// T is not a known resource, nothing serves it, or opts name a resource
-// for a typed T.
+// ([Client.InCluster], or keys naming a cluster); for a type only members
+// serve, own-cluster calls fail with the error binding it there gave. It
+// returns an error if T is not a known resource, nothing serves it, or opts
+// name a resource for a typed T.
 func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	b, err := bind[T](m, opts.Resource)
 	if err == nil {
@@ -66,9 +63,8 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 }
 
 // InCluster returns a client of T bound to cluster, a fleet member or ""
-// for the own: object writes and keys that name no cluster go there; a key
-// that names one goes to that one. In a reconcile, [RequestFrom] names the
-// object's cluster.
+// for the own, for objects and keys that name no cluster. In a reconcile,
+// [RequestFrom] names the object's cluster.
 func (c *Client[T]) InCluster(cluster string) *Client[T] {
 	in := *c
 	in.cluster = cluster
@@ -99,8 +95,8 @@ func (c *Client[T]) backend(cluster string) (binding.Backend[T], error) {
 func (c *Client[T]) resource() APIResource { return resourceOption(c.b.Info) }
 
 // Uncached returns a client of T whose Get and List go to the API server
-// instead of the cache (controller-runtime's APIReader): for types the
-// program does not cache, and reads that must not lag. Writes are the same.
+// instead of the cache: for types the program does not cache, and reads
+// that must not lag.
 func (c *Client[T]) Uncached() *Client[T] {
 	u := *c
 	u.uncached = true
@@ -158,9 +154,8 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 	return pick, nil
 }
 
-// Get returns the object with key: a copy the caller owns. It waits for the
-// cache to sync on first use. A missing object is an error for which
-// apierrors.IsNotFound is true.
+// Get returns the object with key: a copy the caller owns, or an error for
+// which apierrors.IsNotFound is true. It waits for the cache to sync.
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
 	var zero T
 	key = c.at(key)
@@ -209,10 +204,9 @@ type ListParams struct {
 	// cluster ([Client.InCluster]), or the manager's own.
 	Cluster string
 	// Index lists only the objects the cache's index of this name
-	// ([Cache.AddIndex]) files under IndexValue, in Namespace or all if "":
-	// controller-runtime's MatchingFields with InNamespace. Its cost grows with
-	// the objects found. Selectors apply after it. Cached lists only. Default:
-	// no index.
+	// ([Cache.AddIndex]) files under IndexValue, in Namespace or all if "",
+	// at a cost that grows with the objects found; selectors apply after
+	// it. Cached lists only. Default: no index.
 	Index string
 	// IndexValue is the value looked up in Index.
 	IndexValue string

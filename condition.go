@@ -6,12 +6,9 @@ import (
 )
 
 // SetCondition sets the condition of cond's type in *conditions to cond,
-// with ObservedGeneration set to obj's metadata.generation: the generation
-// of the spec the condition speaks of, which clients compare with the
-// object's to tell a stale condition from a current one, and which is easy
-// to forget. It follows meta.SetStatusCondition: LastTransitionTime
-// changes only when the status does (to cond's, or now if that is zero),
-// and a missing condition is added. It reports whether *conditions
+// with ObservedGeneration set to obj's metadata.generation. As
+// meta.SetStatusCondition, LastTransitionTime changes only when the status
+// does (to cond's, or now if that is zero). It reports whether *conditions
 // changed, so a reconcile writes the status only then:
 //
 //	if ctrl.SetCondition(&w.Status.Conditions, w, metav1.Condition{

@@ -25,13 +25,10 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
-// A Request is the reconcile that a context belongs to: what
-// [RequestFrom] returns to a reconcile function and to what it calls with
-// its context. Writes made under that context are fenced by the
-// leadership the reconcile runs under: see [CheckLeadership].
+// A Request is the reconcile a context belongs to, as [RequestFrom] returns
+// it. Writes under that context are fenced: see [CheckLeadership].
 type Request struct {
-	// Key is the reconciled object's. Key.Cluster names the fleet member
-	// it lives in, "" the manager's own cluster: bind clients to it with
+	// Key is the reconciled object's; bind clients to its Cluster with
 	// [Client.InCluster].
 	Key Key
 	// Causes are why the key was queued.
@@ -56,8 +53,7 @@ type reconcileInfo struct {
 	key      Key
 	causes   *Causes
 	identity string
-	// reconciled says the reconcile function was called, with the object
-	// of uid: what a NotFound of its own writes is checked against.
+	// reconciled: reconcile got the object of uid (see vanished).
 	reconciled bool
 	uid        types.UID
 }
@@ -67,60 +63,45 @@ type requestKey struct{}
 // ControllerOptions configure a [Controller]. The zero value is one worker,
 // [DefaultRateLimiter], and the default cache of the type.
 type ControllerOptions struct {
-	// Workers is how many objects are reconciled at once. Default: 1.
-	// Over many clusters, the objects of one cluster take at most
-	// Workers - max(1, Workers/4) of them at once, so a member cluster
-	// whose reconciles are slow never holds up the others.
+	// Workers is how many objects are reconciled at once. Default: 1. One
+	// cluster of a fleet takes at most Workers - max(1, Workers/4) of them,
+	// so a slow member never holds up the others.
 	Workers int
-	// RateLimiter spaces out retries after errors. Failures that only mean
-	// the API server was unreachable, and conflicts, do not go through it;
-	// see [DefaultRateLimiter]. Default: DefaultRateLimiter().
+	// RateLimiter spaces out retries after errors; see [DefaultRateLimiter].
+	// Default: DefaultRateLimiter().
 	RateLimiter RateLimiter
 	// Cache selects the objects the controller reconciles. Default: every
 	// object of the type in the manager's namespace.
 	Cache CacheOptions
 	// ResyncPeriod, if positive, reconciles every cached object again at
-	// this interval, through the list backlog, so that changes keep coming
-	// first. Default: never.
+	// this interval (Live first). Default: never.
 	ResyncPeriod time.Duration
-	// UnsafeDisableDeepCopy hands reconcile the cached object itself instead
-	// of its own deep copy. It saves the copy's CPU and, for controllers of
-	// many large objects, the heap fragmentation that a copy per reconcile
-	// causes; in exchange reconcile must not modify the object (copy it
-	// first with DeepCopyObject) nor keep it after returning. Default: off,
-	// as controller-runtime's UnsafeDisableDeepCopy.
+	// UnsafeDisableDeepCopy hands reconcile the cached object itself, which
+	// it must then neither modify (copy it with DeepCopyObject) nor keep
+	// (README.md#a-copy-per-reconcile). Default: off.
 	UnsafeDisableDeepCopy bool
-	// ReconcileTimeout, if positive, bounds each reconcile (with its
-	// finalize and OnDelete hooks): its context is canceled this long
-	// after it began, as controller-runtime's ReconciliationTimeout does.
-	// A reconcile that runs past it counts in ctrl_reconcile_timeouts_total
-	// and, if it returns an error, is retried with backoff. Go cannot stop
-	// a function that ignores its context: the worker waits for it.
-	// Default: no timeout.
+	// ReconcileTimeout, if positive, cancels each reconcile's context (with
+	// its finalize and OnDelete hooks) this long after it began; overruns
+	// count in ctrl_reconcile_timeouts_total, and the worker still waits
+	// for a function that ignores its context. Default: no timeout.
 	ReconcileTimeout time.Duration
-	// RequeueJitter spreads the reconciles that Result.RequeueAfter
-	// schedules: each comes a random part of up to this fraction of its
-	// delay later (0.1: up to 10% later), never sooner, so that objects
-	// reconciled together (after a start, a takeover or a relist) do not
-	// come back together and load the API server at once. Between 0 and
+	// RequeueJitter delays each Result.RequeueAfter by a random part of up
+	// to this fraction of it (0.1: up to 10% later, never sooner), so that
+	// objects reconciled together do not come back together. Between 0 and
 	// 1. Default: 0, no jitter.
 	RequeueJitter float64
 	// Unsharded makes every replica reconcile every object of the
-	// controller, as without sharding, in a manager whose Options.Sharding
-	// shares the objects of its other controllers among the replicas.
-	// Default: sharded, when Options.Sharding names a ring.
+	// controller even when Options.Sharding names a ring. Default: sharded
+	// when it does.
 	Unsharded bool
 }
 
 // Controller reconciles objects of type T: whenever an object changes, or
 // an object mapped to it does, its key is queued and a worker calls the
 // reconcile function with the latest cached state. Create it with
-// [NewController] and wire it before [Manager.Start] with [Owns], [Watches]
-// and its methods; Owns and Watches may also be added while the manager
-// runs, and removed with [Unwatch], and [Controller.Stop] ends it.
-//
-// Its guarantees are the package's Stingy, Live first, Fresh, Persistent,
-// One leader and One owner per object.
+// [NewController] and wire it with [Owns], [Watches] and its methods
+// (see the package's guarantees: Stingy, Live first, Fresh, Persistent,
+// One leader, One owner per object, Rewirable).
 type Controller[T Object] struct {
 	mgr       *Manager
 	ctrlName  string
@@ -139,23 +120,16 @@ type Controller[T Object] struct {
 	finalize   func(context.Context, T) error
 	onDelete   func(context.Context, T) error
 	tombstones map[Key]tombstone[T] // removed objects not yet handled
-	// awaiting holds the keys whose reconcile found a write of this
-	// program not yet in the cache: the update that brings it passes the
-	// update filters, whatever it changed, and brings back the causes of
-	// the reconciles that waited. See awaitOwnWrite.
+	// awaiting: keys waiting for this program's write to be cached, with causes.
 	awaiting  map[Key]*Causes
 	nAwaiting atomic.Int32
-	// finalized holds the objects whose finalize succeeded and whose
-	// finalizer is still to be seen gone: a retry of the removal (after a
-	// conflict, say) does not run finalize again.
+	// finalized: finalize succeeded, the finalizer's removal not yet seen.
 	finalized map[Key]types.UID
 
-	// active is set while the controller runs its workers: while this
-	// replica leads. Handlers queue nothing and keep no tombstones before.
+	// active: the workers run (this replica leads); else handlers drop all.
 	active   atomic.Bool
 	stopping atomic.Bool
-	// reconcileCtx is the context of reconciles: canceled, and its terms
-	// ended, when this replica stops leading; replaced when it leads again.
+	// reconcileCtx is the reconciles' context, for one term of leadership.
 	reconcileCtx atomic.Pointer[context.Context]
 	startOnce    sync.Once     // starts the workers
 	stop         chan struct{} // closed by the first shutdown
@@ -163,14 +137,10 @@ type Controller[T Object] struct {
 	wg           sync.WaitGroup
 	outage       outageLog
 	failures     failures // keys whose last reconcile failed, with its error
-	// afterRead, set by tests before Start, is called by a reconcile
-	// between its read of the cache and what it does with what it read.
+	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)
 
-	// Wiring that changes while the manager runs: links are the
-	// controller's Owns and Watches (under mu), wiring serializes their
-	// changes, removed is set by Stop, and cancel (under mu) cancels the
-	// reconciles of the current term.
+	// links and cancel are under mu; wiring serializes changes to the links.
 	wiring  sync.Mutex
 	links   []*link
 	removed atomic.Bool
@@ -184,13 +154,10 @@ type Controller[T Object] struct {
 // or taken, or if the manager has started.
 //
 // If reconcile returns an error, the key is retried with backoff and the
-// Result is ignored. An object that is gone when its key comes up is not
-// passed to reconcile; see [Controller.OnDelete]. One error is not retried:
-// a NotFound from a write (not a create) to the reconciled object itself,
-// through a [Client] of its resource, when the API server, asked once
-// more, no longer holds that object (or holds a new one of the same name).
-// The object was deleted during its reconcile, and its deletion is an event
-// of its own; the reconcile counts as a success and is logged at V(1).
+// Result is ignored; a gone object is not passed to reconcile (see
+// [Controller.OnDelete]). A NotFound from writing (not creating) the
+// reconciled object, once the server confirms it gone, counts as a
+// success, logged at V(1): see the package's guarantees, Fresh.
 func NewController[T Object](m *Manager, name string, reconcile func(context.Context, T) (Result, error), opts ControllerOptions) (*Controller[T], error) {
 	if name == "" {
 		return nil, errors.New("ctrl: NewController: empty name")
@@ -261,11 +228,9 @@ func (c *Controller[T]) Name() string { return c.ctrlName }
 func (c *Controller[T]) String() string { return fmt.Sprintf("controller %q", c.ctrlName) }
 
 // FilterUpdates makes the controller reconcile an update only if one of
-// changed reports true for the old and new object, for example
-// [GenerationChanged] to ignore status-only writes. Creations, deletions,
-// lists, resyncs and updates of objects being deleted are always reconciled.
-// Several calls add to the list. It returns an error after the manager
-// started.
+// changed reports true, such as [GenerationChanged]; other events, and
+// updates of objects being deleted, always pass. Several calls add to the
+// list. It returns an error after the manager started.
 func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 	if err := checkFilters(changed); err != nil {
 		return fmt.Errorf("ctrl: %s: FilterUpdates: %w", c, err)
@@ -278,25 +243,15 @@ func (c *Controller[T]) FilterUpdates(changed ...func(old, obj T) bool) error {
 
 // OnFinalize makes the controller own the finalizer name (a qualified name
 // such as "example.com/cleanup") on its objects: it adds the finalizer
-// before reconciling an object, and when the object is being deleted it
-// calls finalize instead of reconcile and removes the finalizer once
-// finalize returns nil, which lets the deletion complete. An error from
-// finalize is retried with backoff.
+// before reconciling an object, and when the object is being deleted, or
+// leaves the cache's selector, it calls finalize instead of reconcile and
+// removes the finalizer once finalize returns nil. An error from finalize
+// is retried with backoff. See the package's guarantees: Observable.
 //
-// Unlike [Controller.OnDelete], a finalizer holds the deletion until
-// finalize succeeds, across restarts and failovers: it is the way to
-// guarantee cleanup.
-//
-// finalize runs at least once per deletion, and once as long as the
-// process lives: a failed removal of the finalizer is retried without
-// calling finalize again. A process that dies between finalize's success
-// and the removal calls it again after the restart (or in the replica that
-// takes over): finalize must be idempotent. An object that leaves the
-// cache's selector while it carries the finalizer is finalized too, being
-// deleted or not: nobody else would remove the finalizer.
-//
-// It returns an error for an invalid name, a second call, or after the
-// manager started.
+// finalize runs once while the process lives (a failed removal is retried
+// without it) but again after a restart or failover that came between its
+// success and the removal: it must be idempotent. It returns an error for
+// an invalid name, a second call, or after the manager started.
 func (c *Controller[T]) OnFinalize(name string, finalize func(ctx context.Context, obj T) error) error {
 	if errs := validation.ValidateFinalizerName(name, nil); len(errs) > 0 || !strings.Contains(name, "/") || finalize == nil {
 		return fmt.Errorf("ctrl: %s: OnFinalize %q: want a qualified name like example.com/cleanup and a function", c, name)
@@ -314,17 +269,11 @@ func (c *Controller[T]) OnFinalize(name string, finalize func(ctx context.Contex
 }
 
 // OnDelete sets a function that receives the last known state of each
-// object once it is gone from the API server (and from the cache), so that
-// deletions without a finalizer are observable too. An object that only
-// stops matching the cache's selector is not gone and is not passed to fn.
-// An error is retried with backoff, with the same object. If a new object
-// with the same key exists by the time the key comes up, fn still receives
-// the old one, before the new one is reconciled.
-//
-// OnDelete is called at most once per deletion this replica observes while
-// it leads. A deletion that happens while no replica leads, or that the
-// leader observed but had not handled when it stopped, is not seen again:
-// use [Controller.OnFinalize] when cleanup must happen. It returns an error
+// object once it is gone from the API server, at most once per deletion
+// this replica sees while it leads (see the package's guarantees:
+// Observable); use [Controller.OnFinalize] when cleanup must happen. An
+// error is retried with backoff, with the same object; a new object of the
+// same key is reconciled after fn got the old one. It returns an error
 // after the manager started.
 func (c *Controller[T]) OnDelete(fn func(ctx context.Context, obj T) error) error {
 	if fn == nil {
@@ -337,13 +286,11 @@ func (c *Controller[T]) OnDelete(fn func(ctx context.Context, obj T) error) erro
 	})
 }
 
-// Enqueue queues keys for reconciling, as if their objects had changed:
-// for triggers from outside the cluster, such as a webhook receiver, a
-// timer, or another system's events. Their cause is ReasonTriggered.
-// It is safe to call from any goroutine, and [Manager.WaitIdle] counts the
-// keys. Before the controller runs (before Start, or while another replica
-// leads) it does nothing, since the controller reconciles every object when
-// it starts.
+// Enqueue queues keys for reconciling, as if their objects had changed,
+// with cause ReasonTriggered: for triggers from outside the cluster. It is
+// safe for concurrent use, and [Manager.WaitIdle] counts the keys. Before
+// the controller runs (before Start, or while another replica leads) it
+// does nothing: the controller reconciles every object when it starts.
 func (c *Controller[T]) Enqueue(keys ...Key) {
 	if !c.active.Load() {
 		return

@@ -6,16 +6,14 @@ import (
 	"time"
 )
 
-// The methods in this file implement managedController, the manager's
-// view of a controller.
+// The methods in this file implement managedController.
 
 func (c *Controller[T]) name() string { return c.ctrlName }
 
 func (c *Controller[T]) waitingClusters() []string { return c.q.WaitingClusters() }
 
-// forget drops the tombstones and waiting keys of a member that left: its
-// objects were not deleted, and its server is not coming back for them.
-// Keys of other clusters that waited for its server are retried.
+// forget drops what is kept of a member that left (its objects were not
+// deleted); keys of other clusters that waited for its server are retried.
 func (c *Controller[T]) forget(cluster string) {
 	c.mu.Lock()
 	for k := range c.tombstones {
@@ -54,11 +52,9 @@ func (c *Controller[T]) prepare() {
 }
 
 // start waits for the controller's caches to sync, then activates it,
-// queues every cached object through the backlog, and starts the workers,
-// which reconcile under reconcileCtx. It does not block: a cache the server
-// forbids to list holds up its own controllers only. Called once Start has
-// waited for the caches and, with leader election, each time this replica
-// takes the lead.
+// queues every cached object, and starts the workers under reconcileCtx,
+// without blocking: a cache the server forbids to list holds up its own
+// controllers only. Called on each takeover too.
 func (c *Controller[T]) start(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,8 +85,7 @@ func (c *Controller[T]) start(reconcileCtx context.Context) {
 	})
 }
 
-// cachesLocked returns the controller's caches: its own, and those of its
-// Owns and Watches. Called with c.mu held.
+// cachesLocked returns the controller's caches, its links' included; c.mu held.
 func (c *Controller[T]) cachesLocked() []managedCache {
 	caches := []managedCache{c.cache}
 	for _, l := range c.links {
@@ -99,8 +94,7 @@ func (c *Controller[T]) cachesLocked() []managedCache {
 	return caches
 }
 
-// waitingFor names a cache of the controller that has not synced, and why,
-// or returns "".
+// waitingFor names a cache of the controller that has not synced, and why.
 func (c *Controller[T]) waitingFor() string {
 	c.mu.Lock()
 	caches := c.cachesLocked()
@@ -108,8 +102,7 @@ func (c *Controller[T]) waitingFor() string {
 	return unsynced(caches)
 }
 
-// unsynced names the first of caches that has not synced, and why, or
-// returns "".
+// unsynced names the first of caches that has not synced, and why.
 func unsynced(caches []managedCache) string {
 	for _, cc := range caches {
 		select {
@@ -121,15 +114,14 @@ func unsynced(caches []managedCache) string {
 	return ""
 }
 
-// activate runs the controller for the term of reconcileCtx, unless it has
-// ended: pause, which ends a term, deactivates under the same lock.
+// activate runs the controller for reconcileCtx's term, unless it ended
+// (pause deactivates under the same lock).
 func (c *Controller[T]) activate(reconcileCtx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.activateLocked(reconcileCtx)
 }
 
-// activateLocked is activate, with c.mu held.
 func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	if reconcileCtx.Err() != nil || c.stopping.Load() || c.removed.Load() {
 		return
@@ -149,8 +141,7 @@ func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	})
 }
 
-// resync queues every cached object every d while the controller is
-// active, until it stops.
+// resync queues every cached object every d while the controller is active.
 func (c *Controller[T]) resync(d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -167,12 +158,8 @@ func (c *Controller[T]) resync(d time.Duration) {
 	}
 }
 
-// pause deactivates the controller until its next start, after this
-// replica lost the lead and stands by: changes queue nothing, the workers
-// drop the keys still queued (their term has ended), and tombstones go, as
-// they would with a restart: a deletion observed while leading and not yet
-// handled is not seen again. It waits up to timeout for running reconciles,
-// whose context is canceled, to return.
+// pause deactivates a standing-by replica's controller as a restart would,
+// and waits up to timeout for its canceled reconciles to return.
 func (c *Controller[T]) pause(timeout time.Duration) error {
 	c.mu.Lock()
 	c.active.Store(false) // under the lock activate checks the term in

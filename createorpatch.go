@@ -22,16 +22,14 @@ const (
 	StatusPatched Outcome = "statusPatched"
 )
 
-// CreateOrPatch (controllerutil.CreateOrPatch) has mutate change a copy of
-// the cached object, or a new one with only name and namespace set (which
-// mutate must keep); it creates a new object, patches a changed one with
-// [Client.PatchFrom], then a changed status subresource (not on create),
-// and leaves an unchanged one alone. It returns the object as written and
-// the outcome; if only the status patch fails, the patched object, Patched
-// and the error. Without a cache covering key it reads the server. A create
-// that finds the object created since the read (a cache that does not have
-// it yet) reads it from the server and patches it: mutate is then called
-// again, on that object.
+// CreateOrPatch has mutate change a copy of the cached object, or a new one
+// with only name and namespace set (which mutate must keep); it creates a
+// new object, patches a changed one with [Client.PatchFrom], then a changed
+// status subresource (not on create), and leaves an unchanged one alone.
+// It returns the object as written and the outcome; if only the status
+// patch fails, the patched object, Patched and the error. Without a cache
+// covering key it reads the server. A create that finds the object already
+// there patches the server's object, calling mutate again on it.
 func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj T) error) (T, Outcome, error) {
 	key = c.at(key)
 	if err := c.checkKey("create or patch", key); err != nil {
@@ -54,8 +52,7 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 		}
 		out, err := c.InCluster(key.Cluster).Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) {
-			// Created since the read: often this program's own create,
-			// not yet in the cache. Patch what the server holds.
+			// Often this program's own create, not yet in the cache.
 			if cur, err = c.Uncached().Get(ctx, key); err != nil {
 				return obj, Unchanged, err
 			}

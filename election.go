@@ -22,26 +22,18 @@ import (
 // LeaderElection configures leader election among replicas of a program.
 // The zero value turns it off: every replica reconciles. With Name set, only
 // the replica holding the coordination.k8s.io/v1 Lease of that name runs
-// its controllers; the others keep their caches synced so that a takeover
-// reconciles at once.
-//
-// Leadership is a deadline on the leader's own clock: see "One leader"
-// in the package's guarantees. Writes a reconcile makes outside ctrl's
-// clients are not fenced: make them with the reconcile's context and call
-// [CheckLeadership] right before each.
+// its controllers (see the package's guarantees: One leader). Writes made
+// outside ctrl's clients are not fenced: call [CheckLeadership] before each.
 type LeaderElection struct {
 	// Name of the Lease. Empty: no leader election.
 	Name string
-	// LeaseOptions: the Lease's namespace, this replica's identity in it,
-	// and its timing.
+	// LeaseOptions: the Lease's namespace, this replica's identity, timing.
 	LeaseOptions
 	// StandbyOnLoss makes a replica that lost the Lease stand by instead of
-	// exiting: its controllers stop (running reconciles are canceled, and
-	// Start waits up to Options.ShutdownTimeout for them), its caches stay
-	// warm, and it campaigns again; when it leads again it reconciles every
-	// cached object, as any takeover does. Default: off: Start returns an
-	// error wrapping [ErrLeadershipLost], so that the process exits and
-	// starts afresh with cold caches.
+	// exiting: its reconciles are canceled (Start waits up to
+	// Options.ShutdownTimeout for them), its caches stay warm, and it
+	// campaigns again. Default: off: Start returns an error wrapping
+	// [ErrLeadershipLost].
 	StandbyOnLoss bool
 }
 
@@ -56,21 +48,19 @@ type LeaseOptions struct {
 	// Default: the host name, cut to fit, and a random suffix.
 	Identity string
 	// LeaseDuration is how long the other replicas wait, after this one
-	// last renewed, before taking over what it holds (it crashed, or was
-	// paused). Default: 15 s, or 1.5 times RenewDeadline if only that is set.
+	// last renewed, before taking over what it holds. Default: 15 s, or 1.5
+	// times RenewDeadline if only that is set.
 	LeaseDuration time.Duration
-	// RenewDeadline is how long this replica may act after the start of its
-	// last successful renewal; past it, it stops its controllers. Shorter
-	// than LeaseDuration. Default: two thirds of LeaseDuration (10 s).
+	// RenewDeadline, shorter than LeaseDuration, is how long this replica
+	// may act after the start of its last successful renewal (One leader).
+	// Default: two thirds of LeaseDuration (10 s).
 	RenewDeadline time.Duration
 	// RetryPeriod is how often the Lease is acquired or renewed. Default:
 	// two fifteenths of LeaseDuration (2 s).
 	RetryPeriod time.Duration
 }
 
-// lease resolves the defaults of o into the elector's settings for the
-// Lease named by name(identity), and the binding it is written through;
-// what names the Lease's use in errors.
+// lease resolves o for the Lease named name(identity); what is for errors.
 func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
 	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, "default")
 	if o.Identity == "" {
@@ -94,7 +84,6 @@ func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(ide
 	return cfg, b, nil
 }
 
-// newElection resolves opts.LeaderElection into the manager's policy.
 func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	le := opts.LeaderElection
 	cfg, _, err := le.lease(m, opts, "leader election", func(string) string { return le.Name })
@@ -106,9 +95,7 @@ func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	return &leader.Election{Config: cfg, Standby: le.StandbyOnLoss}, nil
 }
 
-// leadership is what [Manager.Leading] reports: the context the
-// controllers run under, which carries the terms of the Leases they run
-// for, or nil while they do not run.
+// leadership holds the context the controllers run under ([Manager.Leading]).
 type leadership struct {
 	mu      sync.Mutex
 	ctx     context.Context
@@ -118,15 +105,11 @@ type leadership struct {
 }
 
 // Leading reports whether this replica leads now, and returns a channel
-// that is closed when the answer may have changed; call Leading again then
-// for the new answer. With leader election a replica leads while it holds
-// the Lease and its deadline (see [LeaderElection]) has not passed: the
-// answer turns false at the deadline even if the process was paused and
-// has not noticed yet, and the channel is closed once it notices. With
-// [Sharding], a replica leads while it holds its membership. Otherwise it
-// leads while Start runs its controllers. Before Start and after it
-// returns, no replica leads. Leading never blocks and is safe for
-// concurrent use.
+// closed when the answer may have changed. With leader election it leads
+// until its deadline (One leader), false at once past it even if the
+// process was paused, the channel closed once it notices; with [Sharding],
+// while it holds its membership; otherwise while Start runs its
+// controllers, never before or after. It never blocks.
 func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
 	m.leadership.mu.Lock()
 	defer m.leadership.mu.Unlock()
@@ -136,16 +119,14 @@ func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
 	return m.leadership.ctx != nil && leader.Check(m.leadership.ctx) == nil, m.leadership.changed
 }
 
-// begin records that the controllers are about to run under ctx, without
-// telling observers yet: setLeading does.
+// begin records ctx without telling observers yet: setLeading does.
 func (l *leadership) begin(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ctx, l.last = ctx, ctx
 }
 
-// setLeading records that the controllers run under ctx, or, with nil,
-// that they stopped, and tells observers.
+// setLeading records that the controllers run under ctx (nil: stopped).
 func (m *Manager) setLeading(ctx context.Context) {
 	m.leadership.mu.Lock()
 	defer m.leadership.mu.Unlock()
@@ -162,13 +143,11 @@ func (m *Manager) setLeading(ctx context.Context) {
 	}
 }
 
-// CheckLeadership returns nil if work under ctx may still write: ctx is not
-// a reconcile's (nor derived from one) of a replica with leader election or
-// sharding, or the leadership it runs under has not ended. Otherwise it
-// returns an error wrapping [ErrLeadershipLost], even if the process was
-// paused past its deadline and nothing has noticed yet: it reads the clock.
-// ctrl's clients make this check before every write; make it before writes
-// that do not go through them. It never blocks.
+// CheckLeadership returns an error wrapping [ErrLeadershipLost] if ctx is
+// (or derives from) a reconcile's whose leadership has ended, even if
+// nothing has noticed yet: it reads the clock. Otherwise it returns nil.
+// ctrl's clients check before every write; check before writes that do
+// not go through them. It never blocks.
 func CheckLeadership(ctx context.Context) error {
 	if err := leader.Check(ctx); err != nil {
 		return fmt.Errorf("ctrl: %w", err)
@@ -176,8 +155,7 @@ func CheckLeadership(ctx context.Context) error {
 	return nil
 }
 
-// acting reports whether this replica may write for its controllers now:
-// without leader election and sharding always, else while it leads.
+// acting reports whether this replica may write for its controllers now.
 func (m *Manager) acting() bool {
 	if m.identity == "" {
 		return true
@@ -186,8 +164,8 @@ func (m *Manager) acting() bool {
 	return leading
 }
 
-// lost reports whether the last leadership of this replica ended other
-// than by its release: what was emitted under it is not to be sent.
+// lost reports whether the last leadership ended other than by release:
+// what was emitted under it is not to be sent.
 func (m *Manager) lost() bool {
 	m.leadership.mu.Lock()
 	last := m.leadership.last
@@ -199,9 +177,9 @@ func (m *Manager) lost() bool {
 	return err != nil && !errors.Is(err, leader.ErrReleased)
 }
 
-// Identity returns the identity this replica holds its Lease under:
-// LeaderElection.Identity or Sharding.Identity, or the one chosen for it
-// when that is empty. It is empty without leader election and sharding.
+// Identity returns the identity this replica holds its Lease under, as
+// set in LeaseOptions or chosen for it; "" without leader election and
+// sharding.
 func (m *Manager) Identity() string { return m.identity }
 
 // leases serves the elector's Lease reads and writes through the binding.

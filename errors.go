@@ -12,20 +12,16 @@ import (
 // a second Start.
 var ErrStarted = errors.New("manager already started")
 
-// ErrLeadershipLost is the error, tested with errors.Is, of work done for
-// a leadership that has ended: the deadline of the Lease passed (see
-// [LeaderElection]), or a renewal found it held by another replica. A
-// write through ctrl's clients under a reconcile's context (or one derived
-// from it) fails with it, without a request, once leadership has ended;
-// the controller does not retry a reconcile that returns it, since whoever
-// leads next reconciles every object. Start returns an error wrapping it
-// when the Lease was lost, unless LeaderElection.StandbyOnLoss is set.
+// ErrLeadershipLost is the error, tested with errors.Is, of a write made
+// through ctrl's clients under a reconcile's context once its leadership
+// ended (see the package's guarantees: One leader): it sends no request,
+// and a reconcile that returns it is not retried. Start returns an error
+// wrapping it when the Lease was lost, unless StandbyOnLoss is set.
 var ErrLeadershipLost = leader.ErrLost
 
 // Terminal marks err as not worth retrying: the controller logs it, counts
-// it in controller_runtime_terminal_reconcile_errors_total, and does not
-// requeue the object. A later change to the object reconciles it again.
-// Terminal(nil) is nil.
+// it in controller_runtime_terminal_reconcile_errors_total, and reconciles
+// the object again only when it changes. Terminal(nil) is nil.
 func Terminal(err error) error {
 	if err == nil {
 		return nil

@@ -24,8 +24,7 @@ type Recorder[T Object] struct {
 
 // NewRecorder returns a recorder of events about objects of type T, reported
 // by component (usually the controller's name). It returns an error if T is
-// not a known resource or Events cannot be written with the manager's
-// clients.
+// not a known resource or Events cannot be written.
 func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	info, err := binding.InfoFor[T](nil)
 	if err != nil {
@@ -41,9 +40,8 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 
-// InCluster returns a recorder of the same events in cluster, a member of the
-// fleet ("" for the manager's own): events about an object belong in its
-// cluster ([RequestFrom]).
+// InCluster returns a recorder of the same events in cluster, a fleet
+// member ("" the own), where events about its objects belong.
 func (r *Recorder[T]) InCluster(cluster string) *Recorder[T] {
 	in := *r
 	in.cluster = cluster

@@ -4,8 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
-// expectation is a Client's write not yet observed, keyed by the object the server
-// returned: WaitIdle waits for it.
+// expectation is a Client's write not yet observed, which WaitIdle waits for.
 type expectation struct {
 	rv       string // observed once the object, or the feed, reaches this version
 	deleting bool   // observed once the object is gone or has a deletionTimestamp
@@ -20,8 +19,7 @@ func (c *Cache[T]) observe(key Key, obj T, present, fake bool) {
 		return
 	}
 	if fake {
-		// A fake's write that removed the last finalizer sends an update
-		// and then the removal: only the removal settles it.
+		// A fake's last-finalizer removal sends an update, then the removal.
 		if e.writes--; e.writes > 0 || e.gone && present {
 			c.expect[key] = e
 			return
@@ -66,8 +64,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		e := expectation{deleting: deleted}
 		switch {
 		case !deleted && removedBy(obj):
-			// The server deleted it (ShouldDeleteDuringUpdate) and replied
-			// at a version the cache may hold: only its removal settles this.
+			// Deleted by the server on update: only its removal settles this.
 			key = KeyOf(obj).InCluster(key.Cluster)
 			e.rv, e.gone = obj.GetResourceVersion(), true
 		case !deleted:
@@ -106,8 +103,7 @@ func removedBy[T Object](obj T) bool {
 		(obj.GetDeletionGracePeriodSeconds() == nil || *obj.GetDeletionGracePeriodSeconds() == 0)
 }
 
-// expectFakeWrite counts a write to a fake, which sends the event before
-// the write returns: count first, take it back if the write failed.
+// expectFakeWrite counts first: a fake sends the event before the write returns.
 func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	c.mu.Lock()
 	e := c.expect[key]
@@ -140,8 +136,7 @@ func (c *Cache[T]) expectFakeWrite(key Key) func(T, bool, error) {
 	}
 }
 
-// settlePassed drops expectations of writes the feeds have passed without
-// the object (it left the selector unseen: no event comes). Under c.mu.
+// settlePassed drops expectations of writes the feeds passed unseen. Under c.mu.
 func (c *Cache[T]) settlePassed() {
 	for k, e := range c.expect {
 		if e.rv == "" || e.gone { // the object's own removal settles it

@@ -10,12 +10,8 @@ import (
 	"time"
 )
 
-// failures remembers, for each key of a controller whose last reconcile
-// failed and that waits for a retry, the last error, so that
-// [Manager.WaitIdle] can say what fails instead of only that something is
-// busy. A key leaves it when a reconcile of it succeeds, ends with a
-// terminal error, or finds its object gone, and when its member cluster
-// leaves: it never holds more keys than the controller has objects.
+// failures remembers the last error of each key awaiting a retry, for
+// [Manager.WaitIdle]; keys leave once done, so it is bounded by the objects.
 type failures struct {
 	n  atomic.Int32 // len(keys), read without the lock on every success
 	mu sync.Mutex
@@ -27,7 +23,6 @@ type failure struct {
 	attempts int
 }
 
-// failed records err as the last error of key.
 func (f *failures) failed(key Key, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -39,7 +34,6 @@ func (f *failures) failed(key Key, err error) {
 	f.n.Store(int32(len(f.m)))
 }
 
-// ok forgets key: it no longer fails.
 func (f *failures) ok(key Key) {
 	if f.n.Load() == 0 {
 		return
@@ -50,7 +44,6 @@ func (f *failures) ok(key Key) {
 	f.n.Store(int32(len(f.m)))
 }
 
-// forgetCluster forgets the keys of a member that left.
 func (f *failures) forgetCluster(cluster string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -62,12 +55,10 @@ func (f *failures) forgetCluster(cluster string) {
 	f.n.Store(int32(len(f.m)))
 }
 
-// maxFailuresShown bounds the keys an error of WaitIdle names per
-// controller.
+// maxFailuresShown bounds the keys an error of WaitIdle names per controller.
 const maxFailuresShown = 5
 
-// failing returns an error that names the controller's failing keys, each
-// with its last error (wrapped, for errors.Is), or nil.
+// failing names the controller's failing keys, each with its last error.
 func (c *Controller[T]) failing() error {
 	f := &c.failures
 	if f.n.Load() == 0 {

@@ -42,12 +42,10 @@ func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	return out
 }
 
-// refeed moves the feeds to those the inputs want (namespaces, members,
-// the CRD, the share), with c.rewire held, and starts them if the cache
-// runs; before, they are planned, so that a write made earlier is expected
-// by the feed that lists it. A feed that stays is untouched; a changed
-// selection relists, never older than where it was; unwanted feeds stop
-// and objects no feed reaches are removed as gone.
+// refeed moves the feeds to those the inputs want, with c.rewire held,
+// starting them if the cache runs (before, they are planned, so a write
+// made earlier is expected by the feed that lists it). A feed that stays
+// is untouched; objects no feed reaches are removed as gone.
 func (c *Cache[T]) refeed(gone eventKind) {
 	c.refeeding.Store(true)
 	defer c.refeeding.Store(false)
@@ -97,9 +95,8 @@ func (c *Cache[T]) refeed(gone eventKind) {
 			continue
 		}
 		f := &feed[T]{c: c, b: b, key: k, view: view}
-		// A feed that takes over objects the cache holds lists from the
-		// newest place the feeds that held them were (or, if one had not
-		// listed, with a consistent read), never from "0".
+		// A feed taking over held objects lists from where their feeds
+		// were (or with a consistent read), never from "0".
 		for _, old := range stopped {
 			if old.done == nil || old.key.cluster != k.cluster ||
 				old.key.namespace != "" && k.namespace != "" && old.key.namespace != k.namespace {
@@ -134,7 +131,6 @@ func (c *Cache[T]) refeed(gone eventKind) {
 	c.feeds.Store(&next)
 }
 
-// halt stops the feed, if it runs, and waits for it to return.
 func (f *feed[T]) halt() {
 	if f.done != nil {
 		f.stop()
@@ -265,11 +261,10 @@ func (c *Cache[T]) disengage(name string) {
 }
 
 // SetNamespaces changes the cache's namespaces, before or while the
-// manager runs ("" or none: all): added ones are listed as any list is;
-// removed ones' objects are forgotten (no hook runs). Its controllers'
-// [Owns] caches follow; [Watches] sources do not. It blocks until removed
-// watches stopped ([Manager.WaitIdle] waits for added lists), and returns
-// an error for a cluster-scoped kind or a fleet cache.
+// manager runs ("" or none: all); removed ones' objects are forgotten
+// (Observable). Its controllers' [Owns] caches follow; [Watches] sources
+// do not. It blocks until removed watches stopped, and returns an error
+// for a cluster-scoped kind or a fleet cache.
 func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	switch {
 	case !c.b.Namespaced:

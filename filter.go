@@ -37,8 +37,7 @@ func checkFilters[O Object](filters []func(old, obj O) bool) error {
 	return nil
 }
 
-// passes reports whether an update passes filters (no filters: it does). A
-// filter that panics lets the update pass, and is logged.
+// passes reports whether an update passes filters; a panic passes, logged.
 func passes[O Object](filters []func(old, obj O) bool, old, obj O, log logr.Logger) (pass bool) {
 	if len(filters) == 0 {
 		return true

@@ -9,8 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// finalizeStep adds the finalizer, or finalizes a deleted object. done: do not
-// reconcile; otherwise *obj is the patched object.
+// finalizeStep adds the finalizer or finalizes; unless done, *obj is patched.
 func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (done bool, err error) {
 	o := *obj
 	has := slices.Contains(o.GetFinalizers(), c.finalizer)
@@ -27,9 +26,8 @@ func (c *Controller[T]) finalizeStep(ctx context.Context, cached T, obj *T) (don
 	case !has:
 		return true, nil // being deleted, and not waiting for us
 	case !c.cache.holds(keyFrom(ctx, o), cached):
-		// Our own write (such as the last finalizer removal) is not cached
-		// yet, or the cache moved past this state: finalizing it would run
-		// finalize again. Its event queues the key.
+		// Our own write is not cached yet, or the cache moved on: finalizing
+		// now could run finalize again. Its event queues the key.
 		return true, nil
 	}
 	return true, c.runFinalizer(ctx, o)
@@ -74,11 +72,9 @@ func (c *Controller[T]) setFinalizer(ctx context.Context, obj T, add bool) (T, e
 	return c.client.PatchFrom(ctx, obj, changed)
 }
 
-// bury hands key's tombstone to its hook: OnDelete for a deletion, the
-// finalizer for an object that left the selector carrying it. A removal
-// the cache could not classify is classified by reading the server (an
-// object still selected but another replica's was forgotten: no hook). On
-// failure the tombstone stays for the retry, unless a newer one came.
+// bury hands key's tombstone to its hook (OnDelete, or the finalizer of an
+// object that left with it), reading the server to classify a vanished
+// one. On failure the tombstone stays for the retry, unless a newer came.
 func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache bool) error {
 	c.mu.Lock()
 	ts, had := c.tombstones[key]

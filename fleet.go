@@ -22,9 +22,9 @@ import (
 // the hub), member clusters that join and leave while it runs. A cache
 // with CacheOptions.Fleet holds the objects of every member, under keys
 // that carry the member's name (Key.Cluster); a controller over such a
-// cache reconciles them all, with clients bound to each object's cluster
-// ([Client.InCluster], [RequestFrom]). Each member has its own connection, watches
-// and recovery: one that is slow or gone does not hold up the others.
+// cache reconciles them all ([Client.InCluster], [RequestFrom]). Each member
+// has its own connection, watches and recovery: one slow or gone holds up
+// no other.
 
 // Cluster says how to reach a member cluster: Config for a real one, or
 // client-go's fakes in tests, as in [Options].
@@ -34,8 +34,7 @@ type Cluster struct {
 	FakeDynamic   dynamic.Interface
 }
 
-// Fleet is what a [Provider] tells about member clusters. *Manager
-// implements it.
+// Fleet is what a [Provider] tells about member clusters; *Manager is one.
 type Fleet interface {
 	// Engage adds the member cluster name, or replaces its configuration.
 	Engage(name string, c Cluster) error
@@ -70,11 +69,10 @@ type fleetCache interface {
 }
 
 // Engage makes name a member cluster of the fleet, reached as c says, or
-// gives the member a new configuration: its caches are started (if the
-// manager runs) and, once they have listed, its objects are reconciled
-// once. Engaging a member again with an equal Cluster does nothing. It
-// returns an error for a name that is not a DNS label, or a Cluster
-// without a client. It is safe for concurrent use.
+// gives the member a new configuration: its caches start (if the manager
+// runs) and, once listed, its objects are reconciled once; an equal
+// Cluster again does nothing. It returns an error for a name that is not
+// a DNS label, or a Cluster without a client.
 func (m *Manager) Engage(name string, c Cluster) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return fmt.Errorf("ctrl: Engage %q: the name must be a DNS label: %s", name, errs[0])
@@ -135,10 +133,9 @@ func sameCluster(a, b Cluster) bool {
 		x.Username == y.Username && x.Password == y.Password && x.Insecure == y.Insecure && x.ServerName == y.ServerName
 }
 
-// Disengage removes the member cluster name: its caches stop and forget
-// its objects, its running reconciles are canceled, its queued keys are
-// dropped as they come up, and its connections are closed. It does nothing
-// for a name that is not a member. It is safe for concurrent use.
+// Disengage removes the member cluster name, if it is one: its caches
+// forget its objects, its reconciles are canceled, its queued keys are
+// dropped, and its connections are closed.
 func (m *Manager) Disengage(name string) {
 	m.mu.Lock()
 	mb, ok := m.members[name]
@@ -175,22 +172,19 @@ func (m *Manager) Clusters() []string {
 	return names
 }
 
-// memberCount returns how many member clusters are engaged.
 func (m *Manager) memberCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.members)
 }
 
-// memberOf returns the engaged member name, or nil.
 func (m *Manager) memberOf(name string) *member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.members[name]
 }
 
-// httpOf returns the HTTP client of cluster's requests; nil for fakes and
-// for a member that left.
+// httpOf returns cluster's HTTP client; nil for fakes and a member that left.
 func (m *Manager) httpOf(cluster string) *http.Client {
 	if cluster == "" {
 		return m.clients.HTTP
@@ -213,7 +207,6 @@ func bindIn[T Object](m *Manager, cluster string, res APIResource) (*binding.Bin
 	return bindWith[T](m, mb.bindings, mb.clients, res)
 }
 
-// runProvider runs Options.ClusterProvider until ctx is done.
 func (m *Manager) runProvider(ctx context.Context) {
 	p := m.opts.ClusterProvider
 	if p == nil {
@@ -227,8 +220,7 @@ func (m *Manager) runProvider(ctx context.Context) {
 	})
 }
 
-// keyFrom returns the key being reconciled in ctx, or obj's key in the
-// manager's own cluster outside a reconcile.
+// keyFrom returns the key reconciled in ctx, or outside a reconcile obj's.
 func keyFrom(ctx context.Context, obj Object) Key {
 	if ri, ok := ctx.Value(requestKey{}).(*reconcileInfo); ok {
 		return ri.key

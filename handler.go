@@ -2,18 +2,14 @@ package ctrl
 
 import "slices"
 
-// A controller is the handler of its own cache: each change queues the
-// changed object's key. While the controller is not active (before Start,
-// or while another replica leads) changes are dropped, tombstones included:
-// activation queues every cached object anyway.
+// A controller is the handler of its own cache. While it is not active
+// (before Start, or while another replica leads) changes are dropped,
+// tombstones included: activation queues every cached object anyway.
 
-// changed is the one place that decides which changes of the
-// controller's own objects reach its queue: every addition (an object
-// created, or one that became this replica's to reconcile, listed when
-// it came); an update that passes the filters, or that a reconcile
-// waits for (awaitOwnWrite), or of an object being deleted; a removal
-// that a hook must hear of (see remember). An object forgotten (moved to
-// another replica) queues nothing: it is not this replica's to reconcile.
+// changed is the one place that decides which changes of the controller's
+// own objects reach its queue: every addition; an update that passes the
+// filters, that a reconcile waits for (awaitOwnWrite), or of an object
+// being deleted; a removal a hook must hear of (see remember).
 func (c *Controller[T]) changed(ev event[T]) {
 	if ev.kind == joined {
 		return // the member's objects come through listed
@@ -60,12 +56,10 @@ func (c *Controller[T]) listed(evs []event[T]) {
 	c.mgr.activity.Add(1)
 }
 
-// awaitOwnWrite reports whether the cache does not show a write this
-// program made to key yet: the worker then does not reconcile the key,
-// and the update that brings the write queues it whatever the update
-// filters say, with causes. So no reconcile acts on state older than this
-// program's own writes. The cache is asked again once the key is marked,
-// so that an update arriving in between is not missed.
+// awaitOwnWrite reports whether the cache lacks a write this program made
+// to key: then the update that brings it queues the key, with causes,
+// whatever the filters say (Fresh). The cache is asked again once the key
+// is marked, so that an update arriving in between is not missed.
 func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 	if !c.cache.pending(key) {
 		if held, _ := c.awaited(key); held != nil {
@@ -102,8 +96,7 @@ func (c *Controller[T]) awaitOwnWrite(key Key, causes *Causes) bool {
 	return true
 }
 
-// awaited reports whether key was marked by awaitOwnWrite, with the causes
-// of the reconciles that waited, and clears the mark.
+// awaited clears key's awaitOwnWrite mark, returning the waiters' causes.
 func (c *Controller[T]) awaited(key Key) (*Causes, bool) {
 	if c.nAwaiting.Load() == 0 {
 		return nil, false
@@ -118,11 +111,8 @@ func (c *Controller[T]) awaited(key Key) (*Causes, bool) {
 	return held, ok
 }
 
-// forgetKey drops what the controller keeps for an object that left the
-// cache, besides its tombstone: so that every per-key map is bounded by
-// the objects that exist. What finalize did is kept for an object that may
-// still exist (it left the selector, or vanished from a relist): its
-// tombstone's finalizer runs next, and must not run finalize again.
+// forgetKey bounds the per-key maps by the objects that exist; what
+// finalize did is kept for an object that may still exist (left, vanished).
 func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	c.awaited(key)
 	if kind == deleted {
@@ -130,7 +120,6 @@ func (c *Controller[T]) forgetKey(key Key, kind eventKind) {
 	}
 }
 
-// forgetFinalized drops the record that finalize succeeded for key.
 func (c *Controller[T]) forgetFinalized(key Key) {
 	if c.finalizer == "" {
 		return
@@ -140,19 +129,16 @@ func (c *Controller[T]) forgetFinalized(key Key) {
 	c.mu.Unlock()
 }
 
-// tombstone is the last known state of an object that left the cache, and
-// how it left.
+// tombstone is an object's last known state when it left, and how it left.
 type tombstone[T Object] struct {
 	obj  T
 	kind eventKind // deleted, left or vanished
 }
 
-// remember keeps a tombstone for a removal the controller must act on: a
-// deletion for OnDelete, and an object that carried the controller's
-// finalizer when it left. It reports whether the removal concerns the
-// controller at all. This is where every reason an object leaves a cache
-// is weighed: the hooks run for the tombstones kept here, and for nothing
-// else.
+// remember keeps a tombstone for a removal the controller must act on (a
+// deletion for OnDelete, an object that left with the finalizer) and
+// reports whether the removal concerns the controller. Every reason an
+// object leaves a cache is weighed here: hooks run for these tombstones only.
 func (c *Controller[T]) remember(ev event[T]) bool {
 	fin := c.finalizer != "" && slices.Contains(ev.obj.GetFinalizers(), c.finalizer)
 	var keep bool
@@ -164,9 +150,7 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 	case vanished:
 		keep = c.onDelete != nil || fin
 	case forgotten:
-		// Out of reach, neither deleted nor out of the selector: no hook,
-		// and nothing to reconcile. Its finalizer, if any, stays for
-		// whoever holds it next.
+		// Out of reach: no hook; its finalizer stays for whoever holds it next.
 		return false
 	}
 	if keep {
@@ -174,28 +158,20 @@ func (c *Controller[T]) remember(ev event[T]) bool {
 		c.tombstones[ev.key] = tombstone[T]{ev.obj, ev.kind}
 		c.mu.Unlock()
 	}
-	// A deletion is reconciled even without hooks: reconcile sees the key
-	// of a gone object do nothing, but a new object with the same name,
-	// created meanwhile, is reconciled.
+	// A deletion is queued even without hooks, for a new object of its name.
 	return keep || ev.kind == deleted
 }
 
 // target is a controller as the handlers of other caches see it.
 type target interface {
-	// enqueue queues key for cause, if the controller is active.
+	// Each queues only if active; Listed and All go through the backlog.
 	enqueue(key Key, cause Cause)
-	// enqueueListed queues keys through the backlog, if the controller is
-	// active.
 	enqueueListed(keys []Key, cause Cause)
-	// enqueueAll queues every object of the controller through the backlog,
-	// if it is active.
 	enqueueAll(cause Cause)
-	// name is the controller's name.
 	name() string
 }
 
-// A handler that serves a controller says whose it is, for the reports
-// of a cache that waits for its CRD.
+// user names the controller a handler serves, for a CRD-waiting cache's reports.
 type user interface{ user() string }
 
 func (c *Controller[T]) user() string   { return c.ctrlName }
@@ -218,7 +194,6 @@ func (c *Controller[T]) enqueueListed(keys []Key, cause Cause) {
 	c.mgr.activity.Add(1)
 }
 
-// enqueueAll queues every object of the controller through the backlog.
 func (c *Controller[T]) enqueueAll(cause Cause) {
 	if !c.active.Load() {
 		return

@@ -13,15 +13,12 @@ import (
 // election); every write through this manager's [Client]s observed by the
 // caches of its type (a last-finalizer removal, by the removal); no event
 // being dispatched, key queued or waiting for a server, or reconcile
-// running; every Event a [Recorder] emitted written to the API server (or
-// dropped by client-go's correlator, as spam); no requeue due within
-// requeueWithin (not a timeout).
+// running; every [Recorder] Event written (or dropped as spam); no requeue
+// due within requeueWithin (not a timeout).
 //
-// It returns nil once idle with no key failing (its last reconcile
-// returned a non-[Terminal] error and it awaits a retry); otherwise an
-// error naming each failing key with its last error (wrapped for errors.Is
-// and errors.As), whatever ended the wait, and, if ctx ended, what was
-// busy. Writes through other clients are not tracked.
+// It returns nil once idle with no key awaiting a retry; otherwise an error
+// naming each failing key with its last error (wrapped for errors.Is and
+// errors.As) and, if ctx ended, what was busy (Testable).
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
 	select {
 	case <-m.startedCh:
@@ -68,8 +65,7 @@ func (m *Manager) failing() error {
 }
 
 // stoppedErr says that the manager stopped, why, and which keys were
-// failing: a test whose one context ends both Start and WaitIdle may see
-// either end first.
+// failing: a context that ends both Start and WaitIdle may end either first.
 func (m *Manager) stoppedErr() error {
 	m.mu.Lock()
 	startErr := m.startErr

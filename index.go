@@ -2,18 +2,16 @@ package ctrl
 
 import "fmt"
 
-// index files objects under their values and namespaces, so a lookup in
-// one namespace touches only the objects there.
+// index files objects under their values, then namespaces.
 type index[T Object] struct {
 	fn     func(T) []string
 	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
 }
 
-// AddIndex adds an index named name: fn returns the values under which
-// [Cache.ByIndex] and [ListParams].Index find an object, fast, without
-// blocking or modifying it. A namespaced object's values are filed under
-// its namespace too, as controller-runtime's field indexes. Cached objects
-// are indexed at once. It returns an error if the name is taken.
+// AddIndex adds an index named name: fn returns, fast and without blocking
+// or modifying the object, the values under which [Cache.ByIndex] and
+// [ListParams].Index find it, within its namespace. Cached objects are
+// indexed at once. It returns an error if the name is taken.
 func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: index %q on %s: nil function", name, c)
@@ -33,9 +31,8 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 
 // ByIndex returns the cached objects in namespace ("" for all; in a fleet
 // cache, every member's) that index name files under value, in no order.
-// They are shared: do not modify them; [Client.List] with
-// [ListParams].Index returns copies. Its cost grows with the objects
-// returned. It returns an error if there is no such index, or if a
+// They are shared ([Client.List] returns copies); its cost grows with the
+// objects returned. It returns an error if there is no such index, or if a
 // namespace is given for a cluster-scoped type.
 func (c *Cache[T]) ByIndex(namespace, name, value string) ([]T, error) {
 	return c.byIndex(namespace, name, value, nil)

@@ -14,14 +14,12 @@ type Object interface {
 }
 
 // Key names an object: its namespace ("" for cluster-scoped objects), its
-// name, and, in a manager that reconciles a fleet, its cluster. Work queues
-// hold keys, not objects, so each key is reconciled against the latest state
-// of its object. Key is client-go's cache.ObjectName plus the cluster.
+// name, and, in a manager that reconciles a fleet, its cluster. Queues hold
+// keys, so each is reconciled against its object's latest state.
 type Key struct {
 	Namespace, Name string
-	// Cluster names the member cluster the object lives in. "" is the
-	// manager's own cluster (Options.Config or the fakes), the only one of
-	// a single-cluster program.
+	// Cluster names the member cluster the object lives in; "" is the
+	// manager's own cluster.
 	Cluster string
 }
 
@@ -42,8 +40,7 @@ func (k Key) String() string {
 	return s
 }
 
-// InCluster returns the key of the object with the same namespace and name in
-// cluster.
+// InCluster returns the key with the same namespace and name in cluster.
 func (k Key) InCluster(cluster string) Key {
 	k.Cluster = cluster
 	return k

@@ -11,23 +11,16 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 )
 
-// The API server's JSON names every object's apiVersion and kind, but
-// client-go's typed decoding drops them (a typed object's Go type says its
-// kind), for built-in types and custom resources alike. ctrl knows the kind
-// of every type it binds, so caches and clients put it back: objects handed
-// out carry their apiVersion and kind, as kubectl shows them, for code that
-// serializes objects or refers to them.
+// Typed decoding drops apiVersion and kind; caches and clients put them
+// back, for code that serializes objects or refers to them.
 
-// typeMetaOf returns the apiVersion and kind of the objects of info, built
-// once so that stamping them allocates nothing.
+// typeMetaOf is built once per binding, so that stamping allocates nothing.
 func typeMetaOf(info binding.Info) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: info.GVR.GroupVersion().String(), Kind: info.Kind}
 }
 
-// stamp sets tm on obj, replacing what it carries: for a typed object
-// nothing, or for metadata the meta.k8s.io kind of the response. An
-// *unstructured.Unstructured, which names its own kind, keeps it unless it
-// names none.
+// stamp sets tm on obj, replacing what it carries (nothing, or for metadata
+// the response's meta.k8s.io kind); an unstructured object keeps its own.
 func stamp[T Object](obj T, tm metav1.TypeMeta) {
 	switch k := obj.GetObjectKind().(type) {
 	case *metav1.TypeMeta:
@@ -40,12 +33,10 @@ func stamp[T Object](obj T, tm metav1.TypeMeta) {
 }
 
 // ReferenceOf returns a reference to obj, for status fields that point at
-// other objects and for anything that names an object with its kind: its
-// apiVersion and kind from T's registration ([Register]; built-in types
-// need none), and its namespace, name, uid and resourceVersion. An
-// *unstructured.Unstructured or *metav1.PartialObjectMetadata gives its
-// own apiVersion and kind, as ctrl's caches and clients set them. It
-// returns an error if obj is nil or its kind is not known.
+// other objects: its apiVersion and kind from T's registration (or, for
+// unstructured and metadata objects, their own), and its namespace, name,
+// uid and resourceVersion. It returns an error if obj is nil or its kind
+// is not known.
 func ReferenceOf[T Object](obj T) (corev1.ObjectReference, error) {
 	if v := reflect.ValueOf(obj); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
 		return corev1.ObjectReference{}, fmt.Errorf("ctrl: ReferenceOf %s: nil object", reflect.TypeFor[T]())
@@ -66,7 +57,6 @@ func ReferenceOf[T Object](obj T) (corev1.ObjectReference, error) {
 	return reference(gvk, obj), nil
 }
 
-// reference is the reference to obj, of kind gvk.
 func reference(gvk schema.GroupVersionKind, obj metav1.Object) corev1.ObjectReference {
 	return corev1.ObjectReference{
 		APIVersion:      gvk.GroupVersion().String(),

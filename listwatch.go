@@ -21,7 +21,7 @@ import (
 )
 
 // feed is one list-and-watch of a cache (one namespace of one cluster) and
-// its reflector's store. A new selection is a new feed (see refeed).
+// its reflector's store; a new selection is a new feed.
 type feed[T Object] struct {
 	c      *Cache[T]
 	b      *binding.Binding[T] // of the feed's cluster
@@ -148,8 +148,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 	})
 }
 
-// The feed is the reflector's ListerWatcher: it lists and watches its
-// namespace through the binding.
+// The feed is the reflector's ListerWatcher, through the binding.
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
 	opts = f.view.Narrow(opts, f.c.scope.labels)
@@ -196,8 +195,7 @@ func (f *feed[T]) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	if err == nil && f.b.Fake() {
 		ch := w.ResultChan()
 		f.fakeEvents.Store(&ch)
-		// A fake does not replay deletions between list and watch: sync
-		// only once the watch is open.
+		// A fake replays no deletions between list and watch: wait for the watch.
 		f.markSynced()
 	}
 	return w, err

@@ -22,19 +22,16 @@ import (
 // BucketPhase, kept in the status of objects of type T. Run it with
 // [NewMachine]; test it one step at a time with [Machine.Reconcile].
 //
-// Each reconcile makes at most one move. An object with no phase enters
-// Initial. In a state with a Step, the step does the state's work and
-// returns where to go next, one of the state's To; a failing step stays
-// and is retried with backoff. A state without a Step rests until the spec
-// changes ([State].SpecChanged) or the object is deleted.
-//
-// A move sets the phase, status.observedGeneration and the condition, and
-// writes them with the step's status changes under the Once guarantee. Steps
-// must be idempotent: a step reruns if the process dies before its write,
-// or its write conflicts.
+// Each reconcile makes at most one move: an object with no phase enters
+// Initial; a state's Step does its work and returns the next state, one of
+// its To, or fails, to stay and be retried with backoff. A state without a
+// Step rests until the spec changes ([State].SpecChanged) or the object is
+// deleted. A move writes the phase, status.observedGeneration and the
+// condition with the step's status changes (see the package's guarantees:
+// Once). Steps must be idempotent: a step reruns if the process dies before
+// its write, or its write conflicts.
 type Machine[T Object, S ~string] struct {
-	// Initial is entered by an object with no phase, reason "Created".
-	// Required.
+	// Initial is entered by an object with no phase, reason "Created". Required.
 	Initial S
 	// States declares every state. A name is the default reason of moves
 	// into it, so a valid condition reason, such as Provisioning. Required.
@@ -48,20 +45,17 @@ type Machine[T Object, S ~string] struct {
 	// every status write sets to the generation it acted on. Required.
 	ObservedGeneration func(T) *int64
 	// Condition is the type of the machine's condition: True in [State].Ready
-	// states, False in others, with the last move's reason and message, and
-	// the time the object entered its state as lastTransitionTime. Default:
-	// "Ready".
+	// states, else False, with the last move's reason and message and the
+	// time the state was entered. Default: "Ready".
 	Condition string
-	// Finalizer, such as "example.com/cleanup", makes cleanup part of the
-	// machine: it is added before an object's first move; a deleted object
-	// moves to Deleting (reason "Deleting") from any state. The states
-	// reachable from Deleting form the cleanup path, sharing no state with
-	// those reachable from Initial; the finalizer is removed once the path
-	// reaches a state without a Step. Default: none: a deleted object goes at
-	// once.
+	// Finalizer, such as "example.com/cleanup", is added before an object's
+	// first move; a deleted object then moves to Deleting (reason
+	// "Deleting") from any state, along the cleanup path (the states
+	// reachable from Deleting, none reachable from Initial), and the
+	// finalizer is removed in a state without a Step. Default: none.
 	Finalizer string
-	// Deleting is the first state of the cleanup path. Required with
-	// Finalizer, and only with it.
+	// Deleting, the first state of the cleanup path, goes with Finalizer:
+	// both or neither.
 	Deleting S
 }
 
@@ -77,19 +71,16 @@ type State[T Object, S ~string] struct {
 	// Ready marks a state where the spec is met: the condition is True.
 	Ready bool
 	// SpecChanged is where an object in this state moves, with reason
-	// "SpecChanged", when metadata.generation passes status.observedGeneration
-	// (such as from Ready back to Provisioning); it need not be in To.
-	// Default: none: the object stays, and Step sees the new spec.
+	// "SpecChanged", when metadata.generation passes status.observedGeneration;
+	// it need not be in To. Default: none: Step sees the new spec.
 	SpecChanged S
 }
 
-// Next is what a [State]'s step decided. The zero value stays in the
-// state and waits for the next change.
+// Next is what a [State]'s step decided. The zero value stays and waits.
 type Next[S ~string] struct {
 	// To is the state to move to. Default: stay.
 	To S
-	// Reason is the move's UpperCamelCase reason, in condition and Event.
-	// Default: the name of To.
+	// Reason is the move's UpperCamelCase reason. Default: the name of To.
 	Reason string
 	// Message says what happened. Default: "entered <To> from <state>".
 	Message string
@@ -101,19 +92,15 @@ type Next[S ~string] struct {
 }
 
 // NewMachine returns a controller named name that runs machine on the
-// objects of type T; wire it further like any [Controller].
-//
-// It reconciles an object when it is created, when its phase, generation or
+// objects of type T; wire it further like any [Controller]. It reconciles
+// an object when it is created, when its phase, generation or
 // observedGeneration changes ([Controller.FilterUpdates] adds more), and
-// while it is deleted. A reconcile that finds this program's own write not
-// yet cached waits for it. The machine owns its finalizer: do not use
-// OnFinalize; an object leaving the selector keeps it.
-// ControllerOptions.UnsafeDisableDeepCopy is ignored. Moves are Events
-// from component name and counted in ctrl_machine_objects,
-// ctrl_machine_transitions_total and ctrl_machine_state_duration_seconds,
-// labeled with name and declared states. It returns an error if machine is
-// incomplete or inconsistent (naming what is wrong), T has no status
-// subresource, Events cannot be written, or as [NewController] does.
+// while it is deleted. The machine owns its finalizer (do not use
+// OnFinalize); an object leaving the selector keeps it. Moves are Events
+// from component name and ctrl_machine_* metrics labeled with name and
+// state. UnsafeDisableDeepCopy is ignored. It returns an error if machine
+// is incomplete or inconsistent, T has no status subresource, Events
+// cannot be written, or as [NewController] does.
 func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
 	d, err := machine.compile()
 	if err != nil {
@@ -172,11 +159,9 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 // Reconcile runs one reconcile of the machine on obj without a manager, for
 // unit tests, and returns the object as the server would then hold it
 // (finalizer and status written, a step's other changes not), the Result
-// and the error; obj is not changed. Steps run with ctx and their clients
-// make requests; no Event is emitted, nothing counted. Set
-// metadata.generation or deletionTimestamp to play a spec change or a
-// deletion. Calling Reconcile until the phase stops changing runs obj to
-// rest. On error the object holds what was written before the failure.
+// and the error; obj is not changed, no Event is emitted, nothing counted.
+// Set metadata.generation or deletionTimestamp to play a spec change or a
+// deletion. On error the object holds what was written before the failure.
 func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
 	d, err := m.compile()
 	if err != nil {
@@ -247,8 +232,7 @@ func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	case !declared(m.Deleting):
 		fail("Deleting %q is not a declared state", m.Deleting)
 	default:
-		// A state on both paths would let a deleted object that is there
-		// count as cleaned up.
+		// A state on both paths would count a deleted object there as cleaned up.
 		d.cleanup = reachable(states, m.Deleting, false)
 		live := reachable(states, m.Initial, true)
 		for _, s := range names {

@@ -21,11 +21,9 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
-// A machine at work: one reconcile advances an object by at most one
-// move, written to the status subresource from the state its step saw.
+// A machine at work: one reconcile advances an object by at most one move.
 
-// machineWriter writes what the machine changed: the finalizers, and the
-// status. Each returns the object as written.
+// machineWriter writes the finalizers and the status, returning the object.
 type machineWriter[T Object] interface {
 	writeFinalizers(ctx context.Context, old, obj T) (T, error)
 	writeStatus(ctx context.Context, old, obj T) (T, error)
@@ -45,9 +43,8 @@ const (
 	reasonDeleting    = "Deleting"
 )
 
-// advance runs one reconcile of the machine on obj, its own copy, writing
-// through w: the whole fate of an object is in the switch below. It returns
-// the object as last written, the move it wrote, if any, and the Result.
+// advance runs one reconcile on obj, its own copy, writing through w; it
+// returns the object as last written, the move written, and the Result.
 func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
 	deleting := obj.GetDeletionTimestamp() != nil
 	if d.Finalizer != "" {
@@ -124,8 +121,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 	}
 	mv := &move[S]{from: from, to: next.To, next: next}
 	gen := obj.GetGeneration()
-	// A copy: the object's DeepCopyObject may share the slice with the
-	// cache's object.
+	// A copy: DeepCopyObject may share the slice with the cache's object.
 	conds := slices.Clone(*d.Conditions(obj))
 	if i := slices.IndexFunc(conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
 		mv.entered = conds[i].LastTransitionTime.Time
@@ -136,8 +132,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 		status = metav1.ConditionTrue
 	}
 	// lastTransitionTime changes with every move, not only when the status
-	// flips: the condition is about the state, so a new state is a new
-	// condition, and its time is what the step of a waiting state reads.
+	// flips: a waiting state's step reads it as the time it was entered.
 	*d.Conditions(obj) = append(conds, metav1.Condition{Type: d.Condition, Status: status, ObservedGeneration: gen,
 		LastTransitionTime: metav1.Now(), Reason: next.Reason, Message: next.Message})
 	*d.Phase(obj) = next.To
@@ -149,8 +144,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 	return out, mv, Result{}, nil
 }
 
-// stay writes what a step changed in the status of obj since before, if
-// anything, with observedGeneration brought up to date.
+// stay writes a step's status changes, if any, with observedGeneration.
 func (d *machine[T, S]) stay(ctx context.Context, before, obj T, w machineWriter[T]) (T, error) {
 	if gen := obj.GetGeneration(); *d.ObservedGeneration(obj) != gen {
 		*d.ObservedGeneration(obj) = gen
@@ -194,17 +188,15 @@ type machineRun[T Object, S ~string] struct {
 }
 
 // changed is the machine's update filter: the updates that can make it
-// move. Other finalizer changes are left out: the machine makes them
-// itself, right before a move whose own update follows; and the update
-// that brings a write a reconcile waits for passes anyway.
+// move. Finalizer changes are left out: the machine makes them itself,
+// right before a move whose own update follows.
 func (r *machineRun[T, S]) changed(old, obj T) bool {
 	return *r.Phase(old) != *r.Phase(obj) || old.GetGeneration() != obj.GetGeneration() ||
 		*r.ObservedGeneration(old) != *r.ObservedGeneration(obj)
 }
 
-// reconcile is the controller's reconcile function: one advance, and, once
-// a move is written, its Event, log line and metrics. cached is the cache's
-// object itself (UnsafeDisableDeepCopy), read before the reconcile began.
+// reconcile is one advance and a written move's Event, log line and
+// metrics; cached is the cache's own object (UnsafeDisableDeepCopy).
 func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
 	latest, ok := r.ctrl.cache.Get(keyFrom(ctx, cached))
 	if !ok {
@@ -250,8 +242,7 @@ type memoryWriter[T Object] struct{}
 
 func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
 
-// writeStatus returns old with the status of obj, as the status
-// subresource would store it: the writer's merge patch, applied.
+// writeStatus applies the status patch from old to obj, as the server would.
 func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
 	_, status, err := splitPatches(old, obj)
 	if err != nil || status == nil {

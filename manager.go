@@ -36,17 +36,16 @@ import (
 // value of every other field means its default.
 type Options struct {
 	// Config reaches the manager's own cluster (a fleet's hub; where Leases
-	// live). Built-ins travel as protobuf, custom resources as JSON. A positive QPS
-	// (with Burst) limits all the manager's requests; zero: no client-side
-	// limit (README.md#no-client-side-rate-limit). A manager with only fleet
-	// caches may leave it and the fakes unset, and cannot elect or shard.
+	// live). A positive QPS (with Burst) limits all the manager's requests;
+	// zero: no client-side limit (README.md#no-client-side-rate-limit). A
+	// manager with only fleet caches may leave it and the fakes unset, and
+	// then cannot elect or shard.
 	Config *rest.Config
 	// FakeClientset serves built-in types in tests, before Config: pass
-	// fake.NewClientset(objects...). A cache over it syncs once its watch is
-	// open. It and FakeDynamic delete as the API server does, finalizers
-	// holding deletions (the Testable guarantee), and keep
-	// metadata.generation as it does. Reactors a test adds with
-	// PrependReactor, before NewManager or after, run first.
+	// fake.NewClientset(objects...); a cache over it syncs once its watch is
+	// open. It and FakeDynamic behave as the package's guarantees (Testable)
+	// say; reactors a test adds with PrependReactor, before NewManager or
+	// after, run first.
 	FakeClientset FakeClientset
 	// FakeDynamic serves custom resources and unstructured objects in tests,
 	// before Config: pass ctrltest.NewFakeDynamic(objects...). A cache of a
@@ -62,9 +61,8 @@ type Options struct {
 	// Registerer receives the manager's Prometheus metrics. Default: a new
 	// registry, returned by [Manager.Registry].
 	Registerer prometheus.Registerer
-	// FieldManager names this program in managedFields for Create, Update,
-	// Patch and Apply. Default: the base name of os.Args[0], as client-go's
-	// user agent takes it, or "ctrl" if that is empty.
+	// FieldManager names this program in managedFields for its writes.
+	// Default: the base name of os.Args[0], or "ctrl" if that is empty.
 	FieldManager string
 	// SyncTimeout bounds how long Start waits for the caches' first lists.
 	// Default: 2 minutes.
@@ -72,29 +70,25 @@ type Options struct {
 	// ShutdownTimeout bounds how long Start waits, once its context is done,
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
-	// Compression asks the API server to gzip its responses: worth it over a
-	// slow or metered link, a CPU cost in the cluster (see
-	// README.md#compression-off-by-default). Default: off.
+	// Compression asks the API server to gzip its responses
+	// (README.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
 	// without answering: ctrl pings a connection silent for a third of it
 	// and closes it if the ping takes the rest, retrying its requests on a
-	// new one. A busy watch's own HTTP/1.1 connection returns to the shared
-	// one after at most this long without an event
-	// (README.md#connection-checks). Negative: client-go's defaults, every
-	// watch shared. Default: 3 seconds.
+	// new one (README.md#connection-checks). Negative: client-go's
+	// defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
-	// limit, turning off proportional GC pacing unless GOGC is set
-	// (README.md#memory-limit). GOMEMLIMIT, when set, wins; negative leaves
-	// the runtime alone. Default: with Options.Config (not fakes), four
-	// fifths of the smallest cgroup memory limit of the container, if any.
+	// limit, with proportional GC pacing off unless GOGC is set
+	// (README.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
+	// alone. Default: with Options.Config and no fakes, four fifths of the
+	// container's smallest cgroup memory limit, if any.
 	MemoryLimit int64
 
-	// ClusterProvider finds the member clusters of a fleet, which caches with
-	// CacheOptions.Fleet watch; see [Provider]. Members may also be engaged
-	// directly with [Manager.Engage]. Default: none.
+	// ClusterProvider finds the member clusters of a fleet ([Provider]);
+	// [Manager.Engage] adds them directly. Default: none.
 	ClusterProvider Provider
 
 	// Sharding splits every controller's objects among the replicas ([Sharding]),
@@ -105,17 +99,16 @@ type Options struct {
 	LeaderElection LeaderElection
 
 	// MetricsAddress serves Prometheus metrics at /metrics, such as ":8443",
-	// by default over HTTPS to bearer tokens the API server authenticates
-	// whose user may get nonResourceURL /metrics (the manager creates
-	// tokenreviews and subjectaccessreviews; answers cached a minute, five
-	// if allowed, 30 s if denied). It needs the default registry or a
-	// Registerer that is a Gatherer. Default: off.
+	// by default over HTTPS to tokens whose user may get nonResourceURL
+	// /metrics (Guarded; answers cached a minute, five if allowed, 30 s if
+	// denied). It needs the default registry or a Registerer that is a
+	// Gatherer. Default: off.
 	MetricsAddress string
 	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
-	// HealthAddress serves /healthz (alive) and /readyz (every cache synced,
-	// every required kind still served; optional kinds waiting for their CRD
-	// listed), such as ":8081", over plain HTTP to anyone. Default: off.
+	// HealthAddress serves /healthz and /readyz (every cache synced, every
+	// required kind served; optional kinds waiting for their CRD listed),
+	// such as ":8081", over plain HTTP to anyone. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
@@ -126,12 +119,9 @@ type Options struct {
 	WebhookAddress string
 	// WebhookCertDir holds the webhook certificate and key as tls.crt and
 	// tls.key. Start fails if they cannot be read; a changed pair is served
-	// from the next handshake. Default:
-	// $TMPDIR/k8s-webhook-server/serving-certs, controller-runtime's.
+	// from the next handshake. Default: $TMPDIR/k8s-webhook-server/serving-certs.
 	WebhookCertDir string
-	// TLS sets the TLS versions, cipher suites and HTTP/2 of the webhook
-	// and metrics servers. Default: TLS 1.2 and later, Go's cipher
-	// suites, HTTP/1.1 only.
+	// TLS sets the TLS of the webhook and metrics servers; see [TLSOptions].
 	TLS TLSOptions
 }
 
@@ -294,10 +284,9 @@ func (m *Manager) Registry() *prometheus.Registry { return m.registry }
 // Start opens the HTTP endpoints, starts every cache, waits for their first
 // lists, and starts the controllers' workers (with leader election, once
 // leading). It blocks until ctx is done or a fatal error occurs. On
-// shutdown, controllers stop taking keys; running reconciles get up to
-// Options.ShutdownTimeout (then are canceled) while the Lease is renewed;
-// then the Lease is released and caches and servers stop. A lost
-// leadership cancels reconciles at once ([LeaderElection]).
+// shutdown, running reconciles get up to Options.ShutdownTimeout (then are
+// canceled) while the Lease is renewed; then the Lease is released and
+// caches and servers stop.
 //
 // Start returns nil after a shutdown through ctx, otherwise the error: an
 // address that cannot be bound, a cache unsynced after Options.SyncTimeout

@@ -12,9 +12,8 @@ import (
 )
 
 // lead runs the controllers until stop (their terms) is done, then stops
-// them; if stop ended without ctx (Start's), running reconciles are
-// canceled at once. With LeaderElection.StandbyOnLoss a lost Lease pauses
-// them instead.
+// them, at once if stop ended without Start's ctx, or pauses them
+// (StandbyOnLoss).
 func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) error {
 	reconcileCtx, cancelReconciles := context.WithCancel(context.WithoutCancel(stop))
 	defer cancelReconciles()

@@ -2,10 +2,8 @@ package ctrl
 
 import "iter"
 
-// objects holds a cache's objects by cluster and namespace, then by name:
-// listing one namespace touches only that namespace's objects, whatever
-// the size of the cache, and costs no index beside the map itself. The
-// zero value is empty and ready. Callers hold the cache's lock.
+// objects holds a cache's objects by cluster and namespace, then by name;
+// the zero value is ready. Callers hold the cache's lock.
 type objects[T Object] struct {
 	parts map[part]map[string]T
 	n     int
@@ -21,7 +19,6 @@ func (o *objects[T]) get(k Key) (T, bool) {
 	return obj, ok
 }
 
-// set stores obj under k and returns the object it replaced, if any.
 func (o *objects[T]) set(k Key, obj T) (old T, existed bool) {
 	if o.parts == nil {
 		o.parts = map[part]map[string]T{}
@@ -40,7 +37,6 @@ func (o *objects[T]) set(k Key, obj T) (old T, existed bool) {
 	return old, existed
 }
 
-// remove deletes k and returns the object it held, if any.
 func (o *objects[T]) remove(k Key) (old T, existed bool) {
 	p := partOf(k)
 	names := o.parts[p]
@@ -58,7 +54,6 @@ func (o *objects[T]) remove(k Key) (old T, existed bool) {
 
 func (o *objects[T]) len() int { return o.n }
 
-// all yields every object with its key.
 func (o *objects[T]) all() iter.Seq2[Key, T] {
 	return func(yield func(Key, T) bool) {
 		for p, names := range o.parts {
@@ -71,8 +66,7 @@ func (o *objects[T]) all() iter.Seq2[Key, T] {
 	}
 }
 
-// in yields the objects of one namespace of one cluster, with their keys;
-// namespace "" yields every namespace of the cluster.
+// in yields the objects of one namespace ("" every) of one cluster.
 func (o *objects[T]) in(cluster, namespace string) iter.Seq2[Key, T] {
 	return func(yield func(Key, T) bool) {
 		if namespace != "" {

@@ -23,8 +23,7 @@ import (
 var crdResource = APIResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions",
 	Kind: "CustomResourceDefinition", ClusterScoped: true}
 
-// optional is what a cache knows of its CRD, watched by name, unstructured and
-// trimmed (no apiextensions module): a missing CRD costs one idle watch.
+// optional is what a cache knows of its CRD, watched by name, unstructured.
 type optional struct {
 	crd     string // the CRD's name: <resource>.<group>
 	version string
@@ -44,8 +43,7 @@ func checkOptional(m *Manager, info binding.Info, opts CacheOptions) error {
 	case info.Builtin || info.GVR.Group == "":
 		return fmt.Errorf("ctrl: cache of %s: Optional: the kind is built in, and always served", info)
 	}
-	// Bound now, so that a manager that cannot read CRDs (fakes without a
-	// dynamic client) fails when wiring.
+	// Bound now, so that a manager that cannot read CRDs fails when wiring.
 	if _, err := bind[*unstructured.Unstructured](m, crdResource); err != nil {
 		return fmt.Errorf("ctrl: cache of %s: Optional: watching its CustomResourceDefinition: %w", info, err)
 	}
@@ -63,8 +61,7 @@ func newOptional(m *Manager, info binding.Info) *optional {
 	}
 }
 
-// busy says why the cache is not idle: its CRD changed, and follow has not
-// acted on it yet.
+// busy says why the cache is not idle: follow has not acted on a CRD change.
 func (o *optional) busy() bool { return o.kicks.Load() != o.acted.Load() }
 
 func (c *Cache[T]) watchCRD() error {
@@ -124,8 +121,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		def, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crd.State(def, o.version)
 		if serving != "" && (!served || def.GetUID() != serving) {
-			// A removed CRD's objects were all deleted first; one that only
-			// stopped serving the version leaves them on the server.
+			// A removed CRD's objects were deleted first (README.md#optional-kinds).
 			gone := forgotten
 			if def == nil || def.GetUID() != serving {
 				gone, why = deleted, "deleted"
@@ -182,8 +178,8 @@ func (c *Cache[T]) users() []string {
 }
 
 // Served reports whether the API server serves the cache's kind, as far as
-// the cache knows: false while an optional cache waits for its CRD, or
-// while a required one's last list or watch got 404.
+// the cache knows: false while an optional cache waits for its CRD or a
+// required one's last list or watch got 404.
 func (c *Cache[T]) Served() bool {
 	if c.opt != nil {
 		return c.opt.waiting.Load() == nil && c.HasSynced()

@@ -19,9 +19,8 @@ type outageLog struct {
 // outageSummaryEvery spaces out the summaries.
 const outageSummaryEvery = 10 * time.Second
 
-// waitForServer parks key until cluster's server answers again, outside
-// its backoff and the retry budget (the Resilient guarantee). Only the
-// manager's own requests, tagged with their cluster, signal an outage.
+// waitForServer parks key until cluster's server answers again (Resilient);
+// only the manager's own requests, tagged with their cluster, signal one.
 func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
 	c.outage.mu.Lock()
 	c.outage.count++
@@ -57,8 +56,7 @@ func (c *Controller[T]) releaseWaiting(cluster string) {
 	c.log.V(1).Info("the API server answers again; retrying the keys that waited for it", "cluster", cluster, "keys", released, "window", window)
 }
 
-// awaitServer makes sure something tells the waiting keys the server is
-// back: the probe, for when no watch broke.
+// awaitServer starts the probe, for outages that no watch noticed.
 func (m *Manager) awaitServer() {
 	m.mu.Lock()
 	ctx := m.running
@@ -78,7 +76,6 @@ func (m *Manager) serverAnswered(cluster string) {
 	}
 }
 
-// clustersWaited returns the clusters whose servers keys wait for.
 func (m *Manager) clustersWaited() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -19,12 +19,11 @@ import (
 //
 //	deployments, err := ctrl.Owns[*appsv1.Deployment](c, ctrl.GenerationChanged)
 //
-// It returns the cache of O it watches, which a [Client] of O reads, to add
-// indexes to. It follows the namespaces of c's cache, indexes included,
-// using an existing cache of O, optional or not, or making a required one.
-// Called while running, it reconciles the owners of cached objects.
-// [Unwatch] removes it. It returns an error if O is not a known, watchable
-// resource, a filter is nil, or c was stopped.
+// It returns the cache of O it watches (to add indexes to), which follows
+// the namespaces of c's cache: an existing cache of O, optional or not, or
+// a new required one. Called while running, it reconciles the owners of
+// cached objects; [Unwatch] removes it. It returns an error if O is not a
+// known, watchable resource, a filter is nil, or c was stopped.
 func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cache[O], error) {
 	if err := checkFilters(changed); err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
@@ -147,10 +146,9 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 
 // SetControllerReference adds to obj an ownerReference to owner with
 // controller=true and blockOwnerDeletion=true: [Owns] maps obj's changes to
-// owner, and the garbage collector deletes obj with owner. An unstructured
-// owner names its kind itself and is namespaced if it has a namespace. It
-// returns an error if obj has another controller, if owner is namespaced
-// and obj is not in its namespace, or if O is not a known resource.
+// owner, and the garbage collector deletes obj with owner. It returns an
+// error if obj has another controller, if owner is namespaced and obj is
+// not in its namespace, or if O is not a known resource.
 func SetControllerReference[O Object](owner O, obj metav1.Object) error {
 	gvk, namespaced, err := ownerKind(owner)
 	if err != nil {

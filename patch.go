@@ -7,15 +7,11 @@ import (
 )
 
 // Merge patches (RFC 7386) are how ctrl writes what a function changed in
-// an object: PatchFrom, CreateOrPatch, finalizers and a state machine's
-// moves. One diff makes them all (evanphx/json-patch, which client-go's
-// own fake applies patches with): a removed field is set to null, an
-// object is compared member by member, any other value, lists included, is
-// replaced whole. For a type whose status is a subresource, the status is
-// a write of its own.
+// an object, all made by one diff (evanphx/json-patch, which client-go's
+// fake applies patches with): lists are replaced whole. For a type whose
+// status is a subresource, the status is a write of its own.
 
-// mergePatch returns the merge patch that turns old into obj, carrying
-// old's resourceVersion as a precondition, or nil if nothing changed.
+// mergePatch returns old→obj's patch with old's resourceVersion, or nil.
 func mergePatch[T Object](old, obj T) ([]byte, error) {
 	diff, err := diffObjects(old, obj)
 	if err != nil || diff == nil {
@@ -24,7 +20,6 @@ func mergePatch[T Object](old, obj T) ([]byte, error) {
 	return withResourceVersion(diff, old.GetResourceVersion())
 }
 
-// statusPatch is mergePatch of the status alone.
 func statusPatch[T Object](old, obj T) ([]byte, error) {
 	_, status, err := splitPatches(old, obj)
 	if err != nil || status == nil {
@@ -33,10 +28,8 @@ func statusPatch[T Object](old, obj T) ([]byte, error) {
 	return withResourceVersion(status, old.GetResourceVersion())
 }
 
-// splitPatches returns the merge patch from old to obj without the
-// status, and the merge patch of the status alone, without preconditions:
-// for a type whose status is a subresource they are two writes. Either is
-// nil when its part did not change.
+// splitPatches returns old→obj's patches of all but the status and of the
+// status, without preconditions; nil for a part that did not change.
 func splitPatches[T Object](old, obj T) (rest, status map[string]any, err error) {
 	diff, err := diffObjects(old, obj)
 	if err != nil || diff == nil {
@@ -52,8 +45,7 @@ func splitPatches[T Object](old, obj T) (rest, status map[string]any, err error)
 	return rest, status, nil
 }
 
-// diffObjects returns the merge patch from old to obj, decoded, or nil if
-// nothing changed.
+// diffObjects returns the decoded merge patch from old to obj, or nil.
 func diffObjects(old, obj any) (map[string]any, error) {
 	before, err := json.Marshal(old)
 	if err != nil {
@@ -74,8 +66,7 @@ func diffObjects(old, obj any) (map[string]any, error) {
 	return diff, nil
 }
 
-// withResourceVersion encodes a merge patch with a resourceVersion
-// precondition.
+// withResourceVersion adds a resourceVersion precondition to a merge patch.
 func withResourceVersion(diff map[string]any, rv string) ([]byte, error) {
 	meta, _ := diff["metadata"].(map[string]any)
 	if meta == nil {

@@ -1,10 +1,7 @@
 package ctrl
 
-// pending reports whether a write to the object with key, made through a
-// Client of the manager, is still to be observed by the cache: until it
-// is, the cached object is older than what this program wrote, and the
-// event that brings the write follows. A [Machine] waits for it rather
-// than step from the older state.
+// pending reports whether a write to key through the manager's Clients is
+// still to be observed by the cache; the event that brings it follows.
 func (c *Cache[T]) pending(key Key) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -13,10 +10,8 @@ func (c *Cache[T]) pending(key Key) bool {
 }
 
 // holds reports whether obj, read from the cache, is still what it holds
-// for key, with no write of the manager's to key waiting to be observed:
-// both at one instant, so that obj is the newest state this program knows.
-// A reconcile that read obj before an event arrived (or a write was made)
-// sees false, and the event queues the key again.
+// for key with no write to key pending, both at one instant: obj is then
+// the newest state this program knows. Otherwise an event queues the key.
 func (c *Cache[T]) holds(key Key, obj T) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -27,9 +22,8 @@ func (c *Cache[T]) holds(key Key, obj T) bool {
 	return ok && any(cur) == any(obj)
 }
 
-// version returns the newest resourceVersion this program knows of the
-// object with key: its own write's, while the cache waits for it, else the
-// cached object's; "" if it knows none, or its last write deleted it.
+// version returns the newest resourceVersion this program knows for key:
+// a pending write's, else the cached object's; "" if none, or deleted.
 func (c *Cache[T]) version(key Key) string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

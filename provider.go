@@ -14,16 +14,13 @@ import (
 
 // KubeconfigDir returns a [Provider] of the member clusters whose
 // kubeconfig files are in dir: a member per file, named after the file
-// without its extension (.yaml, .yml, .json, .kubeconfig, .conf or none:
-// "east.yaml" is the member "east"), reached through the file's current
-// context. Other files, such as an editor's "east.yaml~" or "east.yaml.swp",
-// and hidden files are ignored. The directory is read every two seconds:
-// a file added engages its member, a file changed (new credentials, say)
-// engages it anew, a file removed disengages it. A file that does not
-// load, or whose name is not a DNS label, is logged and skipped until it
-// changes; of two files that name one member ("east.yaml" and
-// "east.yml"), the first in lexical order serves it, and the other is
-// logged once and ignored.
+// without its extension (.yaml, .yml, .json, .kubeconfig, .conf or none),
+// reached through the file's current context; other and hidden files are
+// ignored. The directory is read every two seconds: a file added or
+// changed engages its member, a file removed disengages it. A file that
+// does not load, or whose name is not a DNS label, is logged and skipped
+// until it changes; of two files that name one member, the first in
+// lexical order serves it.
 func KubeconfigDir(dir string) Provider { return kubeconfigDir{provider.NewDir(dir, 2*time.Second)} }
 
 type kubeconfigDir struct{ dir *provider.Dir }
@@ -40,18 +37,16 @@ func (f configFleet) Engage(name string, cfg *rest.Config) error {
 }
 
 // KubeconfigSecrets returns a [Provider] of the member clusters whose
-// kubeconfigs are Secrets in the manager's own cluster (the hub): the
-// Secrets in namespace that match selector (nil: all), a member per
-// Secret, named after it, reached through the kubeconfig in its data key
-// "kubeconfig". A Secret added or changed engages its member; one deleted,
-// or no longer matching, disengages it. It watches the Secrets with a
-// cache of the manager it is given to (Options.ClusterProvider).
+// kubeconfigs are Secrets in the manager's own cluster: those in namespace
+// that match selector (nil: all), a member per Secret, named after it,
+// reached through its data key "kubeconfig". A Secret added or changed
+// engages its member; one deleted, or no longer matching, disengages it.
+// It watches the Secrets with a cache of the manager it is given to.
 func KubeconfigSecrets(namespace string, selector labels.Selector) Provider {
 	return &kubeconfigSecrets{namespace: namespace, selector: selector}
 }
 
-// kubeconfigSecrets engages and disengages members as the hub's cache of
-// their Secrets changes.
+// kubeconfigSecrets follows the hub's cache of the members' Secrets.
 type kubeconfigSecrets struct {
 	namespace string
 	selector  labels.Selector

@@ -15,9 +15,8 @@ type RateLimiter = workqueue.TypedRateLimiter[Key]
 // DefaultRateLimiter returns the limiter controllers use unless
 // ControllerOptions.RateLimiter is set, controller-runtime's: the larger of
 // a per-key exponential backoff from 5 ms to 1000 s and a token bucket of
-// 10 retries per second, burst 100. Failures that only mean the API server
-// was unreachable do not go through it (they wait for the server), and
-// conflicts get the per-key backoff alone; see README.md#retries.
+// 10 retries per second, burst 100. Outage failures skip it and conflicts
+// get the backoff alone (README.md#retries).
 func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }

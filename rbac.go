@@ -17,7 +17,6 @@ type grants struct {
 	verbs map[schema.GroupResource]map[string]bool
 }
 
-// need records that the manager needs verbs on the resource gr.
 func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 	m.grants.mu.Lock()
 	defer m.grants.mu.Unlock()
@@ -35,12 +34,10 @@ func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
 // RBACRules returns the rules the manager's own work needs in its own
 // cluster, as wired so far, one per resource, sorted: list and watch per
 // cache; Leases (get, create, update; delete for a ring) and patch of the
-// objects a ring's label mode labels; Events (create, update, patch)
-// for recorders; patch of objects whose finalizers a controller or machine
-// owns and of machines' status; create of TokenReviews and
-// SubjectAccessReviews for secure metrics. Add your reconciles' writes and
-// uncached reads (the webhook server needs none). Call it after wiring;
-// safe for concurrent use.
+// objects a ring's label mode labels; Events (create, update, patch) for
+// recorders; patch of owned finalizers and machines' status; create of
+// TokenReviews and SubjectAccessReviews for secure metrics; webhooks need
+// none. Add your reconciles' writes and uncached reads. Call it after wiring.
 func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	m.mu.Lock()
 	caches := slices.Clone(m.cacheList)

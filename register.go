@@ -12,12 +12,9 @@ import (
 // APIResource says where the API server serves a type (group, version,
 // plural resource, kind) and what tests cannot discover (scope, status
 // subresource): for [Register], CacheOptions.Resource and
-// ClientOptions.Resource. With Options.Config, unset Namespaced,
-// ClusterScoped and Status are learned from discovery when the type is
-// first bound; a set value the server contradicts is an error naming the
-// field and the answer. Fakes and fleet members have no discovery: unset
-// means namespaced, with a status subresource if the Go type has a status
-// field (always for unstructured).
+// ClientOptions.Resource. With Options.Config, unset scope and status are
+// learned from discovery; a set value the server contradicts is an error
+// naming the field and the answer. Fakes and fleet members have no discovery.
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
@@ -27,12 +24,12 @@ type APIResource struct {
 	Kind string
 	// Namespaced declares namespaced objects (CRD `scope: Namespaced`),
 	// ClusterScoped the opposite (`scope: Cluster`); set one at most. Default:
-	// from discovery; namespaced on the fakes.
+	// from discovery; without it, namespaced.
 	Namespaced, ClusterScoped bool
-	// Status declares a status subresource (CRD `subresources: {status: {}}`):
-	// UpdateStatus, PatchStatus and status applies use it, and fail without
-	// reaching the server if there is none. Default: from discovery; on the
-	// fakes, whether the Go type has a status field.
+	// Status declares a status subresource (CRD `subresources: {status: {}}`),
+	// without which status writes fail before reaching the server. Default:
+	// from discovery; without it, whether the Go type has a status field
+	// (always for unstructured).
 	Status bool
 }
 
@@ -91,12 +88,11 @@ func resolve[T Object](m *Manager) (binding.Info, error) {
 }
 
 // Register records that the API server serves the custom resource type T
-// as r (see [APIResource]). T is a pointer to a struct that embeds
-// metav1.TypeMeta and metav1.ObjectMeta with JSON tags and implements
-// DeepCopyObject (see README.md#a-custom-resource); no clientset or scheme
-// is needed. Call it once before creating managers that use T, such as in
-// an init function. Registering T again with the same r does nothing; with
-// another r, or for a built-in type, it returns an error.
+// as r. T is a pointer to a struct that embeds metav1.TypeMeta and
+// metav1.ObjectMeta with JSON tags and implements DeepCopyObject (see
+// README.md#a-custom-resource). Call it before creating managers that use
+// T, such as in an init function. Registering T again with the same r does
+// nothing; with another r, or for a built-in type, it returns an error.
 func Register[T Object](r APIResource) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("ctrl: Register %s: %w", reflect.TypeFor[T](), err)
@@ -119,19 +115,18 @@ func MustRegister[T Object](r APIResource) {
 
 // Project makes P a projection of the API type T: a [Cache], [Controller]
 // or [Client] of P reads T and keeps only what fn returns, so memory is
-// P's and the compiler stops reads of fields not kept. P is a pointer to a
-// struct with TypeMeta, ObjectMeta and DeepCopyObject; fn sets the
-// metadata read (name, namespace, resourceVersion; ownerReferences for
+// P's and the compiler stops reads of fields not kept (Bounded). P is a
+// pointer to a struct with TypeMeta, ObjectMeta and DeepCopyObject; fn sets
+// the metadata read (name, namespace, resourceVersion; ownerReferences for
 // [Owns]), copies what it keeps (its argument is reused), and accepts an
 // object twice. Clients of P read only.
 //
 // fields names, by JSON path ("spec.nodeName"), what fn reads of a
-// built-in T besides metadata: only those are decoded and fn sees others
-// empty; the first object of each watch is projected both ways and a
-// difference logged. No fields: whole objects. It returns an error for a
-// path T lacks, or fields of a custom resource (decoded whole). For
-// metadata alone use *metav1.PartialObjectMetadata. Call it once per P
-// before creating managers; again with the same T and fields is a no-op.
+// built-in T besides metadata: only those are decoded (none: all); the
+// first object of each watch is projected both ways and a difference
+// logged. It returns an error for a path T lacks, or fields of a custom
+// resource. Call it once per P before creating managers (a repeat with the
+// same T and fields is a no-op).
 func Project[T, P Object](fn func(T) P, fields ...string) error {
 	if fn == nil {
 		return fmt.Errorf("ctrl: Project %s: nil function", reflect.TypeFor[P]())

@@ -7,8 +7,7 @@ import (
 	"slices"
 )
 
-// cacheRefs: a cache's identity, users, and stop; an unpinned cache nobody uses
-// stops and forgets its objects. Under Manager.mu.
+// cacheRefs: a cache's identity, users, and stop. Under Manager.mu.
 type cacheRefs struct {
 	id       cacheID
 	users    int
@@ -154,12 +153,11 @@ type link struct {
 }
 
 // Stop stops the controller for good, before or while the manager runs:
-// nothing is queued, workers end after their reconciles, its queue, [Owns]
-// and [Watches] go, and unused caches (not [NewCache]'s) stop and forget
-// their objects; stopped before Start, its name may be reused. It blocks
-// until its reconciles returned or ctx is done, then cancels them and
-// returns an error counting them. A second call returns nil. Safe for
-// concurrent use.
+// its queue, [Owns] and [Watches] go, and unused caches (not [NewCache]'s)
+// stop and forget their objects; stopped before Start, its name may be
+// reused. It blocks until its reconciles returned or ctx is done, then
+// cancels them and returns an error counting them. A second call returns
+// nil. Safe for concurrent use.
 func (c *Controller[T]) Stop(ctx context.Context) error {
 	m := c.mgr
 	c.wiring.Lock()
@@ -251,8 +249,8 @@ func (c *Controller[T]) addLink(l *link) error {
 //	err := ctrl.Unwatch[*corev1.Secret](c)  // every Owns and Watches of Secrets
 //	err = ctrl.Unwatch(c, nodes)             // the Watches of the cache nodes
 //
-// Callable before or while the manager runs; it blocks until released
-// caches stopped, and returns an error if c has no such Owns or Watches.
+// Callable before or while the manager runs, it blocks until released
+// caches stopped; it returns an error if c has no such Owns or Watches.
 func Unwatch[O, T Object](c *Controller[T], from ...*Cache[O]) error {
 	c.wiring.Lock()
 	c.mu.Lock()

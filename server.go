@@ -53,10 +53,8 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is /readyz: ready once every cache synced and none is
-// forbidden, else a line per cache with why. Synced caches stay ready
-// through an outage (a restart would not help); a required kind no longer
-// served is not ready; an optional kind waiting for its CRD is ready.
+// readiness is /readyz: a line per cache not synced or forbidden. Synced
+// caches stay ready through an outage: a restart would not help.
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
@@ -110,8 +108,8 @@ type Addresses struct {
 	Webhook string // Options.WebhookAddress
 }
 
-// Addresses returns where the manager's HTTP endpoints listen; Start binds
-// them before waiting for the caches.
+// Addresses returns where the manager's HTTP endpoints listen, bound by
+// Start before it waits for the caches.
 func (m *Manager) Addresses() Addresses {
 	m.mu.Lock()
 	defer m.mu.Unlock()

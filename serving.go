@@ -20,10 +20,9 @@ type MetricsServing struct {
 	// Insecure serves plain HTTP to anyone who reaches the address, for a
 	// proxy in front or trusted clients. Default: off.
 	Insecure bool
-	// CertDir holds the certificate and key as tls.crt and tls.key. Start
-	// fails if they cannot be read; a changed pair is served from the next
-	// handshake. Default: a localhost certificate made at Start, which
-	// scrapers do not verify (insecure_skip_verify) but still send a token.
+	// CertDir holds the certificate and key, read as Options.WebhookCertDir
+	// is. Default: a localhost certificate made at Start, which scrapers do
+	// not verify (insecure_skip_verify) but still send a token.
 	CertDir string
 }
 
@@ -37,8 +36,7 @@ type TLSOptions struct {
 	// tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256; Go does not let TLS
 	// 1.3's be chosen. Default: Go's.
 	CipherSuites []uint16
-	// HTTP2 offers HTTP/2 (see README.md#http2-off-by-default). Default:
-	// off.
+	// HTTP2 offers HTTP/2 (README.md#http2-off-by-default). Default: off.
 	HTTP2 bool
 }
 

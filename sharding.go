@@ -17,8 +17,8 @@ import (
 
 // Sharding splits the objects of a program's controllers among its
 // replicas, each reconciling and caching about 1/N of them, with a
-// membership Lease each and no coordinator (README.md#sharding). Its
-// guarantees are the package's "One owner per object".
+// membership Lease each and no coordinator (README.md#sharding; see the
+// package's guarantees: One owner per object).
 //
 // Objects are placed by the FNV-1a hash of their UID, or namespace with
 // ByNamespace. Where the server offers ShardedListAndWatch (alpha since
@@ -33,9 +33,8 @@ type Sharding struct {
 	// ring.shard.ctrl.dev=<Ring>. A DNS label. Empty: no sharding.
 	Ring string
 	// LeaseOptions: the membership Leases' namespace, this replica's
-	// identity (see [Request]), and their timing. RetryPeriod is also how
-	// often the ring is looked at, and past RenewDeadline a replica is
-	// fenced as a lost leader is and Start returns an error wrapping
+	// identity, and their timing; RetryPeriod is also how often the ring is
+	// looked at. Past RenewDeadline, Start returns an error wrapping
 	// [ErrLeadershipLost].
 	LeaseOptions
 	// ByNamespace places objects by namespace instead of UID: one replica

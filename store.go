@@ -141,8 +141,7 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	}
 }
 
-// drop removes and dispatches the cached objects whose keys match, as
-// removals of kind: those no watch reports (forgotten, or CRD deleted).
+// drop removes the matching objects as removals of kind, which no watch reports.
 func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	c.dispatch.Lock()
 	defer c.dispatch.Unlock()
@@ -194,8 +193,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		}
 	}
 	var changes, removed []event[T]
-	// An object missing from a relist of a selective cache was deleted, or
-	// its labels or fields changed while the watch was down.
+	// Missing from a selective relist: deleted, or out of the selector.
 	gone := deleted
 	if c.selective() {
 		gone = vanished
@@ -269,9 +267,8 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 func (f *feed[T]) Resync() error { return nil }
 
 // Bookmark and UpdateResourceVersion record how far the watch has seen, so
-// writes it will never see are not waited for past it. A bookmark (about
-// once a minute) also settles passed expectations, for programs that never
-// call WaitIdle.
+// writes it will never see are not waited for past it; a bookmark also
+// settles passed expectations, for programs that never call WaitIdle.
 func (f *feed[T]) Bookmark(rv string) error {
 	f.UpdateResourceVersion(rv)
 	f.c.mu.Lock()
@@ -290,10 +287,9 @@ func (f *feed[T]) UpdateResourceVersion(rv string) {
 }
 
 // startDispatching marks an event being dispatched. The idle check reads
-// the marks, the expectations the event settles and the queues it fills
-// one after another: the activity it counts voids a check that read the
-// mark before the event began and the rest after it settled a write but
-// before a handler queued its key.
+// marks, expectations and queues one after another: the activity counted
+// here voids a check that read the mark before the event and the rest
+// after it settled a write but before a handler queued its key.
 func (c *Cache[T]) startDispatching() {
 	c.dispatching.Add(1)
 	c.mgr.activity.Add(1)

@@ -9,18 +9,16 @@ import (
 )
 
 // Watches makes controller c reconcile the keys that fn returns for each
-// object of src that changes. For an update, fn is called with the old and
-// the new object and the union is queued; updates pass only if one of
-// changed reports true for the old and new object (none: every update
-// passes). fn runs on the cache's goroutine: it must be fast and must not
-// block; it may read other caches. T and O are inferred:
+// object of src that changes, for an update the old and the new object's;
+// updates pass only if one of changed (if any) reports true. fn runs on the
+// cache's goroutine: it must be fast and not block; it may read other
+// caches. T and O are inferred:
 //
 //	err := ctrl.Watches(c, nodes, func(n *corev1.Node) []ctrl.Key { ... }, ctrl.LabelsChanged)
 //
-// Watches may be called while the manager runs: the objects src holds
-// already are mapped at once. [Unwatch] removes it. It returns an error if
-// src or fn or a filter is nil, src belongs to another manager or was
-// released (nothing used it any more), or c was stopped.
+// Called while the manager runs, it maps the objects src holds at once;
+// [Unwatch] removes it. It returns an error if src or fn or a filter is
+// nil, src belongs to another manager or was released, or c was stopped.
 func Watches[O, T Object](c *Controller[T], src *Cache[O], fn func(O) []Key, changed ...func(old, obj O) bool) error {
 	if fn == nil || src == nil {
 		return fmt.Errorf("ctrl: %s: Watches: nil cache or function", c)
@@ -73,8 +71,7 @@ func (h *mapHandler[O]) changed(ev event[O]) {
 	}
 	keys := h.mapped(ev.key, ev.obj)
 	if ev.kind == updated {
-		// The keys of the old object too: they may have lost a dependency.
-		// Each key once, so that one change is one cause.
+		// The old object's keys too, each once: they may have lost a dependency.
 		keys = union(h.mapped(ev.key, ev.old), keys)
 	}
 	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: ev.key}
@@ -83,7 +80,6 @@ func (h *mapHandler[O]) changed(ev event[O]) {
 	}
 }
 
-// union returns the keys of a and then of b, each once.
 func union(a, b []Key) []Key {
 	out := make([]Key, 0, len(a)+len(b))
 	seen := make(map[Key]struct{}, len(a)+len(b))

@@ -21,12 +21,9 @@ import (
 // ([Validate]). nil admits; an API status error (apierrors.NewInvalid...)
 // passes as it is; a *field.Error or field.ErrorList's ToAggregate()
 // becomes 422 Invalid, one cause per field; any other error, 403 Forbidden.
-//
-// A nil function admits without a call and is left out of the
-// configuration. Calls may run concurrently, each with its own objects.
-// ctx ends at the request's timeout (see the Answered guarantee) and
-// carries the logger with the request's uid and path. [AdmissionWarning]
-// adds warnings.
+// A nil function admits and is left out of the configuration. Calls may run
+// concurrently; ctx ends at the request's timeout (Answered) and carries
+// the logger with the request's uid and path.
 type Validator[T Object] struct {
 	// Create validates an object to be created.
 	Create func(ctx context.Context, obj T) error
@@ -37,18 +34,16 @@ type Validator[T Object] struct {
 }
 
 // Validate registers v as the validating webhook of T (built-in or
-// [Register]ed), at /validate-<group with dashes>-<version>-<kind> as
-// controller-runtime names it, unless [WebhookOptions] say otherwise. It
-// returns an error if T has one, v sets no function, the path or name is
-// taken or invalid, more than one WebhookOptions is given, or, wrapping
+// [Register]ed), at the path [WebhookOptions] describes. It returns an
+// error if T has one, v sets no function, the path or name is taken or
+// invalid, more than one WebhookOptions is given, or, wrapping
 // [ErrStarted], the manager started.
 func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) error {
 	return addAdmission(m, "Validate", &webhook.Admission[T]{Create: v.Create, Update: v.Update, Delete: v.Delete}, opts)
 }
 
 // WebhookOptions choose an admission webhook's path and configuration name,
-// such as an existing kubebuilder project's. The zero value means the
-// defaults.
+// such as an existing kubebuilder project's. The zero value: the defaults.
 type WebhookOptions struct {
 	// Path is the URL path of the webhook. Default:
 	// /validate-<group with dashes>-<version>-<kind> for [Validate],
@@ -60,11 +55,10 @@ type WebhookOptions struct {
 	Name string
 }
 
-// Default registers f as the defaulting (mutating) webhook of T, at
-// /mutate-<group with dashes>-<version>-<kind>, called on creates and
-// updates to change the object in place; the API server gets a JSON patch,
-// which leaves fields T does not know alone. Errors deny as for a
-// [Validator]. It returns errors as [Validate] does.
+// Default registers f as the defaulting (mutating) webhook of T, called on
+// creates and updates to change the object in place; the API server gets a
+// JSON patch, which leaves fields T does not know alone. Errors deny as for
+// a [Validator]. It returns errors as [Validate] does.
 func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
 		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
@@ -90,15 +84,13 @@ func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], op
 
 // Convert registers the conversion between A and B, two versions of one
 // custom resource registered with [Register] with the same group, resource
-// and kind. toB and toA fill in a destination that carries a copy of the
-// source's metadata; ctx ends at the request's timeout and carries the
-// logger; calls may run concurrently. Served at /convert; with three
-// versions or more, spokes convert through a hub along the shortest chain
-// of registered pairs. A conversion that changes name, namespace or uid
-// fails. See [Manager.WebhookConfigurations] for the CRD's spec.conversion.
-// It returns an error if A and B are not two versions of one custom
-// resource, a function is nil, the pair is registered, or, wrapping
-// [ErrStarted], the manager started.
+// and kind, served at /convert (see [Manager.WebhookConfigurations]). toB
+// and toA fill in a destination that carries a copy of the source's
+// metadata, and may not change name, namespace or uid; ctx and concurrency
+// are as for a [Validator]. With three versions or more, conversions chain
+// along the shortest path of registered pairs. It returns an error if A and
+// B are not two versions of one custom resource, a function is nil, the
+// pair is registered, or, wrapping [ErrStarted], the manager started.
 func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B) error, toA func(ctx context.Context, src B, dst A) error) error {
 	a, err := binding.Lookup[A]()
 	if err != nil {
@@ -112,9 +104,8 @@ func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B
 }
 
 // AdmissionWarning adds msg to the warnings of the admission request of ctx
-// (kubectl prints them), from a [Validator] or [Default] function.
-// Elsewhere it logs msg to ctx's logger at V(1). The API server truncates
-// long messages.
+// (kubectl prints them), from a [Validator] or [Default] function;
+// elsewhere it logs msg to ctx's logger at V(1).
 func AdmissionWarning(ctx context.Context, msg string) {
 	if !webhook.Warn(ctx, msg) {
 		logr.FromContextOrDiscard(ctx).V(1).Info("AdmissionWarning outside an admission request", "warning", msg)
@@ -161,10 +152,9 @@ func (m *Manager) addWebhook(verb string, add func(*webhook.Server) error) error
 }
 
 // WebhookHandler returns the handler Start serves on
-// Options.WebhookAddress, for tests or programs that serve it themselves.
-// It routes by path, takes only POSTs of application/json, is safe for
-// concurrent use, and serves webhooks registered later. Calling it tells
-// Start the webhooks are served, so Options.WebhookAddress may be unset.
+// Options.WebhookAddress, for programs that serve it themselves (which may
+// then leave the address unset). It takes only POSTs of application/json,
+// is safe for concurrent use, and serves webhooks registered later.
 func (m *Manager) WebhookHandler() http.Handler {
 	m.webhooks.handed.Store(true)
 	s, err := m.webhookServer()
@@ -198,12 +188,11 @@ type WebhookTarget struct {
 	// URL is the webhook server's base URL, such as
 	// "https://127.0.0.1:9443"; each webhook's path is appended.
 	URL string
-	// Service fronts the webhook server; each webhook's path is set on a copy.
-	// Its port defaults to 443.
+	// Service fronts the webhook server, port 443 if unset; each webhook's
+	// path is set on a copy.
 	Service *admissionregistrationv1.ServiceReference
 	// CABundle holds the PEM certificates that verify the server, such as
-	// [WriteWebhookCerts] returns (or cert-manager injects). Default: the API
-	// server's system trust roots.
+	// [WriteWebhookCerts] returns. Default: the API server's trust roots.
 	CABundle []byte
 }
 
@@ -219,9 +208,8 @@ type WebhookConfigurations struct {
 	Conversions map[string]CRDConversion
 }
 
-// CRDConversion is apiextensions.k8s.io/v1 CustomResourceConversion with
-// upstream's JSON names (ctrl does not depend on apiextensions): marshal it
-// into a patch such as {"spec":{"conversion": ...}}.
+// CRDConversion is apiextensions.k8s.io/v1 CustomResourceConversion, with
+// its JSON names: marshal it into {"spec":{"conversion": ...}}.
 type CRDConversion struct {
 	// Strategy is "Webhook".
 	Strategy string `json:"strategy"`
@@ -264,11 +252,10 @@ func (m *Manager) WebhookConfigurations(name string, target WebhookTarget) (Webh
 	return out, nil
 }
 
-// WriteWebhookCerts writes a new CA and a serving certificate valid a year
-// for 127.0.0.1, ::1, localhost and dnsNames to dir (created if needed) as
-// tls.crt, tls.key and ca.crt for Options.WebhookCertDir, each by rename,
-// and returns the CA in PEM for [WebhookTarget].CABundle. For development
-// and tests.
+// WriteWebhookCerts writes, for development and tests, a new CA and a
+// serving certificate valid a year for 127.0.0.1, ::1, localhost and
+// dnsNames to dir (created if needed) as tls.crt, tls.key and ca.crt, each
+// by rename, and returns the CA in PEM for [WebhookTarget].CABundle.
 func WriteWebhookCerts(dir string, dnsNames ...string) (caBundle []byte, err error) {
 	if caBundle, err = webhook.WriteCerts(dir, dnsNames...); err != nil {
 		return nil, fmt.Errorf("ctrl: WriteWebhookCerts: %w", err)

@@ -18,7 +18,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// work is one worker goroutine: it takes keys until the queue shuts down.
 func (c *Controller[T]) work() {
 	for {
 		key, item, shutdown := c.q.Get()
@@ -28,21 +27,12 @@ func (c *Controller[T]) work() {
 		ctx := *c.reconcileCtx.Load()
 		switch {
 		case c.stopping.Load() || item.Causes.Total == 0:
-			// Once stopping, drain without reconciling. A key without
-			// causes is one whose causes an earlier reconcile took: it was
-			// queued again while being handed out, and the earlier
-			// reconcile, which began after every cause was recorded, has
-			// served it.
+			// Drain; a key without causes was served by the reconcile that took them.
 		case leader.Check(ctx) != nil:
-			// Leadership ended (its deadline may have passed while the
-			// process was paused, before anything noticed): the key is
-			// dropped, since whoever leads next reconciles every object.
+			// Leadership ended: whoever leads next reconciles every object.
 			c.q.Forget(key)
 		case c.awaitOwnWrite(key, item.Causes):
-			// The cache does not show a write this program made to the
-			// object yet: a reconcile now would act on older state (and
-			// conflict, or repeat what it did). The update that brings
-			// the write queues the key, whatever the filters say.
+			// The update bringing this program's write queues the key again.
 		default:
 			c.process(ctx, key, item)
 		}
@@ -50,8 +40,7 @@ func (c *Controller[T]) work() {
 	}
 }
 
-// process reconciles one key and decides when it comes back: the whole fate
-// of a key is in the switch below.
+// process reconciles one key; the whole fate of a key is in its switch.
 func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	ctx, leave, ok := c.admit(ctx, key)
 	if !ok {
@@ -59,8 +48,6 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		return
 	}
 	defer leave()
-	// The queue counts keys in processing, for the idle check and the
-	// shutdown report; the gauge is for the metrics.
 	c.metrics.Active.Inc()
 	start := time.Now()
 	defer func() {
@@ -109,8 +96,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	}
 	switch {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
-		// Not the object's failure, and not to retry: this replica may no
-		// longer act, and whoever leads next reconciles every object.
+		// Not to retry: whoever leads next reconciles every object.
 		c.q.Forget(key)
 		c.failures.ok(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
@@ -119,9 +105,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		c.q.Forget(key)
 		log.V(1).Info("the object moved to another replica: the reconcile ends here", "err", err.Error())
 	case err != nil && c.vanished(ctx, key, ri, err):
-		// Routine, as a conflict is: the object was deleted while it was
-		// reconciled. Its deletion is its own event (OnDelete, the
-		// finalizer); nothing is left to retry.
+		// Deleted while reconciled: its deletion is its own event.
 		c.metrics.Success.Inc()
 		c.q.Forget(key)
 		c.failures.ok(key)
@@ -140,14 +124,12 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 			c.failures.ok(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
-			// Routine: the object changed since the cache saw it. The retry
-			// reads the newer state; it spends no shared retry budget.
+			// Routine: the retry reads newer state, outside the shared budget.
 			c.failures.failed(key, err)
 			c.q.RetryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
-			// Not the object's failure: the key waits for the server, with
-			// neither its own backoff nor the shared budget touched.
+			// The key waits for the server, outside backoff and budget.
 			c.failures.failed(key, err)
 			c.waitForServer(key, cluster, err)
 		default:
@@ -167,11 +149,9 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	}
 }
 
-// errReconcileTimeout is the cause of a reconcile's context canceled by
-// ControllerOptions.ReconcileTimeout.
+// errReconcileTimeout is the cause of a ReconcileTimeout cancellation.
 var errReconcileTimeout = errors.New("ctrl: the reconcile ran past ControllerOptions.ReconcileTimeout")
 
-// jitter returns d lengthened by a random part of up to fraction of it.
 func jitter(d time.Duration, fraction float64) time.Duration {
 	if fraction <= 0 {
 		return d
@@ -179,8 +159,7 @@ func jitter(d time.Duration, fraction float64) time.Duration {
 	return d + rand.N(time.Duration(float64(d)*fraction)+1)
 }
 
-// countCauses counts the reconcile once under each reason among all its
-// causes.
+// countCauses counts the reconcile once under each reason of its causes.
 func (c *Controller[T]) countCauses(cs *Causes) {
 	for i := range reasons {
 		if cs.reasons&(1<<i) != 0 {
@@ -189,9 +168,8 @@ func (c *Controller[T]) countCauses(cs *Causes) {
 	}
 }
 
-// reconcileID returns an ID that tells one reconcile's log lines from
-// another's: 64 random bits in hex. A UUID reads crypto/rand, which showed
-// in the reconcile path's CPU profile.
+// reconcileID returns 64 random bits in hex: a UUID reads crypto/rand,
+// which showed in the reconcile path's CPU profile.
 func reconcileID() string {
 	return strconv.FormatUint(rand.Uint64(), 16)
 }
@@ -208,8 +186,7 @@ func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (r
 	return c.reconcileCached(ctx, key)
 }
 
-// reconcileCached hands a removed object to its hooks, then reconciles the
-// cached object, if any.
+// reconcileCached runs a removed object's hooks, then reconciles the cached one.
 func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, error) {
 	cached, ok := c.cache.Get(key)
 	if c.afterRead != nil && ok {
@@ -228,13 +205,7 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	}
 	obj := cached
 	if !c.opts.UnsafeDisableDeepCopy {
-		// A copy of its own, so that a reconcile that changes its object
-		// cannot change the cache's. Nothing cheaper is safe in Go: a pooled
-		// copy, reused once the reconcile returns, would change under
-		// whatever the reconcile kept of it (a goroutine, a closure, an
-		// error), which nothing can tell; no write to a struct's field can
-		// be intercepted, so there is no copy on write; and decoding the
-		// object anew costs more than copying it (BenchmarkReconcileCopy).
+		// Nothing cheaper is safe: README.md#a-copy-per-reconcile.
 		obj = cached.DeepCopyObject().(T)
 	}
 	if c.finalizer != "" {
@@ -246,12 +217,10 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	return c.reconcile(ctx, obj)
 }
 
-// vanished reports whether err says that the object being reconciled is
-// gone: a write to it (its key, through a client of its resource) failed
-// with NotFound, and the server, asked once more, no longer holds it, or
-// holds a new object of the same name. The second question is needed
-// because the API server also answers NotFound for a subresource the
-// resource does not have, which is a mistake to report, not a deletion.
+// vanished reports whether err is a NotFound from writing the reconciled
+// object and the server, asked again, no longer holds it (or holds a new
+// one): a NotFound also comes for a subresource the resource lacks, a
+// mistake to report.
 func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo, err error) bool {
 	var re *requestError
 	if !ri.reconciled || !errors.As(err, &re) || !re.written() || re.key != key ||
@@ -274,12 +243,10 @@ func (c *Controller[T]) vanished(ctx context.Context, key Key, ri *reconcileInfo
 	return ri.uid != "" && obj.GetUID() != "" && obj.GetUID() != ri.uid
 }
 
-// admit asks the share of the controller's objects, if it has one,
-// whether this replica reconciles key now: the object as cached, or its
-// tombstone. It returns the reconcile's context, canceled if the object
-// moves away, and the function to call when the reconcile ends. A key of
-// an object this replica does not hold at all passes: its reconcile does
-// nothing.
+// admit asks the controller's share, if any, whether this replica
+// reconciles key now, judging the cached object or its tombstone. It
+// returns the reconcile's context, canceled if the object moves away, and
+// the function to call when the reconcile ends. An unheld key passes.
 func (c *Controller[T]) admit(ctx context.Context, key Key) (context.Context, func(), bool) {
 	share := c.cache.share
 	if share == nil {

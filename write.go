@@ -16,8 +16,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// write fences every Client write with the reconcile's leadership, tags an
-// unreachable server, and has the caches of T track it for WaitIdle.
+// write fences every Client write, tags an outage, and has WaitIdle track it.
 func (c *Client[T]) write(ctx context.Context, key Key, deleting bool, do func(b binding.Backend[T]) (T, error)) (T, error) {
 	if err := leader.Check(ctx); err != nil {
 		return binding.New[T](), err
@@ -47,7 +46,6 @@ func (c *Client[T]) checkNil(verb string, obj T) error {
 	return nil
 }
 
-// checkObject rejects nil, and a namespaced object without a namespace.
 func (c *Client[T]) checkObject(verb string, obj T) error {
 	if err := c.checkNil(verb, obj); err != nil {
 		return err
@@ -67,12 +65,11 @@ func (c *Client[T]) checkKey(verb string, key Key) error {
 	return nil
 }
 
-// Create creates obj and returns the object the server stored. A create of
-// a named object carries the annotation ctrl.dev/create-id, unique to the
-// request: if its reply was lost and a later Create through this manager
-// finds the object with that value, it returns the object instead of
-// AlreadyExists. Objects anyone else created (other replicas included) are
-// still AlreadyExists; a create with generateName may create twice.
+// Create creates obj and returns the object the server stored. A named
+// object carries the annotation ctrl.dev/create-id, unique to the request:
+// a later Create through this manager that finds its own lost create
+// returns the object; anyone else's, other replicas' included, is
+// AlreadyExists. A create with generateName may create twice.
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err
@@ -102,8 +99,7 @@ func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 
 // Update replaces obj, with obj's resourceVersion as a precondition: if the
 // object changed since it was read, the error is a conflict
-// (apierrors.IsConflict); return it from reconcile to retry (the Fresh
-// guarantee).
+// (apierrors.IsConflict); return it from reconcile to retry (Fresh).
 func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update", obj); err != nil {
 		return obj, err
@@ -115,10 +111,9 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	return out, c.wrap("update", key, err)
 }
 
-// UpdateStatus replaces obj's status through the status subresource (the
-// server ignores other changes), failing with a conflict as Update does. It
-// returns an error if the resource has no status subresource
-// (APIResource.Status).
+// UpdateStatus replaces obj's status through the status subresource,
+// failing with a conflict as Update does, or at once if the resource has
+// none (APIResource.Status).
 func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("update status of", obj); err != nil {
 		return obj, err
@@ -145,14 +140,11 @@ func (c *Client[T]) noStatus() error {
 
 // Patch applies a patch to the object with key and returns the result. pt
 // is types.MergePatchType, types.JSONPatchType, or, for built-in types only,
-// types.StrategicMergePatchType. For server-side apply use [Client.Apply];
-// to patch what a function changed in an object, [Client.PatchFrom].
+// types.StrategicMergePatchType (server-side apply: [Client.Apply]).
 //
-// Made in a reconcile under a Lease ([CheckLeadership]), a patch naming no
-// resourceVersion carries the one the manager knows as a precondition, so
-// that the API server refuses it if it leaves after the term ended and
-// another replica wrote; a conflict this causes is retried, not returned.
-// Apply, and Delete given no preconditions, do the same.
+// In a reconcile under a Lease, a patch naming no resourceVersion is fenced
+// by the one the manager knows (One leader); a conflict this alone causes
+// is retried, not returned. Apply, and Delete without preconditions, too.
 func (c *Client[T]) Patch(ctx context.Context, key Key, pt types.PatchType, data []byte) (T, error) {
 	return c.patch(ctx, key, pt, data, "")
 }
@@ -193,15 +185,12 @@ func (c *Client[T]) patch(ctx context.Context, key Key, pt types.PatchType, data
 	return out, c.wrap(verb, key, err)
 }
 
-// fenced sends a write made under a term (a reconcile's that runs for a
-// Lease) with, where the caller set none, the newest resourceVersion
-// this program knows of the object as a precondition: send(rv) reports
-// whether it carried rv. The check of the term before a write cannot cover
-// a pause between it and the wire; the precondition has the server refuse
-// such a write once another holder wrote the object. A conflict it causes
-// is not the caller's: the term is checked again and the write sent again
-// at the server's current version. Without a term, on the fakes, or with
-// no version known, the write goes as the caller made it.
+// fenced sends a write made under a term with the newest resourceVersion
+// known as a precondition, where the caller set none (send reports whether
+// it carried rv): the term's check cannot cover a pause before the wire. A
+// conflict it alone causes is retried, the term checked again, at the
+// server's version. Without a term, on the fakes, or with no version
+// known, the write goes as the caller made it.
 func (c *Client[T]) fenced(ctx context.Context, b binding.Backend[T], key Key, send func(rv string) (T, bool, error)) (T, error) {
 	rv := ""
 	if leader.Holds(ctx) && !b.Fake() {
@@ -231,11 +220,10 @@ func (c *Client[T]) fenced(ctx context.Context, b binding.Backend[T], key Key, s
 }
 
 // PatchFrom writes the changes that turned old into obj as a JSON merge
-// patch carrying old's resourceVersion (controller-runtime's MergeFrom with
-// optimistic lock): a change since old was read is a conflict, never
-// overwritten. Lists are replaced whole; status changes are ignored where
-// there is a status subresource. With nothing changed it makes no request
-// and returns obj.
+// patch carrying old's resourceVersion: a change since old was read is a
+// conflict, never overwritten. Lists are replaced whole; status changes are
+// ignored where there is a status subresource. With nothing changed it
+// makes no request and returns obj.
 func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	if err := errors.Join(c.checkNil("patch", old), c.checkNil("patch", obj)); err != nil {
 		return obj, err
