@@ -159,12 +159,35 @@ func TestLeaderElectionHandover(t *testing.T) {
 
 	// A clean stop releases the Lease: b takes over without waiting for it
 	// to expire, and reconciles what changed meanwhile.
+	// b may take the Lease as soon as a releases it: a watch sees the
+	// release however soon that is.
+	cs := kubernetes.NewForConfigOrDie(env.Config())
+	w, err := cs.CoordinationV1().Leases(ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=handover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	stopped := time.Now()
 	a.stop(t)
-	if h := holder(t, ns, "handover"); h != "" {
-		t.Errorf("after a clean stop: got holder %q, want the lease released", h)
-	}
 	eventually(t, 5*time.Second, "b leads", func() bool { return holder(t, ns, "handover") == "b" })
+	var holders []string
+	for released := false; !released; {
+		select {
+		case ev := <-w.ResultChan():
+			l, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				t.Fatalf("watching the Lease: %v", ev.Object)
+			}
+			h := ""
+			if l.Spec.HolderIdentity != nil {
+				h = *l.Spec.HolderIdentity
+			}
+			holders = append(holders, h)
+			released = h == ""
+		case <-time.After(5 * time.Second):
+			t.Fatalf("after a clean stop: the Lease's holders were %q, want it released before b took it", holders)
+		}
+	}
 	createConfigMaps(t, ns, "second", 5)
 	eventually(t, 10*time.Second, "b reconciles", func() bool { return tr.count("b") >= 5 })
 	t.Logf("takeover after a clean stop: %s", time.Since(stopped).Round(time.Millisecond))
