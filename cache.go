@@ -3,6 +3,7 @@ package ctrl
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/scope"
 )
 
 // CacheOptions select what a [Cache] holds. The zero value caches every
@@ -69,7 +71,7 @@ type Cache[T Object] struct {
 	b    *binding.Binding[T] // the own cluster's; a fleet cache's has only Info
 	opts CacheOptions
 	// scope's namespaces change with SetNamespaces; read them from namespaces.
-	scope      scope
+	scope      scope.Scope
 	namespaces atomic.Pointer[[]string]
 	share      act.Share // the part of the objects this replica holds; nil: all
 	kind       string    // for causes: "ConfigMap"
@@ -341,4 +343,48 @@ func (c *Cache[T]) warning() string {
 
 func (c *Cache[T]) notFound(key Key) error {
 	return apierrors.NewNotFound(c.b.GVR.GroupResource(), key.Name)
+}
+
+// selective: objects may leave the cache while they exist (a selector, a share label).
+func (c *Cache[T]) selective() bool {
+	return c.scope.Selective() || c.share != nil && c.share.View().Label != nil
+}
+
+func (c *Cache[T]) currentScope() scope.Scope {
+	sc := c.scope
+	if ns := c.namespaces.Load(); ns != nil {
+		sc.Namespaces = *ns
+	}
+	return sc
+}
+
+// covers: no selector, key's namespace watched, key's cluster the cache's.
+func (c *Cache[T]) covers(key Key) bool {
+	return c.coversNamespace(key.Cluster, key.Namespace)
+}
+
+func (c *Cache[T]) coversNamespace(cluster, ns string) bool {
+	return c.coversCluster(cluster) && c.currentScope().Holds(ns) &&
+		(c.share == nil || c.share.HoldsAll(ns))
+}
+
+// coversCluster: own cluster for an ordinary cache, an engaged member for a fleet's.
+func (c *Cache[T]) coversCluster(cluster string) bool {
+	if !c.opts.Fleet {
+		return cluster == ""
+	}
+	c.rewire.Lock()
+	defer c.rewire.Unlock()
+	return c.members[cluster] != nil
+}
+
+func describeScope[T Object](caches []*Cache[T]) string {
+	if len(caches) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, c := range caches {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, "; ")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/scope"
 )
 
 type use[T Object] struct {
@@ -55,8 +56,8 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		}
 	}
 	opts.Resource = APIResource{} // in the binding now
-	sc := newScope(b.Info, m.opts.Namespace, opts)
-	opts.Namespaces = sc.namespaces
+	sc := scope.New(b.Namespaced, m.opts.Namespace, opts.Namespaces, opts.LabelSelector, opts.FieldSelector)
+	opts.Namespaces = sc.Namespaces
 	var c *Cache[T] // made below, unless one exists
 	var sh act.Share
 	if u.share != noShare && !opts.Fleet {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/scope"
 )
 
 // ClientOptions configure a [Client]. The zero value serves a typed T.
@@ -268,8 +269,8 @@ func (c *Client[T]) List(ctx context.Context, opts ListParams) ([]T, error) {
 		}
 	}
 	if fs := opts.FieldSelector; fs != nil && !fs.Empty() {
-		sc := scope{fields: fs}
-		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.selects(o) != selected })
+		sc := scope.Scope{Fields: fs}
+		objs = slices.DeleteFunc(objs, func(o T) bool { return sc.Selects(o) != scope.Selected })
 	}
 	for i, o := range objs {
 		objs[i] = o.DeepCopyObject().(T)

@@ -1,6 +1,7 @@
 package ctrl
 
 import (
+	"github.com/typedctrl/ctrl/internal/scope"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
@@ -88,7 +89,7 @@ func (c *Cache[T]) expectWrite(key Key) func(obj T, deleted bool, err error) {
 		case !deleted && !e.gone && f.lastRV != "" && newer(f.lastRV, e.rv):
 			// Events come in resourceVersion order: the feed is past this
 			// write (its DELETED beat the reply). An unlisted feed is past nothing.
-		case !deleted && !e.gone && !cached && c.scope.selects(obj) == notSelected:
+		case !deleted && !e.gone && !cached && c.scope.Selects(obj) == scope.NotSelected:
 			// Outside the cache's selector: no event will come.
 		default:
 			c.expect[key] = e

@@ -10,6 +10,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/scope"
 )
 
 // feedKey names a feed: one namespace ("" all) of one cluster ("" the own).
@@ -22,7 +23,7 @@ func (k feedKey) covers(key Key) bool {
 // wanted returns the feeds the inputs call for. Called with c.rewire held.
 func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {
 	out := map[feedKey]*binding.Binding[T]{}
-	namespaces := c.currentScope().namespaces
+	namespaces := c.currentScope().Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
 	}
@@ -272,14 +273,14 @@ func (c *Cache[T]) SetNamespaces(namespaces ...string) error {
 	case c.opts.Fleet:
 		return fmt.Errorf("ctrl: %s: SetNamespaces: not supported for fleet caches", c)
 	}
-	ns := newScope(c.b.Info, "", CacheOptions{Namespaces: namespaces}).namespaces
+	ns := scope.Namespaces(namespaces)
 	c.rewire.Lock()
 	sc := c.currentScope()
-	if slices.Equal(sc.namespaces, ns) {
+	if slices.Equal(sc.Namespaces, ns) {
 		c.rewire.Unlock()
 		return nil
 	}
-	sc.namespaces = ns
+	sc.Namespaces = ns
 	c.namespaces.Store(&ns)
 	c.mgr.rekey(c, sc.String())
 	c.refeed(forgotten)

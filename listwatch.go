@@ -151,8 +151,8 @@ func (f *feed[T]) watch(ctx context.Context) {
 // The feed is the reflector's ListerWatcher, through the binding.
 
 func (f *feed[T]) options(opts metav1.ListOptions) metav1.ListOptions {
-	opts = f.view.Narrow(opts, f.c.scope.labels)
-	if s := f.c.scope.fields; s != nil {
+	opts = f.view.Narrow(opts, f.c.scope.Labels)
+	if s := f.c.scope.Fields; s != nil {
 		opts.FieldSelector = s.String()
 	}
 	return opts

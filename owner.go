@@ -29,7 +29,7 @@ func Owns[O, T Object](c *Controller[T], changed ...func(old, obj O) bool) (*Cac
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}
 	m := c.mgr
-	opts, err := ownedOptions[O](c, c.cache.currentScope().namespaces)
+	opts, err := ownedOptions[O](c, c.cache.currentScope().Namespaces)
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: %s: Owns: %w", c, err)
 	}

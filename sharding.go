@@ -12,6 +12,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/scope"
 	"github.com/typedctrl/ctrl/internal/shard"
 )
 
@@ -118,12 +119,12 @@ func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 }
 
 // shareOf asks the policy for a cache's share (related: of owned objects).
-func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope, made **Cache[T]) (act.Share, error) {
+func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope.Scope, made **Cache[T]) (act.Share, error) {
 	t := act.Type{Name: b.Info.String(), Namespaced: b.Namespaced, Related: related}
 	if !related {
 		ns := m.opts.Namespace
-		if len(sc.namespaces) > 0 {
-			ns = sc.namespaces[0]
+		if len(sc.Namespaces) > 0 {
+			ns = sc.Namespaces[0]
 		}
 		t.Probe = func(ctx context.Context, sel string) (bool, error) {
 			l, err := b.List(ctx, ns, metav1.ListOptions{Limit: 1, ShardSelector: sel})
@@ -154,15 +155,15 @@ type labeler[T Object] struct {
 func newLabeler[T Object](m *Manager, c *Cache[T], req labels.Requirement, poke func()) (act.Labeler, error) {
 	sc := c.currentScope()
 	sel := labels.NewSelector()
-	if sc.labels != nil {
-		reqs, _ := sc.labels.Requirements()
+	if sc.Labels != nil {
+		reqs, _ := sc.Labels.Requirements()
 		sel = sel.Add(reqs...)
 	}
-	namespaces := sc.namespaces
+	namespaces := sc.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
 	}
-	lc, err := makeCache(m, CacheOptions{Namespaces: namespaces, LabelSelector: sel.Add(req), FieldSelector: sc.fields,
+	lc, err := makeCache(m, CacheOptions{Namespaces: namespaces, LabelSelector: sel.Add(req), FieldSelector: sc.Fields,
 		Resource: apiResource(c.b.Info), Optional: c.opt != nil},
 		use[*metav1.PartialObjectMetadata]{private: fmt.Sprintf("shard labels of %p", c), trim: trimForLabeler})
 	if err != nil {

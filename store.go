@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/typedctrl/ctrl/internal/scope"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -56,7 +57,7 @@ func (f *feed[T]) Update(obj any) error {
 		return err
 	}
 	c := f.c
-	if c.scope.selects(t) == notSelected { // fakes ignore selectors on watches
+	if c.scope.Selects(t) == scope.NotSelected { // fakes ignore selectors on watches
 		f.remove(t, left)
 		return nil
 	}
@@ -105,7 +106,7 @@ func (f *feed[T]) Delete(obj any) error {
 	switch {
 	case !f.c.serves(t):
 		kind = forgotten
-	case f.c.scope.selects(t) == notSelected:
+	case f.c.scope.Selects(t) == scope.NotSelected:
 		kind = left
 	case f.c.selective():
 		kind = vanished
@@ -188,7 +189,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		if err != nil {
 			return err
 		}
-		if c.scope.selects(t) != notSelected && c.serves(t) {
+		if c.scope.Selects(t) != scope.NotSelected && c.serves(t) {
 			listed[KeyOf(t).InCluster(f.key.cluster)] = t
 		}
 	}
