@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/typedctrl/ctrl/internal/objects"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -32,12 +33,12 @@ func TestBookmarkSettlesExpectations(t *testing.T) {
 	c.feeds.Store(&map[feedKey]*feed[*corev1.ConfigMap]{{}: f})
 	f.lastRV = "10"
 	key := Key{Namespace: "ns", Name: "left"}
-	c.expect[key] = expectation{rv: "12"}
-	if err := f.Bookmark("11"); err != nil || len(c.expect) != 1 {
-		t.Fatalf("bookmark before the write: %v, %d expectations; want the write still expected", err, len(c.expect))
+	c.items.Expect(objects.Key(key), objects.Expectation{RV: "12"})
+	if err := f.Bookmark("11"); err != nil || c.items.Expected() != 1 {
+		t.Fatalf("bookmark before the write: %v, %d expectations; want the write still expected", err, c.items.Expected())
 	}
-	if err := f.Bookmark("13"); err != nil || len(c.expect) != 0 {
-		t.Errorf("bookmark past the write: %v, %d expectations; want none", err, len(c.expect))
+	if err := f.Bookmark("13"); err != nil || c.items.Expected() != 0 {
+		t.Errorf("bookmark past the write: %v, %d expectations; want none", err, c.items.Expected())
 	}
 }
 
@@ -52,7 +53,7 @@ func TestAwaitingForgottenOnRemoval(t *testing.T) {
 	}
 	east, west := Key{Namespace: "ns", Name: "a", Cluster: "east"}, Key{Namespace: "ns", Name: "a", Cluster: "west"}
 	for _, k := range []Key{east, west} {
-		c.cache.expect[k] = expectation{writes: 1} // a write not yet seen
+		c.cache.items.Expect(objects.Key(k), objects.Expectation{Writes: 1}) // a write not yet seen
 		if !c.awaitOwnWrite(k, &Causes{}) {
 			t.Fatalf("awaitOwnWrite(%s): got false, want true while the write is pending", k)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/scope"
 )
 
@@ -93,10 +94,8 @@ type Cache[T Object] struct {
 	feedRun   sync.WaitGroup
 
 	mu        sync.RWMutex
-	items     objects[T]
-	indexes   map[string]*index[T]
-	expect    map[Key]expectation
-	transform func(T) T // set by run from userTF; read only by the store
+	items     objects.Store[T] // with indexes and expectations
+	transform func(T) T        // set by run from userTF; read only by the store
 	userTF    func(T) T
 	onError   func(error)
 	handlers  []handler[T]
@@ -165,7 +164,7 @@ func (c *Cache[T]) String() string {
 // Get returns the cached object with key, shared: do not modify it.
 func (c *Cache[T]) Get(key Key) (T, bool) {
 	c.mu.RLock()
-	obj, ok := c.items.get(key)
+	obj, ok := c.items.Get(objects.Key(key))
 	c.mu.RUnlock()
 	return obj, ok
 }
@@ -190,7 +189,7 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []T
-	for _, obj := range c.items.in(cluster, namespace) {
+	for _, obj := range c.items.In(cluster, namespace) {
 		if selector == nil || selector.Matches(labels.Set(obj.GetLabels())) {
 			out = append(out, obj)
 		}
@@ -201,15 +200,15 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 func (c *Cache[T]) count() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.items.len()
+	return c.items.Len()
 }
 
 func (c *Cache[T]) keys() []Key {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	keys := make([]Key, 0, c.items.len())
-	for k := range c.items.all() {
-		keys = append(keys, k)
+	keys := make([]Key, 0, c.items.Len())
+	for k := range c.items.All() {
+		keys = append(keys, Key(k))
 	}
 	return keys
 }

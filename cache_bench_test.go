@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/objects"
 )
 
 // BenchmarkCacheList lists one namespace's 100 ConfigMaps out of a cache of
@@ -24,7 +25,7 @@ func BenchmarkCacheList(b *testing.B) {
 		for i := range perNamespace {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns-%d", n), Name: fmt.Sprintf("cm-%d", i),
 				Labels: map[string]string{"app": fmt.Sprint(i % 10)}}}
-			c.items.set(KeyOf(cm), cm)
+			c.items.Set(objects.Key(KeyOf(cm)), cm)
 		}
 	}
 	sel := labels.SelectorFromSet(labels.Set{"app": "3"})
@@ -38,7 +39,7 @@ func BenchmarkCacheList(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
 			var out []*corev1.ConfigMap
-			for k, obj := range c.items.all() {
+			for k, obj := range c.items.All() {
 				if k.Namespace == "ns-500" && sel.Matches(labels.Set(obj.Labels)) {
 					out = append(out, obj)
 				}
@@ -69,8 +70,7 @@ func BenchmarkTypeMeta(b *testing.B) {
 		}
 	})
 	b.Run("update", func(b *testing.B) {
-		c := &Cache[*appsv1.Deployment]{mgr: &Manager{}, b: bd, typeMeta: tm, indexes: map[string]*index[*appsv1.Deployment]{},
-			expect: map[Key]expectation{}}
+		c := &Cache[*appsv1.Deployment]{mgr: &Manager{}, b: bd, typeMeta: tm}
 		f := &feed[*appsv1.Deployment]{c: c, b: bd}
 		b.ReportAllocs()
 		for b.Loop() {

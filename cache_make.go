@@ -92,16 +92,14 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		return c, nil
 	}
 	c = &Cache[T]{
-		mgr:     m,
-		b:       b,
-		opts:    opts,
-		scope:   sc,
-		share:   sh,
-		kind:    b.Kind,
-		indexes: map[string]*index[T]{},
-		expect:  map[Key]expectation{},
-		synced:  make(chan struct{}),
-		userTF:  u.trim,
+		mgr:    m,
+		b:      b,
+		opts:   opts,
+		scope:  sc,
+		share:  sh,
+		kind:   b.Kind,
+		synced: make(chan struct{}),
+		userTF: u.trim,
 	}
 	c.typeMeta = typeMetaOf(b.Info)
 	c.refs.id = id

@@ -10,6 +10,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/scope"
 )
 
@@ -111,7 +112,7 @@ func (c *Cache[T]) refeed(gone eventKind) {
 				f.resume, f.lastRV = true, rv
 			case f.lastRV == "" || rv == "":
 				f.lastRV = ""
-			case newer(rv, f.lastRV):
+			case objects.Newer(rv, f.lastRV):
 				f.lastRV = rv
 			}
 		}

@@ -155,20 +155,21 @@ func (c *Cache[T]) busy() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.settlePassed()
-	for k, e := range c.expect {
-		what := "resourceVersion " + e.rv
-		if e.deleting {
-			what = "its deletion"
-		}
-		if e.gone {
-			what = "the removal"
-		}
-		if e.writes > 0 {
-			what = fmt.Sprintf("%d writes", e.writes)
-		}
-		return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, k, len(c.expect))
+	k, e, n := c.items.Waiting()
+	if n == 0 {
+		return ""
 	}
-	return ""
+	what := "resourceVersion " + e.RV
+	if e.Deleting {
+		what = "its deletion"
+	}
+	if e.Gone {
+		what = "the removal"
+	}
+	if e.Writes > 0 {
+		what = fmt.Sprintf("%d writes", e.Writes)
+	}
+	return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, Key(k), n)
 }
 
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {

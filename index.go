@@ -1,12 +1,10 @@
 package ctrl
 
-import "fmt"
+import (
+	"fmt"
 
-// index files objects under their values, then namespaces.
-type index[T Object] struct {
-	fn     func(T) []string
-	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
-}
+	"github.com/typedctrl/ctrl/internal/objects"
+)
 
 // AddIndex adds an index named name: fn returns, fast and without blocking
 // or modifying the object, the values under which [Cache.ByIndex] and
@@ -18,14 +16,9 @@ func (c *Cache[T]) AddIndex(name string, fn func(T) []string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.indexes[name]; ok {
+	if !c.items.AddIndex(name, fn) {
 		return fmt.Errorf("ctrl: index %q on %s already exists", name, c)
 	}
-	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
-	for k, obj := range c.items.all() {
-		idx.add(k, obj)
-	}
-	c.indexes[name] = idx
 	return nil
 }
 
@@ -42,29 +35,15 @@ func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) (
 	if namespace != "" && !c.b.Namespaced {
 		return nil, fmt.Errorf("ctrl: index %q of %s: the resource is cluster-scoped: look up namespace \"\"", name, c)
 	}
+	var match func(objects.Key) bool
+	if keep != nil {
+		match = func(k objects.Key) bool { return keep(Key(k)) }
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	idx, ok := c.indexes[name]
+	out, ok := c.items.ByIndex(namespace, name, value, match)
 	if !ok {
 		return nil, fmt.Errorf("ctrl: %s has no index %q", c, name)
-	}
-	var out []T
-	add := func(keys map[Key]struct{}) {
-		for k := range keys {
-			if keep != nil && !keep(k) {
-				continue
-			}
-			if obj, ok := c.items.get(k); ok {
-				out = append(out, obj)
-			}
-		}
-	}
-	if namespace != "" {
-		add(idx.values[value][namespace])
-		return out, nil
-	}
-	for _, keys := range idx.values[value] {
-		add(keys)
 	}
 	return out, nil
 }
@@ -72,38 +51,5 @@ func (c *Cache[T]) byIndex(namespace, name, value string, keep func(Key) bool) (
 func (c *Cache[T]) hasIndex(name string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.indexes[name] != nil
-}
-
-func (idx *index[T]) add(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
-		byNS := idx.values[v]
-		if byNS == nil {
-			byNS = map[string]map[Key]struct{}{}
-			idx.values[v] = byNS
-		}
-		set := byNS[k.Namespace]
-		if set == nil {
-			set = map[Key]struct{}{}
-			byNS[k.Namespace] = set
-		}
-		set[k] = struct{}{}
-	}
-}
-
-func (idx *index[T]) remove(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
-		byNS := idx.values[v]
-		set := byNS[k.Namespace]
-		if set == nil {
-			continue
-		}
-		delete(set, k)
-		if len(set) == 0 {
-			delete(byNS, k.Namespace)
-			if len(byNS) == 0 {
-				delete(idx.values, v)
-			}
-		}
-	}
+	return c.items.HasIndex(name)
 }

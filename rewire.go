@@ -88,11 +88,7 @@ func (c *Cache[T]) release() {
 		c.share.Release()
 	}
 	c.mu.Lock()
-	c.items = objects[T]{}
-	for _, idx := range c.indexes {
-		clear(idx.values)
-	}
-	clear(c.expect)
+	c.items.Clear()
 	c.mu.Unlock()
 	c.markSynced() // nothing waits for a cache that will never list
 	if o := c.opt; o != nil {
@@ -112,8 +108,8 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 	c.mu.Lock()
 	c.handlers = append(slices.Clone(c.handlers), h)
 	var evs []event[T]
-	for k, obj := range c.items.all() {
-		evs = append(evs, event[T]{kind: added, key: k, obj: obj})
+	for k, obj := range c.items.All() {
+		evs = append(evs, event[T]{kind: added, key: Key(k), obj: obj})
 	}
 	c.mu.Unlock()
 	if len(evs) > 0 {
@@ -125,10 +121,7 @@ func (c *Cache[T]) addLiveHandler(h handler[T]) {
 
 func (c *Cache[T]) copyIndexes(to *Cache[T]) {
 	c.mu.RLock()
-	fns := make(map[string]func(T) []string, len(c.indexes))
-	for name, idx := range c.indexes {
-		fns[name] = idx.fn
-	}
+	fns := c.items.Indexes()
 	c.mu.RUnlock()
 	for name, fn := range fns {
 		_ = to.AddIndex(name, fn) // one it has already stays

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/scope"
 	"k8s.io/client-go/tools/cache"
 )
@@ -73,14 +74,8 @@ func (f *feed[T]) Update(obj any) error {
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items.set(key, t)
-	for _, idx := range c.indexes {
-		if existed {
-			idx.remove(key, old)
-		}
-		idx.add(key, t)
-	}
-	c.observe(key, t, true, f.b.Fake())
+	old, existed := c.items.Set(objects.Key(key), t)
+	c.items.Observe(objects.Key(key), t, true, f.b.Fake())
 	c.mu.Unlock()
 	ev := event[T]{kind: added, key: key, obj: t}
 	if existed {
@@ -125,15 +120,10 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	c.mu.Lock()
 	f.lastRV = t.GetResourceVersion()
 	f.lastEvent.Store(time.Now().UnixNano())
-	old, existed := c.items.remove(key)
-	if existed {
-		for _, idx := range c.indexes {
-			idx.remove(key, old)
-		}
-	}
+	_, existed := c.items.Remove(objects.Key(key))
 	// Any removal settles a wait for the object's removal or deletion.
-	e := c.expect[key]
-	c.observe(key, t, kind != deleted && !e.gone && !e.deleting, f.b.Fake())
+	e, _ := c.items.Expecting(objects.Key(key))
+	c.items.Observe(objects.Key(key), t, kind != deleted && !e.Gone && !e.Deleting, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
 		for _, h := range c.handlers {
@@ -150,23 +140,15 @@ func (c *Cache[T]) drop(kind eventKind, match func(Key) bool) {
 	defer c.doneDispatching()
 	var removed []event[T]
 	c.mu.Lock()
-	for k, obj := range c.items.all() {
-		if match(k) {
-			removed = append(removed, event[T]{kind: kind, key: k, obj: obj})
+	for k, obj := range c.items.All() {
+		if match(Key(k)) {
+			removed = append(removed, event[T]{kind: kind, key: Key(k), obj: obj})
 		}
 	}
 	for _, ev := range removed {
-		c.items.remove(ev.key)
-		for _, idx := range c.indexes {
-			idx.remove(ev.key, ev.obj)
-		}
-		delete(c.expect, ev.key) // no event will settle it now
+		c.items.Remove(objects.Key(ev.key))
 	}
-	for k := range c.expect {
-		if match(k) {
-			delete(c.expect, k)
-		}
-	}
+	c.items.Forget(func(k objects.Key) bool { return match(Key(k)) }) // no event will settle them now
 	c.mu.Unlock()
 	for _, h := range c.handlers {
 		for _, ev := range removed {
@@ -203,7 +185,7 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 	f.lastRV = rv
 	f.lastEvent.Store(time.Now().UnixNano())
 	for k, obj := range listed {
-		old, existed := c.items.get(k)
+		old, existed := c.items.Get(objects.Key(k))
 		switch {
 		case !existed:
 			changes = append(changes, event[T]{kind: added, key: k, obj: obj})
@@ -212,32 +194,23 @@ func (f *feed[T]) Replace(list []any, rv string) error {
 		default:
 			continue // keep the instance readers may hold
 		}
-		c.items.set(k, obj)
-		for _, idx := range c.indexes {
-			if existed {
-				idx.remove(k, old)
-			}
-			idx.add(k, obj)
-		}
-		c.observe(k, obj, true, f.b.Fake())
+		c.items.Set(objects.Key(k), obj)
+		c.items.Observe(objects.Key(k), obj, true, f.b.Fake())
 	}
 	var missing []Key
-	for k := range c.items.in(f.key.cluster, f.key.namespace) { // the feed's own objects
-		if _, ok := listed[k]; !ok {
-			missing = append(missing, k)
+	for k := range c.items.In(f.key.cluster, f.key.namespace) { // the feed's own objects
+		if _, ok := listed[Key(k)]; !ok {
+			missing = append(missing, Key(k))
 		}
 	}
 	for _, k := range missing {
-		old, _ := c.items.remove(k)
-		for _, idx := range c.indexes {
-			idx.remove(k, old)
-		}
+		old, _ := c.items.Remove(objects.Key(k))
 		kind := gone
 		if !c.serves(old) {
 			kind = forgotten // its part of the space is another replica's now
 		}
 		removed = append(removed, event[T]{kind: kind, key: k, obj: old})
-		c.observe(k, old, false, f.b.Fake())
+		c.items.Observe(objects.Key(k), old, false, f.b.Fake())
 	}
 	c.settlePassed()
 	c.mu.Unlock()

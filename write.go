@@ -13,6 +13,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
+	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
@@ -195,7 +196,7 @@ func (c *Client[T]) fenced(ctx context.Context, b binding.Backend[T], key Key, s
 	rv := ""
 	if leader.Holds(ctx) && !b.Fake() {
 		for _, cc := range cachesOf(c.m, c.b) {
-			if v := cc.version(key); v != "" && (rv == "" || newer(v, rv)) {
+			if v := cc.version(key); v != "" && (rv == "" || objects.Newer(v, rv)) {
 				rv = v
 			}
 		}
