@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	machinedecl "github.com/typedctrl/ctrl/internal/machine"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -177,93 +175,35 @@ type machine[T Object, S ~string] struct {
 	cleanup map[S]bool // the states reachable from Deleting
 }
 
-var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
-
 // compile checks m and copies its states, or lists every problem.
 func (m Machine[T, S]) compile() (*machine[T, S], error) {
 	var errs []string
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	if m.Phase == nil || m.Conditions == nil || m.ObservedGeneration == nil {
-		fail("Phase, Conditions and ObservedGeneration must all be set")
-	}
-	states := maps.Clone(m.States)
-	for s, st := range states {
-		st.To = slices.Clone(st.To)
-		states[s] = st
-	}
-	m.States = states
-	declared := func(s S) bool { _, ok := states[s]; return ok }
-	names := slices.Sorted(maps.Keys(states))
-	switch {
-	case len(states) == 0:
-		fail("no States")
-	case !declared(m.Initial):
-		fail("Initial %q is not a declared state", m.Initial)
-	}
-	for _, s := range names {
-		st := states[s]
-		if !conditionReason.MatchString(string(s)) {
-			fail("state %q: a state's name must be a valid condition reason, such as Provisioning", s)
-		}
-		if st.Step == nil && len(st.To) > 0 {
-			fail("state %s: To without a Step: only a step moves an object on", s)
-		}
-		for _, to := range st.To {
-			if !declared(to) {
-				fail("state %s: To names %q, which is not a declared state", s, to)
-			}
-		}
-		if st.SpecChanged != "" && !declared(st.SpecChanged) {
-			fail("state %s: SpecChanged names %q, which is not a declared state", s, st.SpecChanged)
-		}
+		errs = append(errs, "Phase, Conditions and ObservedGeneration must all be set")
 	}
 	if m.Condition == "" {
 		m.Condition = "Ready"
-	} else if bad := validation.IsQualifiedName(m.Condition); len(bad) > 0 {
-		fail("Condition %q is not a valid condition type: %s", m.Condition, strings.Join(bad, "; "))
 	}
-	d := &machine[T, S]{Machine: m, names: names, cleanup: map[S]bool{}}
-	switch {
-	case m.Finalizer == "" && m.Deleting == "":
-	case m.Finalizer == "" || m.Deleting == "":
-		fail("Finalizer and Deleting go together: set both for a cleanup path, or neither")
-	case len(apivalidation.ValidateFinalizerName(m.Finalizer, nil)) > 0 || !strings.Contains(m.Finalizer, "/"):
-		fail("Finalizer %q: want a qualified name like example.com/cleanup", m.Finalizer)
-	case !declared(m.Deleting):
-		fail("Deleting %q is not a declared state", m.Deleting)
-	default:
-		// A state on both paths would count a deleted object there as cleaned up.
-		d.cleanup = reachable(states, m.Deleting, false)
-		live := reachable(states, m.Initial, true)
-		for _, s := range names {
-			if d.cleanup[s] && live[s] {
-				fail("state %s is on the cleanup path from %s and reachable from %s: the cleanup path must be a path of its own", s, m.Deleting, m.Initial)
-			}
+	states := maps.Clone(m.States)
+	decl := machinedecl.Machine{Initial: string(m.Initial), States: map[string]machinedecl.State{},
+		Condition: m.Condition, Finalizer: m.Finalizer, Deleting: string(m.Deleting)}
+	for s, st := range states {
+		st.To = slices.Clone(st.To)
+		states[s] = st
+		to := make([]string, len(st.To))
+		for i, t := range st.To {
+			to[i] = string(t)
 		}
-		if !slices.ContainsFunc(names, func(s S) bool { return d.cleanup[s] && states[s].Step == nil }) {
-			fail("the cleanup path from %s never reaches a state without a Step, where the finalizer is removed", m.Deleting)
-		}
+		decl.States[string(s)] = machinedecl.State{Step: st.Step != nil, To: to, SpecChanged: string(st.SpecChanged)}
 	}
-	if len(errs) > 0 {
+	m.States = states
+	cleanup, problems := machinedecl.Check(decl)
+	if errs = append(errs, problems...); len(errs) > 0 {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
-	return d, nil
-}
-
-// reachable follows To, and SpecChanged if specChanges is set.
-func reachable[T Object, S ~string](states map[S]State[T, S], start S, specChanges bool) map[S]bool {
-	seen := map[S]bool{}
-	for next := []S{start}; len(next) > 0; next = next[1:] {
-		s := next[0]
-		st, ok := states[s]
-		if seen[s] || !ok {
-			continue
-		}
-		seen[s] = true
-		next = append(next, st.To...)
-		if specChanges && st.SpecChanged != "" {
-			next = append(next, st.SpecChanged)
-		}
+	d := &machine[T, S]{Machine: m, names: slices.Sorted(maps.Keys(states)), cleanup: map[S]bool{}}
+	for s := range cleanup {
+		d.cleanup[S(s)] = true
 	}
-	return seen
+	return d, nil
 }

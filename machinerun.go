@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	machinedecl "github.com/typedctrl/ctrl/internal/machine"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,7 +115,7 @@ func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWr
 	if next.Reason == "" {
 		next.Reason = string(next.To)
 	}
-	if !conditionReason.MatchString(next.Reason) {
+	if !machinedecl.ValidReason(next.Reason) {
 		return before, nil, Result{}, Terminal(fmt.Errorf("%s -> %s: reason %q is not a valid condition reason, such as Provisioned", from, next.To, next.Reason))
 	}
 	if next.Message == "" {
