@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/workq"
 )
 
 // Result tells a controller what to do after a successful reconcile. The
@@ -136,7 +137,7 @@ type Controller[T Object] struct {
 	stopOnce     sync.Once
 	wg           sync.WaitGroup
 	outage       outageLog
-	failures     failures // keys whose last reconcile failed, with its error
+	failures     workq.Failures[Key] // keys whose last reconcile failed, with its error
 	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)
 

@@ -34,7 +34,7 @@ func (c *Controller[T]) forget(cluster string) {
 	}
 	q := c.q // nil before Start; prepare sets it under c.mu
 	c.mu.Unlock()
-	c.failures.forgetCluster(cluster)
+	c.failures.Forget(func(k Key) bool { return k.Cluster == cluster })
 	if q != nil {
 		c.metrics.Waiting.Sub(float64(q.DropWaiting(cluster)))
 		c.releaseWaiting(cluster)

@@ -1,6 +1,7 @@
 package ctrl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -197,4 +198,30 @@ func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 		return fmt.Sprintf("%s: a requeue is due within %s", c, requeueWithin)
 	}
 	return ""
+}
+
+// maxFailuresShown bounds the keys an error of WaitIdle names per controller.
+const maxFailuresShown = 5
+
+// failing names the controller's failing keys, each with its last error.
+func (c *Controller[T]) failing() error {
+	entries := c.failures.Sorted(func(a, b Key) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	if len(entries) == 0 {
+		return nil
+	}
+	var errs []error
+	for i, e := range entries {
+		if i == maxFailuresShown {
+			errs = append(errs, fmt.Errorf("%s: and %d more keys", c, len(entries)-i))
+			break
+		}
+		retry := ""
+		if at, ok := c.q.DueAt(e.Key); ok {
+			retry = fmt.Sprintf(", next retry in %s", time.Until(at).Round(time.Millisecond))
+		}
+		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.Key, e.Attempts, retry, e.Err))
+	}
+	return errors.Join(errs...)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/rbac"
 	"github.com/typedctrl/ctrl/internal/transport"
 )
 
@@ -169,7 +170,7 @@ type Manager struct {
 	wg          sync.WaitGroup // cache and server goroutines
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
-	grants      grants         // RBAC verbs the manager's own work needs
+	grants      rbac.Grants    // RBAC verbs the manager's own work needs
 }
 
 type managedCache interface {

@@ -1,35 +1,13 @@
 package ctrl
 
 import (
-	"cmp"
-	"maps"
 	"slices"
-	"strings"
-	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// grants are the RBAC verbs the manager needs beyond its caches.
-type grants struct {
-	mu    sync.Mutex
-	verbs map[schema.GroupResource]map[string]bool
-}
-
-func (m *Manager) need(gr schema.GroupResource, verbs ...string) {
-	m.grants.mu.Lock()
-	defer m.grants.mu.Unlock()
-	if m.grants.verbs == nil {
-		m.grants.verbs = map[schema.GroupResource]map[string]bool{}
-	}
-	if m.grants.verbs[gr] == nil {
-		m.grants.verbs[gr] = map[string]bool{}
-	}
-	for _, v := range verbs {
-		m.grants.verbs[gr][v] = true
-	}
-}
+func (m *Manager) need(gr schema.GroupResource, verbs ...string) { m.grants.Need(gr, verbs...) }
 
 // RBACRules returns the rules the manager's own work needs in its own
 // cluster, as wired so far, one per resource, sorted: list and watch per
@@ -51,20 +29,7 @@ func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 			m.need(gr, "list", "watch")
 		}
 	}
-	m.grants.mu.Lock()
-	defer m.grants.mu.Unlock()
-	var rules []rbacv1.PolicyRule
-	for gr, verbs := range m.grants.verbs {
-		rules = append(rules, rbacv1.PolicyRule{
-			APIGroups: []string{gr.Group},
-			Resources: []string{gr.Resource},
-			Verbs:     slices.Sorted(maps.Keys(verbs)),
-		})
-	}
-	slices.SortFunc(rules, func(a, b rbacv1.PolicyRule) int {
-		return cmp.Or(strings.Compare(a.APIGroups[0], b.APIGroups[0]), strings.Compare(a.Resources[0], b.Resources[0]))
-	})
-	return rules
+	return m.grants.Rules()
 }
 
 func (c *Cache[T]) groupResource() (schema.GroupResource, bool) {

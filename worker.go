@@ -71,7 +71,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		mb := c.mgr.memberOf(key.Cluster)
 		if mb == nil {
 			c.q.Forget(key)
-			c.failures.ok(key)
+			c.failures.Done(key)
 			return
 		}
 		var cancel context.CancelFunc
@@ -98,7 +98,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 	case err != nil && (errors.Is(err, ErrLeadershipLost) || leader.Check(ctx) != nil):
 		// Not to retry: whoever leads next reconciles every object.
 		c.q.Forget(key)
-		c.failures.ok(key)
+		c.failures.Done(key)
 		log.V(1).Info("leadership lost: the reconcile ends here", "err", err.Error())
 	case err != nil && errors.Is(context.Cause(ctx), act.ErrMoved):
 		// Not the object's failure either: it is another replica's now.
@@ -108,7 +108,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		// Deleted while reconciled: its deletion is its own event.
 		c.metrics.Success.Inc()
 		c.q.Forget(key)
-		c.failures.ok(key)
+		c.failures.Done(key)
 		log.V(1).Info("the object was deleted during its reconcile; not retrying", "err", err.Error())
 	case err != nil:
 		c.metrics.Errored.Inc()
@@ -121,31 +121,31 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		case isTerminal(err):
 			c.metrics.Terminal.Inc()
 			c.q.Forget(key)
-			c.failures.ok(key)
+			c.failures.Done(key)
 			log.Error(err, "reconcile failed; not retrying")
 		case apierrors.IsConflict(err):
 			// Routine: the retry reads newer state, outside the shared budget.
-			c.failures.failed(key, err)
+			c.failures.Failed(key, err)
 			c.q.RetryConflict(key)
 			log.V(1).Info("reconcile hit a conflict; retrying", "err", err.Error())
 		case down:
 			// The key waits for the server, outside backoff and budget.
-			c.failures.failed(key, err)
+			c.failures.Failed(key, err)
 			c.waitForServer(key, cluster, err)
 		default:
-			c.failures.failed(key, err)
+			c.failures.Failed(key, err)
 			c.q.Retry(key)
 			log.Error(err, "reconcile failed; retrying with backoff")
 		}
 	case res.RequeueAfter > 0:
 		c.metrics.RequeueAfter.Inc()
 		c.q.Forget(key)
-		c.failures.ok(key)
+		c.failures.Done(key)
 		c.q.AddAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), Cause{Reason: ReasonRequeue})
 	default:
 		c.metrics.Success.Inc()
 		c.q.Forget(key)
-		c.failures.ok(key)
+		c.failures.Done(key)
 	}
 }
 

@@ -1,0 +1,55 @@
+// Package rbac collects the RBAC verbs a program needs, by resource, into
+// the rules of a Role or ClusterRole.
+package rbac
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Grants are verbs by resource. The zero value is empty; it is safe for
+// concurrent use.
+type Grants struct {
+	mu    sync.Mutex
+	verbs map[schema.GroupResource]map[string]bool
+}
+
+// Need adds verbs on gr.
+func (g *Grants) Need(gr schema.GroupResource, verbs ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.verbs == nil {
+		g.verbs = map[schema.GroupResource]map[string]bool{}
+	}
+	if g.verbs[gr] == nil {
+		g.verbs[gr] = map[string]bool{}
+	}
+	for _, v := range verbs {
+		g.verbs[gr][v] = true
+	}
+}
+
+// Rules returns one rule per resource, sorted by group and resource, each
+// with its verbs sorted.
+func (g *Grants) Rules() []rbacv1.PolicyRule {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var rules []rbacv1.PolicyRule
+	for gr, verbs := range g.verbs {
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups: []string{gr.Group},
+			Resources: []string{gr.Resource},
+			Verbs:     slices.Sorted(maps.Keys(verbs)),
+		})
+	}
+	slices.SortFunc(rules, func(a, b rbacv1.PolicyRule) int {
+		return cmp.Or(strings.Compare(a.APIGroups[0], b.APIGroups[0]), strings.Compare(a.Resources[0], b.Resources[0]))
+	})
+	return rules
+}
