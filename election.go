@@ -3,18 +3,14 @@ package ctrl
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -75,7 +71,7 @@ func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(ide
 	}
 	cfg := leader.Config{Name: name(o.Identity), Namespace: o.Namespace, Identity: o.Identity,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		Leases: leases{b, o.Namespace}}
+		Leases: leader.Bound(b, o.Namespace)}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		return leader.Config{}, nil, fmt.Errorf("ctrl: NewManager: %s: %w", what, err)
@@ -90,18 +86,9 @@ func newElection(m *Manager, opts Options) (*leader.Election, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.leadership.status = m.metrics.LeaderStatus.WithLabelValues(le.Name)
-	m.leadership.status.Set(0)
+	m.leadership.Gauge = m.metrics.LeaderStatus.WithLabelValues(le.Name)
+	m.leadership.Gauge.Set(0)
 	return &leader.Election{Config: cfg, Standby: le.StandbyOnLoss}, nil
-}
-
-// leadership holds the context the controllers run under ([Manager.Leading]).
-type leadership struct {
-	mu      sync.Mutex
-	ctx     context.Context
-	last    context.Context  // the last non-nil ctx
-	changed chan struct{}    // closed at the next change
-	status  prometheus.Gauge // leader_election_master_status, with leader election
 }
 
 // Leading reports whether this replica leads now, and returns a channel
@@ -110,38 +97,7 @@ type leadership struct {
 // process was paused, the channel closed once it notices; with [Sharding],
 // while it holds its membership; otherwise while Start runs its
 // controllers, never before or after. It never blocks.
-func (m *Manager) Leading() (leading bool, changed <-chan struct{}) {
-	m.leadership.mu.Lock()
-	defer m.leadership.mu.Unlock()
-	if m.leadership.changed == nil {
-		m.leadership.changed = make(chan struct{})
-	}
-	return m.leadership.ctx != nil && leader.Check(m.leadership.ctx) == nil, m.leadership.changed
-}
-
-// begin records ctx without telling observers yet: setLeading does.
-func (l *leadership) begin(ctx context.Context) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ctx, l.last = ctx, ctx
-}
-
-// setLeading records that the controllers run under ctx (nil: stopped).
-func (m *Manager) setLeading(ctx context.Context) {
-	m.leadership.mu.Lock()
-	defer m.leadership.mu.Unlock()
-	m.leadership.ctx = ctx
-	if ctx != nil {
-		m.leadership.last = ctx
-	}
-	if m.leadership.changed != nil {
-		close(m.leadership.changed)
-	}
-	m.leadership.changed = make(chan struct{})
-	if g := m.leadership.status; g != nil {
-		g.Set(map[bool]float64{true: 1, false: 0}[ctx != nil])
-	}
-}
+func (m *Manager) Leading() (leading bool, changed <-chan struct{}) { return m.leadership.Leading() }
 
 // CheckLeadership returns an error wrapping [ErrLeadershipLost] if ctx is
 // (or derives from) a reconcile's whose leadership has ended, even if
@@ -164,43 +120,7 @@ func (m *Manager) acting() bool {
 	return leading
 }
 
-// lost reports whether the last leadership ended other than by release:
-// what was emitted under it is not to be sent.
-func (m *Manager) lost() bool {
-	m.leadership.mu.Lock()
-	last := m.leadership.last
-	m.leadership.mu.Unlock()
-	if last == nil {
-		return false
-	}
-	err := leader.Check(last)
-	return err != nil && !errors.Is(err, leader.ErrReleased)
-}
-
 // Identity returns the identity this replica holds its Lease under, as
 // set in LeaseOptions or chosen for it; "" without leader election and
 // sharding.
 func (m *Manager) Identity() string { return m.identity }
-
-// leases serves the elector's Lease reads and writes through the binding.
-type leases struct {
-	b  *binding.Binding[*coordinationv1.Lease]
-	ns string
-}
-
-func (l leases) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
-	return l.b.Get(ctx, l.ns, name, metav1.GetOptions{})
-}
-
-func (l leases) Create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	lease.Namespace = l.ns
-	return l.b.Create(ctx, lease, metav1.CreateOptions{})
-}
-
-func (l leases) Update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	return l.b.Update(ctx, lease, metav1.UpdateOptions{})
-}
-
-func (l leases) Delete(ctx context.Context, name, rv string) error {
-	return l.b.Delete(ctx, l.ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-}

@@ -24,6 +24,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/events"
+	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
 	"github.com/typedctrl/ctrl/internal/memlimit"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -143,9 +144,9 @@ type Manager struct {
 	metrics  *metrics.Set
 	registry *prometheus.Registry // nil if the user supplied a Registerer
 
-	policy      act.Policy // who acts: everyone, the leader, or each object's shard owner
-	identity    string     // of this replica, with leader election or sharding
-	leadership  leadership // what Leading reports
+	policy      act.Policy    // who acts: everyone, the leader, or each object's shard owner
+	identity    string        // of this replica, with leader election or sharding
+	leadership  leader.Status // what Leading reports
 	probe       probe.Prober
 	conns       *transport.Conns // of the HTTP client's transport, if it is the manager's alone
 	lostCreates lostcreate.Creates[Key]
@@ -258,7 +259,7 @@ func NewManager(opts Options) (*Manager, error) {
 	m.events.Bind = func(cluster string) (*binding.Binding[*corev1.Event], error) {
 		return bindIn[*corev1.Event](m, cluster, APIResource{})
 	}
-	m.events.Lost = m.lost
+	m.events.Lost = m.leadership.Lost
 	switch {
 	case opts.Sharding.Ring != "":
 		member, err := newSharding(m, opts)

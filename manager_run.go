@@ -19,15 +19,15 @@ func (m *Manager) lead(stop, ctx context.Context, ctrls []managedController) err
 	defer cancelReconciles()
 	// Leading before the controllers start (Events need it); observers
 	// told after, so waiting then finds every object queued.
-	m.leadership.begin(reconcileCtx)
+	m.leadership.Begin(reconcileCtx)
 	for _, c := range ctrls {
 		c.start(reconcileCtx)
 	}
-	m.setLeading(reconcileCtx)
+	m.leadership.Set(reconcileCtx)
 	m.startedOnce.Do(func() { close(m.startedCh) })
 	m.log.Info("controllers started")
 	<-stop.Done()
-	m.setLeading(nil)
+	m.leadership.Set(nil)
 	timeout := m.opts.ShutdownTimeout
 	standby := false
 	if ctx.Err() == nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/typedctrl/ctrl/internal/binding"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -376,4 +377,29 @@ func (c Config) Validate() error {
 		return fmt.Errorf("LeaseDuration %s must be at least a second", c.LeaseDuration)
 	}
 	return nil
+}
+
+// Bound serves Leases in namespace ns through a binding.
+func Bound(b *binding.Binding[*coordinationv1.Lease], ns string) Leases { return bound{b, ns} }
+
+type bound struct {
+	b  *binding.Binding[*coordinationv1.Lease]
+	ns string
+}
+
+func (l bound) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	return l.b.Get(ctx, l.ns, name, metav1.GetOptions{})
+}
+
+func (l bound) Create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	lease.Namespace = l.ns
+	return l.b.Create(ctx, lease, metav1.CreateOptions{})
+}
+
+func (l bound) Update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return l.b.Update(ctx, lease, metav1.UpdateOptions{})
+}
+
+func (l bound) Delete(ctx context.Context, name, rv string) error {
+	return l.b.Delete(ctx, l.ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 }
