@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/metrics"
+	"github.com/typedctrl/ctrl/internal/probe"
 	"github.com/typedctrl/ctrl/internal/workq"
 )
 
@@ -136,7 +137,7 @@ type Controller[T Object] struct {
 	stop         chan struct{} // closed by the first shutdown
 	stopOnce     sync.Once
 	wg           sync.WaitGroup
-	outage       outageLog
+	outage       probe.Summary
 	failures     workq.Failures[Key] // keys whose last reconcile failed, with its error
 	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)

@@ -3,33 +3,15 @@ package ctrl
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/typedctrl/ctrl/internal/probe"
 )
 
-// outageLog summarizes outage failures: a line each would bury the logs.
-type outageLog struct {
-	mu     sync.Mutex
-	count  int       // failures since the last summary
-	logged time.Time // when the last summary was logged
-}
-
-// outageSummaryEvery spaces out the summaries.
-const outageSummaryEvery = 10 * time.Second
-
 // waitForServer parks key until cluster's server answers again (Resilient);
 // only the manager's own requests, tagged with their cluster, signal one.
 func (c *Controller[T]) waitForServer(key Key, cluster string, err error) {
-	c.outage.mu.Lock()
-	c.outage.count++
-	n, summarize := c.outage.count, time.Since(c.outage.logged) >= outageSummaryEvery
-	if summarize {
-		c.outage.count, c.outage.logged = 0, time.Now()
-	}
-	c.outage.mu.Unlock()
-	if summarize {
+	if n, summarize := c.outage.Add(); summarize {
 		log := c.log
 		if cluster != "" {
 			log = log.WithValues("cluster", cluster)

@@ -52,14 +52,6 @@ func (r APIResource) check() error {
 	return nil
 }
 
-func resourceInfo[T Object](r APIResource) *binding.Info {
-	if r == (APIResource{}) {
-		return nil
-	}
-	i := r.info(reflect.TypeFor[T]())
-	return &i
-}
-
 func apiResource(i binding.Info) APIResource {
 	return APIResource{Group: i.GVR.Group, Version: i.GVR.Version, Resource: i.GVR.Resource, Kind: i.Kind,
 		Namespaced: i.Namespaced && !i.ScopeUnknown, ClusterScoped: !i.Namespaced && !i.ScopeUnknown,
