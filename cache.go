@@ -148,11 +148,6 @@ func NewCache[T Object](m *Manager, opts CacheOptions) (*Cache[T], error) {
 	return makeCache(m, opts, u)
 }
 
-// newCache is NewCache with a first handler, registered before the cache can start.
-func newCache[T Object](m *Manager, opts CacheOptions, h handler[T]) (*Cache[T], error) {
-	return makeCache(m, opts, use[T]{handler: h, pin: true})
-}
-
 // String describes the cache: its type, resource and scope.
 func (c *Cache[T]) String() string {
 	if s := c.currentScope().String(); s != "" {

@@ -160,17 +160,7 @@ func (c *Cache[T]) busy() string {
 	if n == 0 {
 		return ""
 	}
-	what := "resourceVersion " + e.RV
-	if e.Deleting {
-		what = "its deletion"
-	}
-	if e.Gone {
-		what = "the removal"
-	}
-	if e.Writes > 0 {
-		what = fmt.Sprintf("%d writes", e.Writes)
-	}
-	return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, what, Key(k), n)
+	return fmt.Sprintf("%s: waiting to observe %s of %s (%d writes pending in all)", c, e, Key(k), n)
 }
 
 func (c *Controller[T]) busy(requeueWithin time.Duration) string {

@@ -61,7 +61,7 @@ func (p *kubeconfigSecrets) Run(ctx context.Context, fleet Fleet) error {
 	}
 	p.fleet = m
 	p.log = logr.FromContextOrDiscard(ctx).WithValues("provider", "kubeconfig Secrets", "namespace", p.namespace)
-	c, err := newCache(m, CacheOptions{Namespaces: []string{p.namespace}, LabelSelector: p.selector}, handler[*corev1.Secret](p))
+	c, err := makeCache(m, CacheOptions{Namespaces: []string{p.namespace}, LabelSelector: p.selector}, use[*corev1.Secret]{handler: p, pin: true})
 	if err != nil {
 		return fmt.Errorf("KubeconfigSecrets: %w", err)
 	}

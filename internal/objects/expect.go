@@ -1,6 +1,8 @@
 package objects
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
@@ -11,6 +13,19 @@ type Expectation struct {
 	Deleting bool   // observed once the object is gone or has a deletionTimestamp
 	Gone     bool   // observed once the object is gone
 	Writes   int    // fake backends: events still to come
+}
+
+// String says what observes e: "resourceVersion 12", "its deletion".
+func (e Expectation) String() string {
+	switch {
+	case e.Writes > 0:
+		return fmt.Sprintf("%d writes", e.Writes)
+	case e.Gone:
+		return "the removal"
+	case e.Deleting:
+		return "its deletion"
+	}
+	return "resourceVersion " + e.RV
 }
 
 // Expect records e for k, replacing what k had.
