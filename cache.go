@@ -382,3 +382,5 @@ func describeScope[T Object](caches []*Cache[T]) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }

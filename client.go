@@ -325,3 +325,12 @@ func (c *Client[T]) listPages(ctx context.Context, opts ListParams) ([]T, error)
 		lo.Continue = l.Continue
 	}
 }
+
+// checkKey rejects a key without a namespace for a namespaced resource: it
+// would come back NotFound, which reads like success after a Delete.
+func (c *Client[T]) checkKey(verb string, key Key) error {
+	if c.b.Namespaced && key.Namespace == "" {
+		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
+	}
+	return nil
+}

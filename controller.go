@@ -263,7 +263,7 @@ func (c *Controller[T]) OnFinalize(name string, finalize func(ctx context.Contex
 			return fmt.Errorf("ctrl: %s: OnFinalize %q: the controller already owns finalizer %q", c, name, c.finalizer)
 		}
 		// Finalizers are patched; a removal the cache cannot tell is read.
-		c.mgr.need(c.cache.b.GVR.GroupResource(), "patch", "get")
+		c.mgr.grants.Need(c.cache.b.GVR.GroupResource(), "patch", "get")
 		c.finalizer, c.finalize = name, finalize
 		c.tombstones = map[Key]tombstone[T]{}
 		return nil

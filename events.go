@@ -36,7 +36,7 @@ func NewRecorder[T Object](m *Manager, component string) (*Recorder[T], error) {
 	if _, err := bind[*corev1.Event](m, APIResource{}); err != nil && m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {
 		return nil, fmt.Errorf("ctrl: NewRecorder for %s: %w", info, err)
 	}
-	m.need(schema.GroupResource{Resource: "events"}, "create", "update", "patch")
+	m.grants.Need(schema.GroupResource{Resource: "events"}, "create", "update", "patch")
 	return &Recorder[T]{m: m, info: info, source: component}, nil
 }
 

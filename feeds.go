@@ -15,11 +15,6 @@ import (
 )
 
 // feedKey names a feed: one namespace ("" all) of one cluster ("" the own).
-type feedKey struct{ cluster, namespace string }
-
-func (k feedKey) covers(key Key) bool {
-	return key.Cluster == k.cluster && (k.namespace == "" || k.namespace == key.Namespace)
-}
 
 // wanted returns the feeds the inputs call for. Called with c.rewire held.
 func (c *Cache[T]) wanted() map[feedKey]*binding.Binding[T] {

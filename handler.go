@@ -174,9 +174,7 @@ type target interface {
 // user names the controller a handler serves, for a CRD-waiting cache's reports.
 type user interface{ user() string }
 
-func (c *Controller[T]) user() string   { return c.ctrlName }
-func (h *ownerHandler[O]) user() string { return h.to.name() }
-func (h *mapHandler[O]) user() string   { return h.to.name() }
+func (c *Controller[T]) user() string { return c.ctrlName }
 
 func (c *Controller[T]) enqueue(key Key, cause Cause) {
 	if !c.active.Load() {

@@ -20,6 +20,13 @@ import (
 	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
+// feedKey names a feed: one namespace ("" all) of one cluster.
+type feedKey struct{ cluster, namespace string }
+
+func (k feedKey) covers(key Key) bool {
+	return key.Cluster == k.cluster && (k.namespace == "" || k.namespace == key.Namespace)
+}
+
 // feed is one list-and-watch of a cache (one namespace of one cluster) and
 // its reflector's store; a new selection is a new feed.
 type feed[T Object] struct {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/go-logr/logr"
@@ -22,6 +23,86 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
+
+// NewMachine returns a controller named name that runs machine on the
+// objects of type T; wire it further like any [Controller]. It reconciles
+// an object when it is created, when its phase, generation or
+// observedGeneration changes ([Controller.FilterUpdates] adds more), and
+// while it is deleted. The machine owns its finalizer (do not use
+// OnFinalize); an object leaving the selector keeps it. Moves are Events
+// from component name and ctrl_machine_* metrics labeled with name and
+// state. UnsafeDisableDeepCopy is ignored. It returns an error if machine
+// is incomplete or inconsistent, T has no status subresource, Events
+// cannot be written, or as [NewController] does.
+func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T, S], opts ControllerOptions) (*Controller[T], error) {
+	d, err := machine.compile()
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
+	}
+	info, err := resolve[T](m)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
+	}
+	if !info.Status {
+		return nil, fmt.Errorf("ctrl: NewMachine %q: %s has no status subresource, where the machine writes its moves", name, info)
+	}
+	gr := info.GVR.GroupResource()
+	m.grants.Need(schema.GroupResource{Group: gr.Group, Resource: gr.Resource + "/status"}, "patch")
+	if machine.Finalizer != "" {
+		m.grants.Need(gr, "patch")
+	}
+	reg := m.opts.Registerer
+	if m.registry != nil {
+		reg = m.registry
+	}
+	met, err := metrics.NewMachines(reg)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewMachine %q: registering the metrics: %w", name, err)
+	}
+	events, err := NewRecorder[T](m, name)
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
+	}
+	r := &machineRun[T, S]{machine: d, events: events}
+	opts.UnsafeDisableDeepCopy = true // reconcile reads the cache again, and copies
+	c, err := NewController(m, name, r.reconcile, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.ctrl = c
+	if err := c.FilterUpdates(r.changed); err != nil {
+		return nil, err
+	}
+	var states []string
+	var edges [][2]string
+	for _, s := range d.names {
+		states = append(states, string(s))
+		for _, to := range d.States[s].To {
+			edges = append(edges, [2]string{string(s), string(to)})
+		}
+	}
+	r.metrics = met.Machine(name, states, edges, func(add func(string)) {
+		for _, obj := range c.Cache().List("", nil) {
+			add(string(*d.Phase(obj)))
+		}
+	})
+	return c, nil
+}
+
+// Reconcile runs one reconcile of the machine on obj without a manager, for
+// unit tests, and returns the object as the server would then hold it
+// (finalizer and status written, a step's other changes not), the Result
+// and the error; obj is not changed, no Event is emitted, nothing counted.
+// Set metadata.generation or deletionTimestamp to play a spec change or a
+// deletion. On error the object holds what was written before the failure.
+func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) {
+	d, err := m.compile()
+	if err != nil {
+		return obj, Result{}, fmt.Errorf("ctrl: Machine.Reconcile: %w", err)
+	}
+	out, _, res, err := d.advance(ctx, obj.DeepCopyObject().(T), memoryWriter[T]{})
+	return out, res, err
+}
 
 // A machine at work: one reconcile advances an object by at most one move.
 

@@ -267,14 +267,14 @@ func NewManager(opts Options) (*Manager, error) {
 			return nil, err
 		}
 		m.policy, m.identity = member, member.Identity()
-		m.need(leases, "get", "create", "update", "delete")
+		m.grants.Need(leases, "get", "create", "update", "delete")
 	case opts.LeaderElection.Name != "":
 		e, err := newElection(m, opts)
 		if err != nil {
 			return nil, err
 		}
 		m.policy, m.identity = e, e.Config.Identity
-		m.need(leases, "get", "create", "update")
+		m.grants.Need(leases, "get", "create", "update")
 	}
 	return m, nil
 }

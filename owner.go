@@ -188,3 +188,5 @@ func ownerKind[O Object](owner O) (schema.GroupVersionKind, bool, error) {
 	}
 	return info.GVK(), info.Namespaced, err
 }
+
+func (h *ownerHandler[O]) user() string { return h.to.name() }

@@ -7,8 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-func (m *Manager) need(gr schema.GroupResource, verbs ...string) { m.grants.Need(gr, verbs...) }
-
 // RBACRules returns the rules the manager's own work needs in its own
 // cluster, as wired so far, one per resource, sorted: list and watch per
 // cache; Leases (get, create, update; delete for a ring) and patch of the
@@ -21,12 +19,12 @@ func (m *Manager) RBACRules() []rbacv1.PolicyRule {
 	caches := slices.Clone(m.cacheList)
 	m.mu.Unlock()
 	if m.opts.MetricsAddress != "" && !m.opts.MetricsServing.Insecure {
-		m.need(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "create")
-		m.need(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "create")
+		m.grants.Need(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "create")
+		m.grants.Need(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "create")
 	}
 	for _, c := range caches {
 		if gr, own := c.groupResource(); own {
-			m.need(gr, "list", "watch")
+			m.grants.Need(gr, "list", "watch")
 		}
 	}
 	return m.grants.Rules()

@@ -140,7 +140,7 @@ func shareOf[T Object](m *Manager, b *binding.Binding[T], related bool, sc scope
 		return nil, fmt.Errorf("ctrl: %w", err)
 	}
 	if s != nil && !related {
-		m.need(b.GVR.GroupResource(), "patch") // label mode labels the objects
+		m.grants.Need(b.GVR.GroupResource(), "patch") // label mode labels the objects
 	}
 	return s, nil
 }

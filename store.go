@@ -251,8 +251,6 @@ func (f *feed[T]) Bookmark(rv string) error {
 	return nil
 }
 
-func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }
-
 func (f *feed[T]) UpdateResourceVersion(rv string) {
 	f.c.mu.Lock()
 	f.lastRV = rv

@@ -99,3 +99,5 @@ func (h *mapHandler[O]) listed(evs []event[O]) {
 	}
 	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
 }
+
+func (h *mapHandler[O]) user() string { return h.to.name() }

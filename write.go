@@ -57,15 +57,6 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 	return nil
 }
 
-// checkKey rejects a key without a namespace for a namespaced resource: it
-// would come back NotFound, which reads like success after a Delete.
-func (c *Client[T]) checkKey(verb string, key Key) error {
-	if c.b.Namespaced && key.Namespace == "" {
-		return fmt.Errorf("ctrl: %s %s %s: the resource is namespaced and the key has no namespace", verb, c.b.Type, key)
-	}
-	return nil
-}
-
 // Create creates obj and returns the object the server stored. A named
 // object carries the annotation ctrl.dev/create-id, unique to the request:
 // a later Create through this manager that finds its own lost create
