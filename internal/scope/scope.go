@@ -27,10 +27,10 @@ type Scope struct {
 func New(namespaced bool, defaultNS string, namespaces []string, l labels.Selector, f fields.Selector) Scope {
 	var s Scope
 	if namespaced {
-		s.Namespaces = Namespaces(namespaces)
-		if len(s.Namespaces) == 0 && defaultNS != "" {
-			s.Namespaces = []string{defaultNS}
+		if len(namespaces) == 0 && defaultNS != "" {
+			namespaces = []string{defaultNS}
 		}
+		s.Namespaces = Namespaces(namespaces)
 	}
 	if l != nil && !l.Empty() {
 		s.Labels = l
