@@ -356,8 +356,8 @@ func TestSlowClusterDoesNotStarveOthers(t *testing.T) {
 		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%02d", i)}})
 	}
 	slow, quick := fake.NewClientset(objs...), fake.NewClientset()
-	must(t, mgr.Engage("slow", ctrl.Cluster{FakeClientset: slow}))
-	must(t, mgr.Engage("quick", ctrl.Cluster{FakeClientset: quick}))
+	must(t, mgr.Engage("slow", ctrl.Member{FakeClientset: slow}))
+	must(t, mgr.Engage("quick", ctrl.Member{FakeClientset: quick}))
 	release := make(chan struct{})
 	var blocked atomic.Int32
 	var slowKeys sync.Map
@@ -423,13 +423,13 @@ func TestDisengageDuringStart(t *testing.T) {
 			ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Fleet: true}})
 		must(t, err)
 	}
-	must(t, mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()}))
+	must(t, mgr.Engage("member", ctrl.Member{FakeClientset: fake.NewClientset()}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for range 50 {
 			mgr.Disengage("member")
-			_ = mgr.Engage("member", ctrl.Cluster{FakeClientset: fake.NewClientset()})
+			_ = mgr.Engage("member", ctrl.Member{FakeClientset: fake.NewClientset()})
 		}
 	}()
 	start(t, mgr)

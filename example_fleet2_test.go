@@ -29,7 +29,7 @@ func ExampleRequestFrom_fleet() {
 	}
 	for _, name := range []string{"east", "west"} {
 		member := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}})
-		if err := mgr.Engage(name, ctrl.Cluster{FakeClientset: member}); err != nil {
+		if err := mgr.Engage(name, ctrl.Member{FakeClientset: member}); err != nil {
 			panic(err)
 		}
 	}

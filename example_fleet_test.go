@@ -30,7 +30,7 @@ func ExampleManager_Engage() {
 	}
 	members := map[string]*fake.Clientset{"east": fake.NewClientset(), "west": fake.NewClientset()}
 	for _, name := range []string{"east", "west"} {
-		if err := mgr.Engage(name, ctrl.Cluster{FakeClientset: members[name]}); err != nil {
+		if err := mgr.Engage(name, ctrl.Member{FakeClientset: members[name]}); err != nil {
 			panic(err)
 		}
 	}
@@ -72,7 +72,7 @@ func ExampleManager_Engage() {
 		panic(err)
 	}
 	members["north"] = fake.NewClientset()
-	if err := mgr.Engage("north", ctrl.Cluster{FakeClientset: members["north"]}); err != nil {
+	if err := mgr.Engage("north", ctrl.Member{FakeClientset: members["north"]}); err != nil {
 		panic(err)
 	}
 	if err := mgr.WaitIdle(ctx, time.Minute); err != nil {

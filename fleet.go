@@ -26,9 +26,9 @@ import (
 // has its own connection, watches and recovery: one slow or gone holds up
 // no other.
 
-// Cluster says how to reach a member cluster: Config for a real one, or
+// Member says how to reach a member cluster: Config for a real one, or
 // client-go's fakes in tests, as in [Options].
-type Cluster struct {
+type Member struct {
 	Config        *rest.Config
 	FakeClientset FakeClientset
 	FakeDynamic   dynamic.Interface
@@ -37,7 +37,7 @@ type Cluster struct {
 // Fleet is what a [Provider] tells about member clusters; *Manager is one.
 type Fleet interface {
 	// Engage adds the member cluster name, or replaces its configuration.
-	Engage(name string, c Cluster) error
+	Engage(name string, c Member) error
 	// Disengage removes the member cluster name, if it is a member.
 	Disengage(name string)
 }
@@ -53,7 +53,7 @@ type Provider interface {
 // member is an engaged member cluster.
 type member struct {
 	name     string
-	cluster  Cluster
+	cluster  Member
 	clients  binding.Clients
 	conns    *transport.Conns // of clients.HTTP's transport, if it is the member's alone
 	ctx      context.Context
@@ -71,14 +71,14 @@ type fleetCache interface {
 // Engage makes name a member cluster of the fleet, reached as c says, or
 // gives the member a new configuration: its caches start (if the manager
 // runs) and, once listed, its objects are reconciled once; an equal
-// Cluster again does nothing. It returns an error for a name that is not
-// a DNS label, or a Cluster without a client.
-func (m *Manager) Engage(name string, c Cluster) error {
+// Member again does nothing. It returns an error for a name that is not
+// a DNS label, or a Member without a client.
+func (m *Manager) Engage(name string, c Member) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return fmt.Errorf("ctrl: Engage %q: the name must be a DNS label: %s", name, errs[0])
 	}
 	if c.Config == nil && c.FakeClientset == nil && c.FakeDynamic == nil {
-		return fmt.Errorf("ctrl: Engage %q: set Cluster.Config, or the fakes", name)
+		return fmt.Errorf("ctrl: Engage %q: set Member.Config, or the fakes", name)
 	}
 	m.mu.Lock()
 	prev, ok := m.members[name]
@@ -119,7 +119,7 @@ func (m *Manager) Engage(name string, c Cluster) error {
 }
 
 // sameCluster reports whether a and b reach a cluster the same way.
-func sameCluster(a, b Cluster) bool {
+func sameCluster(a, b Member) bool {
 	if a.FakeClientset != b.FakeClientset || a.FakeDynamic != b.FakeDynamic || (a.Config == nil) != (b.Config == nil) {
 		return false
 	}

@@ -33,7 +33,7 @@ func (p kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
 type configFleet struct{ Fleet }
 
 func (f configFleet) Engage(name string, cfg *rest.Config) error {
-	return f.Fleet.Engage(name, Cluster{Config: cfg})
+	return f.Fleet.Engage(name, Member{Config: cfg})
 }
 
 // KubeconfigSecrets returns a [Provider] of the member clusters whose

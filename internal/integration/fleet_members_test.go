@@ -195,7 +195,7 @@ func TestFleetMemberConnectionsClosed(t *testing.T) {
 	watchesShared(t)
 	baseline := readLoops()
 	for i := range 10 {
-		must(t, mgr.Engage("member", ctrl.Cluster{Config: env.Config()}))
+		must(t, mgr.Engage("member", ctrl.Member{Config: env.Config()}))
 		waitIdle(t, mgr) // listed and watching
 		if got := readLoops(); got <= baseline {
 			t.Fatalf("cycle %d: %d connection readers while engaged, want more than the %d before", i, got, baseline)

@@ -46,7 +46,7 @@ func main() {
 			p.Fatal(err)
 		}
 		cfg.QPS, cfg.Burst = 20, 30
-		if err := mgr.Engage(name, ctrl.Cluster{Config: cfg}); err != nil {
+		if err := mgr.Engage(name, ctrl.Member{Config: cfg}); err != nil {
 			p.Fatal(fmt.Errorf("engage %s: %w", name, err))
 		}
 	}
