@@ -383,4 +383,5 @@ func describeScope[T Object](caches []*Cache[T]) string {
 	return strings.Join(parts, "; ")
 }
 
+// serves: obj is in this replica's share of the objects.
 func (c *Cache[T]) serves(obj T) bool { return c.share == nil || c.share.Serves(obj) }
