@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -173,4 +174,51 @@ func ExampleIgnoreNotFound() {
 	// Output:
 	// <nil>
 	// connection refused
+}
+
+// Members from kubeconfig Secrets in the hub: a Secret with the label
+// appears and its cluster joins the fleet, named after the Secret; the
+// Secret goes and so does the cluster. A Secret without the label is not
+// read.
+func ExampleKubeconfigSecrets() {
+	kubeconfig := []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: east, cluster: {server: "https://east.example:6443"}}]
+users: [{name: ctrl, user: {token: secret}}]
+contexts: [{name: east, context: {cluster: east, user: ctrl}}]
+current-context: east
+`)
+	secret := func(name string, labels map[string]string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: name, Labels: labels},
+			Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	}
+	member := map[string]string{"fleet.example.com/member": "true"}
+	cs := fake.NewClientset(secret("east", member), secret("west", nil))
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs,
+		ClusterProvider: ctrl.KubeconfigSecrets("fleet", labels.SelectorFromSet(member))})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	members := func(want ...string) []string {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // polling the fleet
+			if got := mgr.Clusters(); slices.Equal(got, want) || time.Now().After(deadline) {
+				return got
+			}
+		}
+	}
+	fmt.Println("members:", members("east"))
+	if err := cs.CoreV1().Secrets("fleet").Delete(ctx, "east", metav1.DeleteOptions{}); err != nil {
+		panic(err)
+	}
+	fmt.Println("members:", members())
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Output:
+	// members: [east]
+	// members: []
 }

@@ -395,3 +395,13 @@ func ExampleNewRecorder() {
 	// Output:
 	// Warning Empty settings has no data
 }
+
+// The update filters compare an object's old and new states; pass them to
+// [ctrl.Controller.FilterUpdates], [ctrl.Owns] or [ctrl.Watches].
+func ExampleAnnotationsChanged() {
+	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Generation: 1, Labels: map[string]string{"app": "web"}}}
+	obj := old.DeepCopy()
+	obj.Annotations = map[string]string{"note": "reviewed"}
+	fmt.Println(ctrl.GenerationChanged(old, obj), ctrl.LabelsChanged(old, obj), ctrl.AnnotationsChanged(old, obj))
+	// Output: false false true
+}
