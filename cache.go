@@ -192,6 +192,16 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 	return out
 }
 
+// restore puts back copy, taken before a reconcile changed the shared obj,
+// if key still holds obj.
+func (c *Cache[T]) restore(key Key, obj, copy T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.items.Get(objects.Key(key)); ok && any(cur) == any(obj) {
+		c.items.Set(objects.Key(key), copy)
+	}
+}
+
 func (c *Cache[T]) count() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -158,32 +158,41 @@ func (c *Client[T]) cache(ctx context.Context, what string, covers func(*Cache[T
 // Get returns the object with key: a copy the caller owns, or an error for
 // which apierrors.IsNotFound is true. It waits for the cache to sync.
 func (c *Client[T]) Get(ctx context.Context, key Key) (T, error) {
+	obj, cached, err := c.read(ctx, key)
+	if cached {
+		obj = obj.DeepCopyObject().(T)
+	}
+	return obj, err
+}
+
+// read is Get, but returns the cache's object itself, shared (cached).
+func (c *Client[T]) read(ctx context.Context, key Key) (obj T, cached bool, err error) {
 	var zero T
 	key = c.at(key)
 	if err := c.checkKey("get", key); err != nil {
-		return zero, err
+		return zero, false, err
 	}
 	if c.uncached {
 		b, err := c.backend(key.Cluster)
 		if err != nil {
-			return zero, c.wrap("get", key, err)
+			return zero, false, c.wrap("get", key, err)
 		}
 		obj, err := b.Get(ctx, key.Namespace, key.Name, metav1.GetOptions{})
 		if err != nil {
-			return obj, c.wrap("get", key, probe.Tag(ctx, key.Cluster, err))
+			return obj, false, c.wrap("get", key, probe.Tag(ctx, key.Cluster, err))
 		}
 		stamp(obj, typeMetaOf(c.b.Info))
-		return obj, nil
+		return obj, false, nil
 	}
 	cc, err := c.cache(ctx, key.String(), func(cc *Cache[T]) bool { return cc.covers(key) })
 	if err != nil {
-		return zero, c.wrap("get", key, err)
+		return zero, false, c.wrap("get", key, err)
 	}
 	obj, ok := cc.Get(key)
 	if !ok {
-		return zero, c.wrap("get", key, cc.notFound(key))
+		return zero, false, c.wrap("get", key, cc.notFound(key))
 	}
-	return obj.DeepCopyObject().(T), nil
+	return obj, true, nil
 }
 
 // ListParams select objects for [Client.List]. The zero value lists every

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/shared"
 	"github.com/typedctrl/ctrl/internal/workq"
 )
 
@@ -78,10 +80,10 @@ type ControllerOptions struct {
 	// ResyncPeriod, if positive, reconciles every cached object again at
 	// this interval (Live first). Default: never.
 	ResyncPeriod time.Duration
-	// UnsafeDisableDeepCopy hands reconcile the cached object itself, which
-	// it must then neither modify (copy it with DeepCopyObject) nor keep
-	// (README.md#a-copy-per-reconcile). Default: off.
-	UnsafeDisableDeepCopy bool
+	// CopyObject hands reconcile, OnDelete and finalize a deep copy of the
+	// cached object, theirs to change, as controller-runtime does. Default:
+	// off, they read the cache's object itself, shared (Fresh).
+	CopyObject bool
 	// ReconcileTimeout, if positive, cancels each reconcile's context (with
 	// its finalize and OnDelete hooks) this long after it began; overruns
 	// count in ctrl_reconcile_timeouts_total, and the worker still waits
@@ -141,6 +143,11 @@ type Controller[T Object] struct {
 	failures     workq.Failures[Key] // keys whose last reconcile failed, with its error
 	// afterRead, set by tests before Start, runs right after a cache read.
 	afterRead func(Key, T)
+	// copying: reconciles get copies (CopyObject, or a change was found);
+	// checks picks the reconciles whose shared object is checked.
+	copying atomic.Bool
+	checks  shared.Sampler
+	misused atomic.Pointer[error] // the first change a test binary found
 
 	// links and cancel are under mu; wiring serializes changes to the links.
 	wiring  sync.Mutex
@@ -215,6 +222,11 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 		names[i] = string(r)
 	}
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
+	c.copying.Store(opts.CopyObject)
+	c.checks.First, c.checks.Every = 100, 64
+	if testing.Testing() {
+		c.checks.Every = 1
+	}
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
 	return c, nil

@@ -589,9 +589,12 @@ func TestShutdown(t *testing.T) {
 	})
 }
 
-func TestDeepCopy(t *testing.T) {
-	for _, unsafe := range []bool{false, true} {
-		t.Run(fmt.Sprintf("UnsafeDisableDeepCopy=%t", unsafe), func(t *testing.T) {
+// TestSharedObject checks that reconcile reads the cache's object itself
+// unless CopyObject, and that a reconcile that changes it fails in a test,
+// naming the controller, the key and the path, with the cache restored.
+func TestSharedObject(t *testing.T) {
+	for _, copies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CopyObject=%t", copies), func(t *testing.T) {
 			mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
 			var c *ctrl.Controller[*corev1.ConfigMap]
 			var shared atomic.Bool
@@ -599,15 +602,42 @@ func TestDeepCopy(t *testing.T) {
 				cached, _ := c.Cache().Get(ctrl.KeyOf(cm))
 				shared.Store(cached == cm)
 				return ctrl.Result{}, nil
-			}, ctrl.ControllerOptions{UnsafeDisableDeepCopy: unsafe})
+			}, ctrl.ControllerOptions{CopyObject: copies})
 			must(t, err)
 			start(t, mgr)
 			waitIdle(t, mgr)
-			if shared.Load() != unsafe {
-				t.Errorf("reconcile got the cached object itself: %t, want %t", shared.Load(), unsafe)
+			if shared.Load() == copies {
+				t.Errorf("reconcile got the cached object itself: %t, want %t", shared.Load(), !copies)
 			}
 		})
 	}
+	t.Run("changed", func(t *testing.T) {
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"))})
+		var reconciles atomic.Int32
+		c, err := ctrl.NewController(mgr, "labeler", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			reconciles.Add(1)
+			if cm.Labels == nil {
+				cm.Labels = map[string]string{}
+			}
+			cm.Labels["seen"] = "yes" // the bug: the cache's object
+			return ctrl.Result{}, nil
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		ctx, cancel := context.WithTimeout(start(t, mgr), 30*time.Second)
+		defer cancel()
+		err = mgr.WaitIdle(ctx, time.Second)
+		for _, want := range []string{`controller "labeler"`, "ConfigMap ns/a", "at metadata.labels"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("WaitIdle: %v, want an error naming %s", err, want)
+			}
+		}
+		if n := reconciles.Load(); n != 1 {
+			t.Errorf("%d reconciles, want 1: the change is not retried", n)
+		}
+		if cm, _ := c.Cache().Get(ctrl.Key{Namespace: "ns", Name: "a"}); cm.Labels["seen"] != "" {
+			t.Errorf("the cache still holds the changed object: labels %v", cm.Labels)
+		}
+	})
 }
 
 // TestListBacklog checks how a controller takes a large initial list: its

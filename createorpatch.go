@@ -42,7 +42,7 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 	if !c.uncached && !c.coveredByCache(key) {
 		reader = c.Uncached()
 	}
-	cur, err := reader.Get(ctx, key)
+	cur, _, err := reader.read(ctx, key) // patchExisting copies it
 	if apierrors.IsNotFound(err) {
 		obj := binding.New[T]()
 		obj.SetNamespace(key.Namespace)
@@ -69,35 +69,36 @@ func (c *Client[T]) CreateOrPatch(ctx context.Context, key Key, mutate func(obj 
 	return c.patchExisting(ctx, key, cur, mutate)
 }
 
-// patchExisting is CreateOrPatch for an object read as cur.
+// patchExisting is CreateOrPatch for an object read as cur, maybe the
+// cache's own: what it returns is a copy, or what the server sent.
 func (c *Client[T]) patchExisting(ctx context.Context, key Key, cur T, mutate func(T) error) (T, Outcome, error) {
 	changed := cur.DeepCopyObject().(T)
 	if err := c.mutate(key, changed, mutate); err != nil {
-		return cur, Unchanged, err
+		return changed, Unchanged, err
 	}
 	if !c.b.Status {
 		patch, err := mergePatch(cur, changed)
 		if err != nil || patch == nil {
-			return cur, Unchanged, c.wrap("patch", key, err)
+			return changed, Unchanged, c.wrap("patch", key, err)
 		}
 		out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
 		if err != nil {
-			return cur, Unchanged, err
+			return changed, Unchanged, err
 		}
 		return out, Patched, nil
 	}
 	rest, status, err := splitPatches(cur, changed)
 	if err != nil {
-		return cur, Unchanged, c.wrap("patch", key, err)
+		return changed, Unchanged, c.wrap("patch", key, err)
 	}
-	out, op := cur, Unchanged
+	out, op := changed, Unchanged
 	if rest != nil {
 		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
-			return cur, Unchanged, c.wrap("patch", key, err)
+			return changed, Unchanged, c.wrap("patch", key, err)
 		}
 		if out, err = c.patch(ctx, key, types.MergePatchType, patch, ""); err != nil {
-			return cur, Unchanged, err
+			return changed, Unchanged, err
 		}
 		op = Patched
 	}

@@ -66,6 +66,7 @@ func testLeadershipLost(t *testing.T, standby bool) {
 			t.Errorf("CheckLeadership after the loss: got %v, want ErrLeadershipLost", err)
 		}
 		rec.Event(cm, corev1.EventTypeNormal, "Lost", "emitted after the loss")
+		cm = cm.DeepCopy()
 		cm.Data = map[string]string{"written": "after the loss"}
 		_, err := cms.Update(ctx, cm)
 		mu.Lock()

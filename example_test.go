@@ -37,6 +37,7 @@ func Example() {
 		if cm.Labels["keys"] == want {
 			return ctrl.Result{}, nil
 		}
+		cm = cm.DeepCopy() // cm is the cache's: change a copy
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
 		}
@@ -219,6 +220,7 @@ func ExampleClient_UpdateStatus() {
 			return ctrl.Result{}, nil // Ready: nothing to do
 		}
 		fmt.Printf("%s: %q -> %q\n", w.Name, w.Status.Phase, phase)
+		w = w.DeepCopyObject().(*Widget) // w is the cache's: change a copy
 		w.Status.Phase = phase
 		_, err := client.UpdateStatus(ctx, w)
 		return ctrl.Result{}, err

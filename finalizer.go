@@ -114,7 +114,7 @@ func (c *Controller[T]) bury(ctx context.Context, key Key, cached T, inCache boo
 	}
 	switch {
 	case kind == deleted && c.onDelete != nil:
-		if err := c.onDelete(ctx, obj.DeepCopyObject().(T)); err != nil {
+		if err := c.lend(key, obj, func(obj T) error { return c.onDelete(ctx, obj) }); err != nil {
 			return keep(fmt.Errorf("OnDelete: %w", err))
 		}
 	case kind == left && c.finalizer != "" && slices.Contains(obj.GetFinalizers(), c.finalizer):

@@ -198,10 +198,10 @@ func (c *Controller[T]) failing() error {
 	entries := c.failures.Sorted(func(a, b Key) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	if len(entries) == 0 {
-		return nil
-	}
 	var errs []error
+	if changed := c.misused.Load(); changed != nil {
+		errs = append(errs, *changed)
+	}
 	for i, e := range entries {
 		if i == maxFailuresShown {
 			errs = append(errs, fmt.Errorf("%s: and %d more keys", c, len(entries)-i))

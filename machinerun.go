@@ -64,7 +64,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
 	r := &machineRun[T, S]{machine: d, events: events}
-	opts.UnsafeDisableDeepCopy = true // reconcile reads the cache again, and copies
+	opts.CopyObject = false // reconcile reads the cache again, and copies
 	c, err := NewController(m, name, r.reconcile, opts)
 	if err != nil {
 		return nil, err
@@ -279,7 +279,7 @@ func (r *machineRun[T, S]) changed(old, obj T) bool {
 }
 
 // reconcile is one advance and a written move's Event, log line and
-// metrics; cached is the cache's own object (UnsafeDisableDeepCopy).
+// metrics; cached is the cache's own object.
 func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, error) {
 	latest, ok := r.ctrl.cache.Get(keyFrom(ctx, cached))
 	if !ok {

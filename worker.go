@@ -16,6 +16,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/probe"
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 func (c *Controller[T]) work() {
@@ -203,18 +204,48 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	if ri, ok := ctx.Value(requestKey{}).(*reconcileInfo); ok {
 		ri.reconciled, ri.uid = true, cached.GetUID()
 	}
-	obj := cached
-	if !c.opts.UnsafeDisableDeepCopy {
-		// Nothing cheaper is safe: README.md#a-copy-per-reconcile.
-		obj = cached.DeepCopyObject().(T)
-	}
-	if c.finalizer != "" {
-		done, err := c.finalizeStep(ctx, cached, &obj)
-		if done || err != nil {
-			return Result{}, err
+	var res Result
+	err := c.lend(key, cached, func(obj T) (err error) {
+		if c.finalizer != "" {
+			if done, err := c.finalizeStep(ctx, cached, &obj); done || err != nil {
+				return err
+			}
 		}
+		res, err = c.reconcile(ctx, obj)
+		return err
+	})
+	return res, err
+}
+
+// lend calls use with key's cached object, shared, or a copy if the
+// controller copies. A checked use (c.checks) that changed the shared
+// object gets it restored in the cache and is logged once; in a test
+// binary WaitIdle reports it from then on, elsewhere the controller copies
+// from then on.
+func (c *Controller[T]) lend(key Key, cached T, use func(T) error) error {
+	if c.copying.Load() {
+		return use(cached.DeepCopyObject().(T))
 	}
-	return c.reconcile(ctx, obj)
+	if !c.checks.Next() {
+		return use(cached)
+	}
+	before := cached.DeepCopyObject().(T)
+	err := use(cached)
+	path := shared.Diff(before, cached)
+	if path == "" {
+		return err
+	}
+	c.metrics.SharedChanges.Inc()
+	c.cache.restore(key, cached, before)
+	changed := fmt.Errorf("ctrl: controller %q changed the cached %s %s it was handed, shared, at %s: change a copy "+
+		"(DeepCopy, then PatchFrom; or CreateOrPatch), or set ControllerOptions.CopyObject", c.ctrlName, c.cache.b.Type, key, path)
+	if c.checks.Every == 1 && c.misused.CompareAndSwap(nil, &changed) {
+		c.log.Error(changed, "restored the cached object; WaitIdle reports the change", "object", key)
+	}
+	if c.checks.Every != 1 && c.copying.CompareAndSwap(false, true) {
+		c.log.Error(changed, "restored the cached object; this controller's reconciles get copies from now on", "object", key)
+	}
+	return err
 }
 
 // vanished reports whether err is a NotFound from writing the reconciled

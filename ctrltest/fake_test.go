@@ -34,6 +34,7 @@ func ExampleNewFakeDynamic() {
 			return ctrl.Result{}, nil
 		}
 		fmt.Printf("painting %s red (was %s)\n", g.Name, g.Spec.Color)
+		g = g.DeepCopyObject().(*Gadget) // g is the cache's: change a copy
 		g.Spec.Color = "red"
 		_, err := gadgets.Update(ctx, g)
 		return ctrl.Result{}, err

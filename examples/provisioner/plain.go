@@ -79,6 +79,7 @@ func (p *plain) reconcile(ctx context.Context, b *Bucket) (ctrl.Result, error) {
 	case phase == Pending:
 		return p.move(ctx, b, Provisioning, "Accepted", fmt.Sprintf("size %d", b.Spec.Size), false)
 	case phase == Provisioning:
+		b = b.DeepCopyObject().(*Bucket) // b is the cache's: change a copy
 		b.Status.Attempts++
 		err := p.provision(ctx, b)
 		switch {
@@ -94,6 +95,7 @@ func (p *plain) reconcile(ctx context.Context, b *Bucket) (ctrl.Result, error) {
 		}
 		return p.move(ctx, b, Provisioning, "Retry", "trying again", false)
 	case b.Generation != b.Status.ObservedGeneration:
+		b = b.DeepCopyObject().(*Bucket) // b is the cache's: change a copy
 		b.Status.ObservedGeneration = b.Generation
 		if c := meta.FindStatusCondition(b.Status.Conditions, "Ready"); c != nil {
 			c.ObservedGeneration = b.Generation
@@ -110,6 +112,7 @@ func (p *plain) reconcile(ctx context.Context, b *Bucket) (ctrl.Result, error) {
 // reconcile runs again on the newer Bucket.
 func (p *plain) move(ctx context.Context, b *Bucket, to Phase, reason, message string, warning bool) (ctrl.Result, error) {
 	from := b.Status.Phase
+	b = b.DeepCopyObject().(*Bucket) // b is the cache's: change a copy
 	status := metav1.ConditionFalse
 	if to == Ready {
 		status = metav1.ConditionTrue

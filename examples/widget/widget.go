@@ -117,6 +117,7 @@ func (r *reconciler) reconcile(ctx context.Context, w *Widget) (ctrl.Result, err
 	if w.Status.ObservedGeneration == w.Generation && w.Status.Phase == "Ready" {
 		return ctrl.Result{}, nil
 	}
+	w = w.DeepCopy() // w is the cache's: change a copy
 	w.Status.Phase = "Ready"
 	w.Status.ConfigMap = key.Name
 	w.Status.ObservedGeneration = w.Generation

@@ -36,6 +36,7 @@ type Set struct {
 	waiting         *prometheus.GaugeVec
 	released        *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
+	sharedChanges   *prometheus.CounterVec
 	recoveryWait    *prometheus.HistogramVec
 	LeaderStatus    *prometheus.GaugeVec
 	ShardObjects    *prometheus.GaugeVec
@@ -134,6 +135,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Name: "ctrl_retries_released_total",
 			Help: "Keys queued again because the API server answered after they failed on its absence.",
 		}, ctrlLabel),
+		sharedChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ctrl_reconcile_shared_object_changes_total",
+			Help: "Reconciles found changing the cached object they were handed, shared: each restored; outside tests the controller then copies.",
+		}, ctrlLabel),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrl_reconcile_timeouts_total",
 			Help: "Reconciles that ran past the controller's ReconcileTimeout, whose context was canceled.",
@@ -199,7 +204,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
 		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.WatchMoves, &m.Blind,
-		&m.timeouts, &m.WaitingForCRD,
+		&m.timeouts, &m.sharedChanges, &m.WaitingForCRD,
 	} {
 		switch c := c.(type) {
 		case **prometheus.CounterVec:
@@ -249,6 +254,7 @@ type Controller struct {
 	Released                       prometheus.Counter
 	WaitAfterRecovery              prometheus.Observer
 	Timeouts                       prometheus.Counter
+	SharedChanges                  prometheus.Counter
 }
 
 // Controller returns the series of the controller named name; reasons are
@@ -274,6 +280,7 @@ func (m *Set) Controller(name string, workers int, reasons []string) Controller 
 		Released:          m.released.WithLabelValues(name),
 		WaitAfterRecovery: m.recoveryWait.WithLabelValues(name),
 		Timeouts:          m.timeouts.WithLabelValues(name),
+		SharedChanges:     m.sharedChanges.WithLabelValues(name),
 	}
 }
 
@@ -285,7 +292,7 @@ func (m *Set) ForgetController(name string) {
 	}{
 		m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.reconcileTime,
 		m.maxConcurrent, m.activeWorkers, m.depth, m.adds, m.latency, m.workDuration, m.unfinished,
-		m.longestRunning, m.retries, m.causes, m.waiting, m.released, m.recoveryWait, m.timeouts,
+		m.longestRunning, m.retries, m.causes, m.waiting, m.released, m.recoveryWait, m.timeouts, m.sharedChanges,
 	} {
 		v.DeletePartialMatch(prometheus.Labels{"controller": name})
 	}
