@@ -34,7 +34,7 @@ func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) err
 		busy := m.busy(requeueWithin)
 		if busy == "" {
 			if err := m.failing(); err != nil {
-				return fmt.Errorf("ctrl: WaitIdle: idle, but reconciles are failing, their retries due beyond %s:\n%w", requeueWithin, err)
+				return fmt.Errorf("ctrl: WaitIdle: idle, but reconciles failed (no retry due within %s):\n%w", requeueWithin, err)
 			}
 			return nil
 		}

@@ -4,10 +4,11 @@
 //
 //   - cmd/ctrl, cmd/cr-default, cmd/cr-strip, cmd/raw and cmd/raw-strip are
 //     the same ConfigMap controller written five ways, each a binary that
-//     speaks the protocol of package internal/harness. cmd/ctrl-nocopy,
+//     speaks the protocol of package internal/harness. cmd/ctrl-copy,
 //     cmd/raw-strip-copy and cmd/raw-strip-nogzip are diagnostics, run after
-//     them: ctrl without its deep copy per reconcile, raw-strip with one, and
-//     raw-strip without response compression, as ctrl runs by default.
+//     them: ctrl and raw-strip with a deep copy per reconcile, as
+//     controller-runtime makes, and raw-strip without response compression,
+//     as ctrl runs by default.
 //   - cmd/run is the driver of the throughput benchmark: it starts a real
 //     control plane through ../internal/cmd/runcontrolplane, creates
 //     the objects, runs the binaries through rounds of updates and reports

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark driver with its defaults: N=20000 ConfigMaps, G=2 update
 # rounds, R=2 repetitions of ctrl, cr-default, cr-strip, raw and raw-strip,
-# and the diagnostics ctrl-nocopy, raw-strip-copy and raw-strip-nogzip; every
+# and the diagnostics ctrl-copy, raw-strip-copy and raw-strip-nogzip; every
 # controller's CPU profile of its update phase is sorted into buckets, and the
 # API server's CPU is read and profiled over the same phase.
 # Extra arguments go to the driver, for example:

@@ -45,6 +45,7 @@ func TestUpdateConflict(t *testing.T) {
 				return ctrl.Result{}, err
 			}
 		}
+		cm = cm.DeepCopy()
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}

@@ -367,6 +367,7 @@ func TestNotFoundOnOwnStatusWrite(t *testing.T) {
 			Do(ctx).Error(); err != nil {
 			return ctrl.Result{}, err
 		}
+		w = w.DeepCopyObject().(*Widget)
 		w.Status.Phase = "Ready"
 		_, err := widgets.UpdateStatus(ctx, w)
 		return ctrl.Result{}, err

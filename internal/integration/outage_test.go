@@ -37,6 +37,7 @@ func TestAPIServerOutage(t *testing.T) {
 		if w.Status.ObservedSize == w.Spec.Size {
 			return ctrl.Result{}, nil
 		}
+		w = w.DeepCopyObject().(*Widget)
 		w.Status.ObservedSize = w.Spec.Size
 		_, err := widgets.UpdateStatus(ctx, w)
 		return ctrl.Result{}, err

@@ -129,6 +129,7 @@ func TestRegisterFromDiscovery(t *testing.T) {
 		if g.Status.Seen == g.Spec.Size {
 			return ctrl.Result{}, nil
 		}
+		g = g.DeepCopyObject().(*Gizmo)
 		g.Status.Seen = g.Spec.Size
 		g.Spec.Size = 100 // ignored by the status subresource
 		_, err := gizmos.UpdateStatus(ctx, g)

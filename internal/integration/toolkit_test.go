@@ -806,6 +806,7 @@ func TestToolkitUnstructured(t *testing.T) {
 		if observed, found, _ := unstructured.NestedInt64(u.Object, "status", "observedSize"); found && observed == size {
 			return ctrl.Result{}, nil
 		}
+		u = u.DeepCopy()
 		if err := unstructured.SetNestedField(u.Object, size, "status", "observedSize"); err != nil {
 			return ctrl.Result{}, ctrl.Terminal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Sampler picks which uses to check: each of the first First, then one in
@@ -50,6 +51,7 @@ func Diff(a, b any) string {
 
 var (
 	quantityType = reflect.TypeFor[resource.Quantity]()
+	unstructType = reflect.TypeFor[unstructured.Unstructured]()
 	timeType     = reflect.TypeFor[metav1.Time]()
 	microType    = reflect.TypeFor[metav1.MicroTime]()
 )
@@ -84,7 +86,7 @@ func walk(a, b reflect.Value) ([]string, bool) {
 		t := a.Type()
 		for i := range t.NumField() {
 			if p, d := walk(a.Field(i), b.Field(i)); d {
-				if name := jsonName(t.Field(i)); name != "" {
+				if name := jsonName(t.Field(i)); name != "" && t != unstructType {
 					p = append(p, name)
 				}
 				return p, true
@@ -107,7 +109,7 @@ func walk(a, b reflect.Value) ([]string, bool) {
 		}
 		return nil, false
 	case reflect.Map:
-		if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
+		if a.IsNil() != b.IsNil() {
 			return nil, true
 		}
 		if a.Pointer() == b.Pointer() {
@@ -116,10 +118,15 @@ func walk(a, b reflect.Value) ([]string, bool) {
 		for it := a.MapRange(); it.Next(); {
 			vb := b.MapIndex(it.Key())
 			if !vb.IsValid() {
-				return []string{"[" + strconv.Quote(fmt.Sprint(it.Key())) + "]"}, true
+				return []string{mapKey(a, it.Key())}, true
 			}
 			if p, d := walk(it.Value(), vb); d {
-				return append(p, "["+strconv.Quote(fmt.Sprint(it.Key()))+"]"), true
+				return append(p, mapKey(a, it.Key())), true
+			}
+		}
+		for it := b.MapRange(); a.Len() != b.Len() && it.Next(); {
+			if !a.MapIndex(it.Key()).IsValid() {
+				return []string{mapKey(b, it.Key())}, true
 			}
 		}
 		return nil, false
@@ -138,6 +145,15 @@ func walk(a, b reflect.Value) ([]string, bool) {
 	default: // channels, functions: by identity
 		return nil, a.Pointer() != b.Pointer()
 	}
+}
+
+// mapKey is k's part of a path in m: ".k" in a JSON object (an
+// Unstructured's), else "[\"k\"]".
+func mapKey(m, k reflect.Value) string {
+	if m.Type().Elem().Kind() == reflect.Interface && k.Kind() == reflect.String {
+		return "." + k.String()
+	}
+	return "[" + strconv.Quote(fmt.Sprint(k)) + "]"
 }
 
 // jsonName is the field's part of a path: "." and its name in JSON, or

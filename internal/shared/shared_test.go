@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func pod() *corev1.Pod {
@@ -26,7 +27,7 @@ func TestDiff(t *testing.T) {
 		want   string
 	}{
 		{"nothing", func(*corev1.Pod) {}, ""},
-		{"a label set", func(p *corev1.Pod) { p.Labels["team"] = "x" }, "metadata.labels"},
+		{"a label set", func(p *corev1.Pod) { p.Labels["team"] = "x" }, `metadata.labels["team"]`},
 		{"a label changed", func(p *corev1.Pod) { p.Labels["app"] = "b" }, `metadata.labels["app"]`},
 		{"labels replaced by equal ones", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "a"} }, ""},
 		{"annotations from nil to empty", func(p *corev1.Pod) { p.Annotations = map[string]string{} }, "metadata.annotations"},
@@ -99,4 +100,30 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestDiffUnstructured(t *testing.T) {
+	a := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "labels": map[string]any{"app": "a"}},
+		"spec":     map[string]any{"size": int64(3)},
+	}}
+	for _, tt := range []struct {
+		name   string
+		change func(*unstructured.Unstructured)
+		want   string
+	}{
+		{"nothing", func(*unstructured.Unstructured) {}, ""},
+		{"a nested field", func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["size"] = int64(4) }, "spec.size"},
+		{"a status added", func(u *unstructured.Unstructured) { u.Object["status"] = map[string]any{} }, "status"},
+		{"a label", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"app": "b"}) }, "metadata.labels.app"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := a.DeepCopy()
+			tt.change(b)
+			if got := Diff(a, b); got != tt.want {
+				t.Errorf("Diff = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

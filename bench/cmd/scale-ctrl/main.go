@@ -2,7 +2,7 @@
 // benchmarks (cmd/scale), in one of four modes:
 //
 //	full     a controller of *corev1.Pod: the cache holds whole Pods, managedFields removed
-//	full-nocopy  full with ControllerOptions.UnsafeDisableDeepCopy: a diagnostic
+//	full-copy  full with ControllerOptions.CopyObject: a diagnostic
 //	meta     a controller of *metav1.PartialObjectMetadata for Pods (CacheOptions.Resource):
 //	         the server sends metadata only
 //	project  a controller of podView, a projection of Pods (ctrl.Project) that
@@ -70,7 +70,7 @@ func init() {
 var podResource = ctrl.APIResource{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
 
 func main() {
-	mode := flag.String("mode", "full", "full, full-nocopy, meta, project, cm or shard")
+	mode := flag.String("mode", "full", "full, full-copy, meta, project, cm or shard")
 	ring := flag.String("ring", "bench", "shard mode: Sharding.Ring")
 	identity := flag.String("identity", "", "shard mode: Sharding.Identity")
 	byLabel := flag.Bool("by-label", false, "shard mode: Sharding.ByLabel, label mode where the server could select by hash")
@@ -93,8 +93,8 @@ func main() {
 	copts := ctrl.ControllerOptions{Workers: p.Flags.Workers}
 	var hasSynced func() bool
 	switch *mode {
-	case "full", "full-nocopy":
-		copts.UnsafeDisableDeepCopy = *mode == "full-nocopy"
+	case "full", "full-copy":
+		copts.CopyObject = *mode == "full-copy"
 		hasSynced, p.Cached, err = run(mgr, p, copts, func(pod *corev1.Pod) (string, int) { return pod.Name, podgen.Round(pod.Annotations) })
 	case "meta":
 		copts.Cache.Resource = podResource

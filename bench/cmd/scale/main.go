@@ -32,7 +32,7 @@ type impl struct {
 // impls are every implementation of the Pod controller, in run order.
 var impls = []impl{
 	{"ctrl-full", "scale-ctrl", "full", "`ctrl.NewController` for `*corev1.Pod`: the cache holds whole Pods, managedFields dropped (ctrl's default)"},
-	{"ctrl-full-nocopy", "scale-ctrl", "full-nocopy", "ctrl-full with `ControllerOptions.UnsafeDisableDeepCopy`: reconcile gets the cached Pod, not its own copy; a diagnostic"},
+	{"ctrl-full-copy", "scale-ctrl", "full-copy", "ctrl-full with `ControllerOptions.CopyObject`: reconcile gets its own copy of the cached Pod, as controller-runtime's client.Get makes; a diagnostic"},
 	{"ctrl-meta", "scale-ctrl", "meta", "`ctrl.NewController` for `*metav1.PartialObjectMetadata` with `CacheOptions.Resource` naming pods: the server sends metadata only (client-go's metadata client, protobuf); managedFields dropped"},
 	{"ctrl-project", "scale-ctrl", "project", "`ctrl.NewController` for `*podView`, a projection of Pods registered with `ctrl.Project` naming the fields it reads (spec.nodeName, status.phase, status.conditions): metadata (name, namespace, UID, resourceVersion, labels), phase, node, readiness and the round annotation; the server sends whole Pods, ctrl decodes only metadata and those fields"},
 	{"cr-default", "scale-cr", "default", "controller-runtime manager, cache restricted to the namespace, `builder.For(&corev1.Pod{})`, reconcile `client.Get`s from the cache"},

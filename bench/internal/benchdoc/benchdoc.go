@@ -29,7 +29,8 @@ func endMarker(name string) string   { return "<!-- end section: " + name + " --
 
 // WriteSection makes body the content of the section named name in the
 // markdown file at path: it replaces the section if the file has it, appends
-// it otherwise, and creates the file if needed.
+// it otherwise, and creates the file if needed. It then rewrites the targets
+// section, if the file has one ([Targets]).
 func WriteSection(path, name, body string) error {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -39,6 +40,9 @@ func WriteSection(path, name, body string) error {
 		return err
 	}
 	doc, err := replaceSection(string(data), name, body)
+	if err == nil {
+		doc, err = refreshTargets(doc)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

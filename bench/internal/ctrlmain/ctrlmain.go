@@ -10,10 +10,10 @@ import (
 	"github.com/typedctrl/ctrl/bench/internal/harness"
 )
 
-// Main runs the ctrl implementation; noCopy sets
-// ControllerOptions.UnsafeDisableDeepCopy, so that reconcile gets the cached
-// object itself.
-func Main(name string, noCopy bool) {
+// Main runs the ctrl implementation; copies sets
+// ControllerOptions.CopyObject, so that reconcile gets a copy of the cached
+// object, not the object itself.
+func Main(name string, copies bool) {
 	h := harness.Begin(name)
 	mgr, err := ctrl.NewManager(ctrl.Options{Config: h.Config(), Namespace: h.Flags.Namespace})
 	if err != nil {
@@ -22,7 +22,7 @@ func Main(name string, noCopy bool) {
 	c, err := ctrl.NewController(mgr, "bench", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		h.Recorder.Observe(cm.Name, cm.Annotations)
 		return ctrl.Result{}, nil
-	}, ctrl.ControllerOptions{Workers: h.Flags.Workers, UnsafeDisableDeepCopy: noCopy})
+	}, ctrl.ControllerOptions{Workers: h.Flags.Workers, CopyObject: copies})
 	if err != nil {
 		h.Fatal(err)
 	}
