@@ -19,6 +19,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/scope"
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 // CacheOptions select what a [Cache] holds. The zero value caches every
@@ -94,8 +95,9 @@ type Cache[T Object] struct {
 	feedRun   sync.WaitGroup
 
 	mu        sync.RWMutex
-	items     objects.Store[T] // with indexes and expectations
-	transform func(T) T        // set by run from userTF; read only by the store
+	items     objects.Store[T]      // with indexes and expectations
+	misused   atomic.Pointer[error] // a change to a cached object, found in a test binary
+	transform func(T) T             // set by run from userTF; read only by the store
 	userTF    func(T) T
 	onError   func(error)
 	handlers  []handler[T]
@@ -197,9 +199,31 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 func (c *Cache[T]) restore(key Key, obj, copy T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur, ok := c.items.Get(objects.Key(key)); ok && any(cur) == any(obj) {
-		c.items.Set(objects.Key(key), copy)
+	c.items.Replace(objects.Key(key), obj, copy)
+}
+
+// guard has the store find changes made in place to cached objects, which
+// WaitIdle reports: for test binaries.
+func (c *Cache[T]) guard() {
+	c.items.Guard(func(obj T) T { return obj.DeepCopyObject().(T) }, shared.Diff[T], func(k objects.Key, path string) {
+		err := fmt.Errorf("ctrl: the cached %s %s was changed at %s: code that read it, shared, changed it "+
+			"(a reconcile, Cache.Get, List or ByIndex, an update filter, a mapping function): change a copy (DeepCopy)", c.b.Type, Key(k), path)
+		if c.misused.CompareAndSwap(nil, &err) {
+			c.mgr.log.Error(err, "restored the cached object; WaitIdle reports the change")
+		}
+	})
+}
+
+// changes checks the cached objects, if guarded, and returns the first
+// change found.
+func (c *Cache[T]) changes() error {
+	c.mu.Lock()
+	c.items.Check()
+	c.mu.Unlock()
+	if err := c.misused.Load(); err != nil {
+		return *err
 	}
+	return nil
 }
 
 func (c *Cache[T]) count() int {

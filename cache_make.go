@@ -3,6 +3,7 @@ package ctrl
 import (
 	"fmt"
 	"reflect"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -102,6 +103,9 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		userTF: u.trim,
 	}
 	c.typeMeta = typeMetaOf(b.Info)
+	if testing.Testing() {
+		c.guard()
+	}
 	c.refs.id = id
 	c.refs.hold(u.pin)
 	if u.handler != nil {

@@ -638,6 +638,30 @@ func TestSharedObject(t *testing.T) {
 			t.Errorf("the cache still holds the changed object: labels %v", cm.Labels)
 		}
 	})
+	t.Run("read from a cache", func(t *testing.T) {
+		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
+		var c *ctrl.Controller[*corev1.ConfigMap]
+		c, err := ctrl.NewController(mgr, "sibling-labeler", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			if cm.Name != "a" {
+				return ctrl.Result{}, nil
+			}
+			b, _ := c.Cache().Get(ctrl.Key{Namespace: "ns", Name: "b"})
+			b.Data = map[string]string{"touched": "yes"} // the bug: another cached object
+			return ctrl.Result{}, nil
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		ctx, cancel := context.WithTimeout(start(t, mgr), 30*time.Second)
+		defer cancel()
+		err = mgr.WaitIdle(ctx, time.Second)
+		for _, want := range []string{"the cached *v1.ConfigMap ns/b was changed at data"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("WaitIdle: %v, want an error naming %s", err, want)
+			}
+		}
+		if cm, _ := c.Cache().Get(ctrl.Key{Namespace: "ns", Name: "b"}); cm.Data["touched"] != "" {
+			t.Errorf("the cache still holds the changed object: data %v", cm.Data)
+		}
+	})
 }
 
 // TestListBacklog checks how a controller takes a large initial list: its

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/mergepatch"
 )
 
 // Outcome says what [Client.CreateOrPatch] did.
@@ -77,7 +78,7 @@ func (c *Client[T]) patchExisting(ctx context.Context, key Key, cur T, mutate fu
 		return changed, Unchanged, err
 	}
 	if !c.b.Status {
-		patch, err := mergePatch(cur, changed)
+		patch, err := mergepatch.Between(cur, changed)
 		if err != nil || patch == nil {
 			return changed, Unchanged, c.wrap("patch", key, err)
 		}
@@ -87,13 +88,13 @@ func (c *Client[T]) patchExisting(ctx context.Context, key Key, cur T, mutate fu
 		}
 		return out, Patched, nil
 	}
-	rest, status, err := splitPatches(cur, changed)
+	rest, status, err := mergepatch.Split(cur, changed)
 	if err != nil {
 		return changed, Unchanged, c.wrap("patch", key, err)
 	}
 	out, op := changed, Unchanged
 	if rest != nil {
-		patch, err := withResourceVersion(rest, cur.GetResourceVersion())
+		patch, err := mergepatch.WithResourceVersion(rest, cur.GetResourceVersion())
 		if err != nil {
 			return changed, Unchanged, c.wrap("patch", key, err)
 		}
@@ -104,7 +105,7 @@ func (c *Client[T]) patchExisting(ctx context.Context, key Key, cur T, mutate fu
 	}
 	if status != nil {
 		// Against the version the object's own patch wrote.
-		patch, err := withResourceVersion(status, out.GetResourceVersion())
+		patch, err := mergepatch.WithResourceVersion(status, out.GetResourceVersion())
 		if err != nil {
 			return out, op, c.wrap("patch status of", key, err)
 		}

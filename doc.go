@@ -111,14 +111,14 @@
 //     manager's own needs. A watch event of another type than the cache's
 //     ends its watch with an error naming both types, which
 //     [Cache.SetWatchErrorHandler] gets, and the cache relists.
-//   - Shared: a reconcile (with its finalize and OnDelete) that changes the
-//     shared object it was handed is caught: in a test binary each one is
-//     checked, and WaitIdle fails naming the controller, the key and the
-//     field path; elsewhere the first 100 of each controller and then one in
-//     64 are, and a change is logged once and counted
-//     (ctrl_reconcile_shared_object_changes_total), after which the
-//     controller copies. Either way the cache's object is restored, as the
-//     server sent it, when the reconcile returns.
+//   - Shared: a change to a shared cached object is caught, and the object
+//     restored: in a test binary after every reconcile (its finalize and
+//     OnDelete too), and for any reader at the object's next event or an
+//     idle WaitIdle, which then fails naming the key and field path (and a
+//     reconcile's controller); elsewhere after each of a controller's first
+//     100 reconciles and one in 64 later, logged once and counted
+//     (ctrl_reconcile_shared_object_changes_total), the controller copying
+//     from then on.
 //   - Testable: the fakes hold deletions while finalizers remain, so
 //     finalizers run in unit tests, and keep metadata.generation as the API
 //     server does, so [GenerationChanged] filters as in production;

@@ -55,10 +55,16 @@ func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) err
 func (m *Manager) failing() error {
 	m.mu.Lock()
 	ctrls := append([]managedController(nil), m.ctrlList...)
+	caches := append([]managedCache(nil), m.cacheList...)
 	m.mu.Unlock()
 	var errs []error
 	for _, c := range ctrls {
 		if err := c.failing(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range caches {
+		if err := c.changes(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -2,14 +2,13 @@ package ctrl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	machinedecl "github.com/typedctrl/ctrl/internal/machine"
+	"github.com/typedctrl/ctrl/internal/mergepatch"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/go-logr/logr"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/metrics"
@@ -100,7 +98,7 @@ func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) 
 	if err != nil {
 		return obj, Result{}, fmt.Errorf("ctrl: Machine.Reconcile: %w", err)
 	}
-	out, _, res, err := d.advance(ctx, obj.DeepCopyObject().(T), memoryWriter[T]{})
+	out, _, res, err := d.advance(ctx, obj, memoryWriter[T]{})
 	return out, res, err
 }
 
@@ -126,8 +124,9 @@ const (
 	reasonDeleting    = "Deleting"
 )
 
-// advance runs one reconcile on obj, its own copy, writing through w; it
-// returns the object as last written, the move written, and the Result.
+// advance runs one reconcile on obj, which it leaves as it is (the cache's
+// own, in a controller), writing through w; it returns the object as last
+// written, the move written, and the Result.
 func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
 	deleting := obj.GetDeletionTimestamp() != nil
 	if d.Finalizer != "" {
@@ -154,7 +153,7 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 	gen := obj.GetGeneration()
 	switch {
 	case deleting && !d.cleanup[from]:
-		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
+		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
 	case deleting && state.Step == nil:
 		// The cleanup path is complete.
 		changed := obj.DeepCopyObject().(T)
@@ -165,18 +164,19 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 		}
 		return out, nil, Result{}, err
 	case from == "":
-		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
+		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
 	case !known:
 		return obj, nil, Result{}, Terminal(fmt.Errorf("phase %q is not a state of the machine", from))
 	case !deleting && gen > *d.ObservedGeneration(obj) && state.SpecChanged != "" && state.SpecChanged != from:
-		return d.makeMove(ctx, obj.DeepCopyObject().(T), obj, w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
+		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
 			Message: fmt.Sprintf("generation %d", gen)})
 	case state.Step == nil:
 		out, err := d.stay(ctx, obj, obj.DeepCopyObject().(T), w)
 		return out, nil, Result{}, err
 	}
 
-	before := obj.DeepCopyObject().(T)
+	before := obj
+	obj = obj.DeepCopyObject().(T) // the step's to change
 	next, err := state.Step(ctx, obj)
 	if err != nil {
 		return before, nil, Result{}, fmt.Errorf("state %s: %w", from, err)
@@ -186,7 +186,7 @@ func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) 
 		return out, nil, Result{RequeueAfter: next.RequeueAfter}, err
 	}
 	if !slices.Contains(state.To, next.To) {
-		return before, nil, Result{}, Terminal(refuse(from, next.To, state.To))
+		return before, nil, Result{}, Terminal(machinedecl.Refuse(from, next.To, state.To))
 	}
 	return d.makeMove(ctx, before, obj, w, from, next)
 }
@@ -240,28 +240,6 @@ func (d *machine[T, S]) stay(ctx context.Context, before, obj T, w machineWriter
 	return w.writeStatus(ctx, before, obj)
 }
 
-// refusedError is a move a step asked for that its state does not declare.
-type refusedError struct {
-	from, to string
-	allowed  string
-}
-
-func refuse[S ~string](from, to S, allowed []S) *refusedError {
-	e := &refusedError{from: string(from), to: string(to), allowed: "nowhere"}
-	if len(allowed) > 0 {
-		names := make([]string, len(allowed))
-		for i, s := range allowed {
-			names[i] = string(s)
-		}
-		e.allowed = strings.Join(names, ", ")
-	}
-	return e
-}
-
-func (e *refusedError) Error() string {
-	return fmt.Sprintf("%s -> %s is not a declared transition (%s may go to %s)", e.from, e.to, e.from, e.allowed)
-}
-
 // machineRun is a machine at work in a controller.
 type machineRun[T Object, S ~string] struct {
 	*machine[T, S]
@@ -285,9 +263,9 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 	if !ok {
 		return Result{}, nil
 	}
-	obj := latest.DeepCopyObject().(T)
+	obj := latest // shared: advance copies what it changes
 	out, mv, res, err := r.advance(ctx, obj, r)
-	var refused *refusedError
+	var refused *machinedecl.Refused
 	if errors.As(err, &refused) {
 		r.events.Event(obj, corev1.EventTypeWarning, "TransitionRefused", refused.Error())
 	}
@@ -313,7 +291,7 @@ func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, 
 }
 
 func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
-	patch, err := statusPatch(old, obj)
+	patch, err := mergepatch.Status(old, obj)
 	if err != nil || patch == nil {
 		return old, err
 	}
@@ -327,21 +305,9 @@ func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) {
 
 // writeStatus applies the status patch from old to obj, as the server would.
 func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
-	_, status, err := splitPatches(old, obj)
-	if err != nil || status == nil {
-		return old, err
-	}
-	patch, err := json.Marshal(status)
-	if err != nil {
-		return old, err
-	}
-	doc, err := json.Marshal(old)
-	if err != nil {
-		return old, err
-	}
-	if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
-		return old, err
-	}
 	out := binding.New[T]()
-	return out, json.Unmarshal(doc, out)
+	if changed, err := mergepatch.ApplyStatus(old, obj, out); !changed || err != nil {
+		return old, err
+	}
+	return out, nil
 }

@@ -187,6 +187,7 @@ type managedCache interface {
 	waitingForCRD() string                       // for /readyz: an optional kind that waits, or ""
 	refsOf() *cacheRefs                          // under m.mu
 	release()                                    // empties it once it stopped for good
+	changes() error                              // the first change to a cached object found, in a test binary
 }
 
 type managedController interface {

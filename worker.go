@@ -217,11 +217,9 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	return res, err
 }
 
-// lend calls use with key's cached object, shared, or a copy if the
-// controller copies. A checked use (c.checks) that changed the shared
-// object gets it restored in the cache and is logged once; in a test
-// binary WaitIdle reports it from then on, elsewhere the controller copies
-// from then on.
+// lend calls use with key's cached object, or a copy if the controller
+// copies; a checked use that changes the object restores it, and reports
+// it (Shared).
 func (c *Controller[T]) lend(key Key, cached T, use func(T) error) error {
 	if c.copying.Load() {
 		return use(cached.DeepCopyObject().(T))

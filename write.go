@@ -13,6 +13,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
+	"github.com/typedctrl/ctrl/internal/mergepatch"
 	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/probe"
 )
@@ -224,7 +225,7 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	if KeyOf(obj) != KeyOf(old) {
 		return obj, fmt.Errorf("ctrl: patch %s %s: the changed object is %s", c.b.Type, key, KeyOf(obj))
 	}
-	patch, err := mergePatch(old, obj)
+	patch, err := mergepatch.Between(old, obj)
 	if err != nil {
 		return obj, c.wrap("patch", key, err)
 	}

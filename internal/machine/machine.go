@@ -108,3 +108,27 @@ func reachable(states map[string]State, start string, specChanges bool) map[stri
 
 // ValidReason reports whether s is a valid condition reason.
 func ValidReason(s string) bool { return conditionReason.MatchString(s) }
+
+// Refused is a move a step asked for that its state does not declare.
+type Refused struct {
+	from, to string
+	allowed  string
+}
+
+// Refuse returns the refusal of the move from from to to, where from may
+// go to allowed only.
+func Refuse[S ~string](from, to S, allowed []S) *Refused {
+	e := &Refused{from: string(from), to: string(to), allowed: "nowhere"}
+	if len(allowed) > 0 {
+		names := make([]string, len(allowed))
+		for i, s := range allowed {
+			names[i] = string(s)
+		}
+		e.allowed = strings.Join(names, ", ")
+	}
+	return e
+}
+
+func (e *Refused) Error() string {
+	return fmt.Sprintf("%s -> %s is not a declared transition (%s may go to %s)", e.from, e.to, e.from, e.allowed)
+}

@@ -29,6 +29,7 @@ type Store[T metav1.Object] struct {
 	n       int
 	indexes map[string]*index[T]
 	expect  map[Key]Expectation
+	guard   *guard[T] // nil unless Guard
 }
 
 // Get returns the object of k.
@@ -53,6 +54,12 @@ func (s *Store[T]) Set(k Key, obj T) (old T, existed bool) {
 	if !existed {
 		s.n++
 	}
+	if g := s.guard; g != nil {
+		if existed {
+			g.check(k, old)
+		}
+		g.copies[k] = g.copy(obj)
+	}
 	for _, idx := range s.indexes {
 		if existed {
 			idx.remove(k, old)
@@ -71,6 +78,10 @@ func (s *Store[T]) Remove(k Key) (old T, existed bool) {
 		return old, false
 	}
 	delete(names, k.Name)
+	if g := s.guard; g != nil {
+		g.check(k, old)
+		delete(g.copies, k)
+	}
 	if len(names) == 0 {
 		delete(s.parts, p) // a namespace emptied for good frees its map
 	}
@@ -128,4 +139,7 @@ func (s *Store[T]) Clear() {
 		clear(idx.values)
 	}
 	clear(s.expect)
+	if s.guard != nil {
+		clear(s.guard.copies)
+	}
 }

@@ -33,7 +33,7 @@ func (s *Sampler) Next() bool {
 // differ ("metadata.labels", "spec.containers[0].image", "data[\"k\"]"),
 // or "" if they are equal. Quantities and times compare by value, as the
 // API server compares them: a Quantity that cached its string is unchanged.
-func Diff(a, b any) string {
+func Diff[T any](a, b T) string {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	if va.Type() != vb.Type() {
 		return "(type)"
