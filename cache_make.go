@@ -3,13 +3,13 @@ package ctrl
 import (
 	"fmt"
 	"reflect"
-	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/scope"
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 type use[T Object] struct {
@@ -103,7 +103,7 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		userTF: u.trim,
 	}
 	c.typeMeta = typeMetaOf(b.Info)
-	if testing.Testing() {
+	if shared.InTest() {
 		c.guard()
 	}
 	c.refs.id = id

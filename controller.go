@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,7 +81,7 @@ type ControllerOptions struct {
 	ResyncPeriod time.Duration
 	// CopyObject hands reconcile, OnDelete and finalize a deep copy of the
 	// cached object, theirs to change, as controller-runtime does. Default:
-	// off, they read the cache's object itself, shared (Fresh).
+	// off, they read the cache's object itself (Fresh, Shared).
 	CopyObject bool
 	// ReconcileTimeout, if positive, cancels each reconcile's context (with
 	// its finalize and OnDelete hooks) this long after it began; overruns
@@ -224,7 +223,7 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
 	c.copying.Store(opts.CopyObject)
 	c.checks.First, c.checks.Every = 100, 64
-	if testing.Testing() {
+	if shared.InTest() {
 		c.checks.Every = 1
 	}
 	m.controllers[name] = c

@@ -4,6 +4,7 @@
 package shared
 
 import (
+	"flag"
 	"fmt"
 	"reflect"
 	"slices"
@@ -15,6 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
+
+// InTest reports whether the program is a test binary, which registers
+// testing's flags before any test runs: it does not link package testing
+// into every program, as testing.Testing would.
+func InTest() bool { return flag.Lookup("test.v") != nil }
 
 // Sampler picks which uses to check: each of the first First, then one in
 // Every (1 or less: each). It is safe for concurrent use.

@@ -228,9 +228,6 @@ func (res *results) ratioTables() string {
 	if res.has("ctrl") && res.has("raw-strip-copy") {
 		res.ratioRow(&b, "ctrl", "raw-strip-copy")
 	}
-	if res.has("ctrl-copy") && res.has("raw-strip") {
-		res.ratioRow(&b, "ctrl-copy", "raw-strip")
-	}
 	if res.has("ctrl") && res.has("raw-strip-nogzip") {
 		res.ratioRow(&b, "ctrl", "raw-strip-nogzip")
 	}
