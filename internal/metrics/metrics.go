@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,7 +219,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 	}
 	// client-go reports its requests to one process-wide hook: every
 	// manager registers the same collectors.
-	rest := restClientMetrics()
+	rest := restClient
 	for _, c := range []prometheus.Collector{rest.requests, rest.latency} {
 		if _, err := register(reg, c); err != nil {
 			return nil, err
@@ -340,7 +339,13 @@ type restMetrics struct {
 	latency  *prometheus.HistogramVec
 }
 
-var restClientMetrics = sync.OnceValue(func() restMetrics {
+// restClient is registered with client-go when the program starts, as
+// controller-runtime registers its own: client-go reads its hooks without a
+// lock on every request, so registering them later, at the first manager,
+// races with requests that other goroutines already send.
+var restClient = newRestMetrics()
+
+func newRestMetrics() restMetrics {
 	r := restMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
@@ -358,7 +363,7 @@ var restClientMetrics = sync.OnceValue(func() restMetrics {
 		RequestLatency: latencyAdapter{r.latency},
 	})
 	return r
-})
+}
 
 type resultAdapter struct{ m *prometheus.CounterVec }
 

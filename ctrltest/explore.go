@@ -1,0 +1,724 @@
+package ctrltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/typedctrl/ctrl"
+)
+
+// Exploration is a search for the states production brings that a
+// controller does not tolerate: see [Explore].
+type Exploration struct {
+	// Setup wires the controllers under test into a manager. It is called
+	// once for every manager the search starts: each run starts one, and a
+	// crash plan starts another after the crash.
+	Setup func(*ctrl.Manager) error
+	// Options are each manager's options; the search sets Config (the
+	// API server, through the plan's perturbations), Namespace (the run's
+	// own) and Logger (the run's trace).
+	Options ctrl.Options
+	// Workload creates and changes objects in w.Namespace, calling
+	// w.Settle where a step ends and the controllers should be idle. Its
+	// error ends the search. The search settles once more after it returns.
+	Workload func(w *Workload) error
+
+	// Objects are the objects whose end state each plan must reproduce.
+	// Default: every object the controllers or the workload wrote, in the
+	// reference or the plan's run.
+	Objects []ObjectRef
+	// Fields are the fields compared, as dotted paths such as "spec",
+	// "status.phase" or "data". Default: every field but the metadata the
+	// server sets (uid, resourceVersion, generation, creationTimestamp,
+	// managedFields) and owner references' uids; in every value the run's
+	// namespace, times and uids are masked.
+	Fields []string
+	// Settle bounds each settling: a run whose controllers are not idle
+	// within it (a key still failing, a retry due within it) is a finding.
+	// Default: 1 minute.
+	Settle time.Duration
+	// Faults adds plans of the faults ctrl itself survives, applied to the
+	// controllers under test: a write answered with 409 Conflict instead
+	// of being sent, and a watch ended with 410 Gone (and its resumption
+	// refused) at the start of a step.
+	Faults bool
+	// Serial runs one plan at a time, for workloads that write
+	// cluster-scoped objects, which runs in parallel would share. Default:
+	// plans run in parallel, as many as go test's -parallel allows
+	// ([Search]: two).
+	Serial bool
+}
+
+// ObjectRef names an object that [Exploration] compares at the end of each
+// run: in the run's namespace unless ClusterScoped.
+type ObjectRef struct {
+	Resource      schema.GroupVersionResource
+	Name          string
+	ClusterScoped bool
+}
+
+// Workload is one run's handle for [Exploration.Workload].
+type Workload struct {
+	// Namespace is the run's own namespace, created for it: the managers'
+	// caches see only it (ctrl.Options.Namespace).
+	Namespace string
+	// Config reaches the API server directly, past the plan's
+	// perturbations, as the workload's own clients must; the objects
+	// written through it are compared at the end.
+	Config *rest.Config
+
+	ctx context.Context
+	r   *run
+}
+
+// Context returns the run's context, done when the run is abandoned.
+func (w *Workload) Context() context.Context { return w.ctx }
+
+// Settle ends a step of the workload: it returns once the controllers are
+// idle (ctrl's Manager.WaitIdle), across any restart a crash plan caused,
+// with every event a plan held back delivered. Its error (a controller that
+// did not settle within Exploration.Settle) is a finding; return it.
+func (w *Workload) Settle() error { return w.r.settle(false) }
+
+// ClientFor returns a client of T for a workload: its reads and writes go
+// to the API server directly, as another user's would.
+func ClientFor[T ctrl.Object](w *Workload) (*ctrl.Client[T], error) {
+	w.r.mu.Lock()
+	defer w.r.mu.Unlock()
+	if w.r.direct == nil {
+		m, err := ctrl.NewManager(ctrl.Options{Config: w.Config, Namespace: w.Namespace})
+		if err != nil {
+			return nil, err
+		}
+		w.r.direct = m
+	}
+	c, err := ctrl.NewClient[T](w.r.direct, ctrl.ClientOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return c.Uncached(), nil
+}
+
+// Finding is a plan under which the controllers end in another state than
+// in the reference runs, or do not settle.
+type Finding struct {
+	// Plan is the plan's ID, the name of its subtest under Explore.
+	Plan string
+	// Injected says what the plan did: "crashed the manager after patch
+	// widgets/greeting/status #1".
+	Injected string
+	// Diff lists how the end state differs from the reference, one line
+	// per object or field.
+	Diff []string
+	// Err is why the run did not settle or failed, or nil.
+	Err error
+	// Trace is what the managers sent, saw and logged around the
+	// injection, one line each, with the time since the run began.
+	Trace []string
+}
+
+func (f Finding) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan %s: %s\n", f.Plan, f.Injected)
+	if f.Err != nil {
+		fmt.Fprintf(&b, "did not settle: %v\n", f.Err)
+	}
+	if len(f.Diff) > 0 {
+		b.WriteString("end state differs from the reference:\n")
+		for _, d := range f.Diff {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	}
+	b.WriteString("around the injection:\n")
+	for _, l := range f.Trace {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	return b.String()
+}
+
+// Explore runs x.Workload against managers wired by x.Setup on env's API
+// server: twice unperturbed, the reference (fields that differ between the
+// two are not compared), then once for each plan drawn from what the
+// reference did, each a parallel subtest of t.Run("plans") named by the
+// plan's ID. A plan's subtest fails with a [Finding] if its end state
+// differs from the reference or it does not settle; go test -run
+// 'TestName/plans/ID' replays it.
+//
+// The plans, three kinds always and two with x.Faults:
+//   - crash-after-WRITE-N: the manager is stopped right after the N-th
+//     time it sent that write (a create, update, patch or delete of one
+//     object, or of its subresource), as a crash stops it: every later
+//     request of it fails, its caches and queues are lost, and a new
+//     manager starts; the workload goes on. One plan per write of the
+//     reference.
+//   - stale-RESOURCE-step-N: from the start of the workload's step N to
+//     the end of step N+1, the managers see no event of that resource:
+//     their view of it stays as it was while the server moves on and their
+//     writes still land. Each of the two steps ends once the managers are
+//     idle on that view (or after 3 seconds, if a write of theirs waits for
+//     a held event); then they catch up and settle.
+//   - unobserved-RESOURCE-NAME-N: the N-th event of that object in a watch
+//     is never delivered when another event of it follows: the managers
+//     see the object jump over a state. One plan per event of the
+//     reference that another of the same object followed within a step.
+//   - conflict-WRITE-N (Faults): that write is answered 409 Conflict, not
+//     sent.
+//   - gone-RESOURCE-step-N (Faults): at the start of step N, the
+//     resource's watches end with 410 Gone and their resumption is refused,
+//     so the caches list again.
+//
+// With testing.Short, a sample runs: at most two plans of each kind.
+// Each run works in a namespace of its own, which it leaves behind (no
+// namespace controller runs on the test's API server).
+func Explore(t *testing.T, env *Env, x Exploration) {
+	t.Helper()
+	t.Run("plans", func(t *testing.T) {
+		s, err := newSearch(env, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans, err := s.reference(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
+		for _, p := range sample(plans, testing.Short()) {
+			t.Run(p.id, func(t *testing.T) {
+				if !x.Serial {
+					t.Parallel()
+				}
+				f, err := s.try(t.Context(), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f != nil {
+					t.Errorf("ctrltest: %s", f)
+				}
+			})
+		}
+	})
+}
+
+// Search runs what [Explore] runs and returns the findings instead of
+// failing subtests, for a test that expects them: every plan, two at a time
+// unless x.Serial. Only an error of the search itself (the reference did
+// not settle, the workload failed) fails tb.
+func Search(tb testing.TB, env *Env, x Exploration) []Finding {
+	tb.Helper()
+	s, err := newSearch(env, x)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	plans, err := s.reference(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
+	var (
+		mu       sync.Mutex
+		findings []Finding
+		errs     []error
+		wg       sync.WaitGroup
+	)
+	limit := make(chan struct{}, 2)
+	if x.Serial {
+		limit = make(chan struct{}, 1)
+	}
+	for _, p := range plans {
+		wg.Add(1)
+		limit <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-limit }()
+			f, err := s.try(tb.Context(), p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("plan %s: %w", p.id, err))
+			}
+			if f != nil {
+				findings = append(findings, *f)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		tb.Fatal(err)
+	}
+	slices.SortFunc(findings, func(a, b Finding) int { return strings.Compare(a.Plan, b.Plan) })
+	return findings
+}
+
+type planKind string
+
+const (
+	kindNone       planKind = ""
+	kindCrash      planKind = "crash"
+	kindStale      planKind = "stale"
+	kindUnobserved planKind = "unobserved"
+	kindConflict   planKind = "conflict"
+	kindGone       planKind = "gone"
+)
+
+// plan is one perturbation of a run.
+type plan struct {
+	id       string
+	kind     planKind
+	write    string // crash, conflict: "what#n" of the write
+	event    string // unobserved: "resource/name#n"
+	resource string // stale, gone
+	step     int    // stale, gone
+}
+
+// search is one Explore or Search: the exploration and its reference.
+type search struct {
+	env   *Env
+	x     Exploration
+	ref   *result
+	noise map[string]bool // "object field" that differ between the two references
+}
+
+func newSearch(env *Env, x Exploration) (*search, error) {
+	if env == nil {
+		return nil, errors.New("ctrltest: Explore: no control plane (env is nil)")
+	}
+	if x.Setup == nil || x.Workload == nil {
+		return nil, errors.New("ctrltest: Explore: Exploration.Setup and Workload are required")
+	}
+	if x.Settle <= 0 {
+		x.Settle = time.Minute
+	}
+	return &search{env: env, x: x, noise: map[string]bool{}}, nil
+}
+
+// reference runs the workload twice unperturbed and draws the plans from
+// the first run.
+func (s *search) reference(ctx context.Context) ([]plan, error) {
+	var a, b *result
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() { a, errA = s.run(ctx, plan{id: "reference"}, nil) })
+	wg.Go(func() { b, errB = s.run(ctx, plan{id: "reference"}, nil) })
+	wg.Wait()
+	for _, r := range []struct {
+		res *result
+		err error
+	}{{a, errA}, {b, errB}} {
+		if r.err != nil {
+			return nil, fmt.Errorf("ctrltest: Explore: the reference run: %w", r.err)
+		}
+		if r.res.err != nil {
+			return nil, fmt.Errorf("ctrltest: Explore: the reference run did not settle: %w\n%s", r.res.err, strings.Join(r.res.trace.around(40, 0), "\n"))
+		}
+	}
+	// Objects that only one reference has, and fields that differ, are
+	// left out of every comparison.
+	for _, d := range diffStates(a.state, b.state, nil) {
+		s.noise[d.object+" "+d.field] = true
+	}
+	s.ref = a
+	return s.plans(), nil
+}
+
+// plans draws the plans from the reference.
+func (s *search) plans() []plan {
+	r := s.ref
+	var out []plan
+	for _, w := range r.writes {
+		what, n, _ := strings.Cut(w, "#")
+		out = append(out, plan{id: "crash-after-" + slug(what) + "-" + n, kind: kindCrash, write: w})
+	}
+	seen := map[string]bool{}
+	for i, e := range r.events {
+		id := fmt.Sprintf("%s/%s#%d", e.resource, e.name, e.n)
+		if seen[id] {
+			continue
+		}
+		for _, later := range r.events[i+1:] {
+			if later.resource == e.resource && later.name == e.name && later.step == e.step && later.n > e.n {
+				seen[id] = true
+				out = append(out, plan{id: fmt.Sprintf("unobserved-%s-%d", slug(e.resource+" "+e.name), e.n), kind: kindUnobserved, event: id})
+				break
+			}
+		}
+	}
+	resources := slices.Sorted(maps.Keys(r.watched))
+	// A resource with no event in the two steps a stale view lasts has
+	// nothing to go stale.
+	type at struct {
+		resource string
+		step     int
+	}
+	var moved []at
+	for step := range r.steps {
+		for _, res := range resources {
+			if slices.ContainsFunc(r.events, func(e eventRecord) bool { return e.resource == res && (e.step == step || e.step == step+1) }) {
+				moved = append(moved, at{res, step})
+			}
+		}
+	}
+	for _, m := range moved {
+		out = append(out, plan{id: fmt.Sprintf("stale-%s-step-%d", slug(m.resource), m.step), kind: kindStale, resource: m.resource, step: m.step})
+	}
+	if s.x.Faults {
+		for _, w := range r.writes {
+			what, n, _ := strings.Cut(w, "#")
+			if !strings.HasPrefix(what, "create ") {
+				out = append(out, plan{id: "conflict-" + slug(what) + "-" + n, kind: kindConflict, write: w})
+			}
+		}
+		for _, m := range moved {
+			out = append(out, plan{id: fmt.Sprintf("gone-%s-step-%d", slug(m.resource), m.step), kind: kindGone, resource: m.resource, step: m.step})
+		}
+	}
+	return out
+}
+
+var unslug = regexp.MustCompile(`[^a-z0-9.]+`)
+
+func slug(s string) string {
+	return strings.Trim(unslug.ReplaceAllString(strings.ToLower(s), "-"), "-")
+}
+
+// sample keeps at most two plans of each kind, the first and the last, in
+// short mode.
+func sample(plans []plan, short bool) []plan {
+	if !short {
+		return plans
+	}
+	byKind := map[planKind][]plan{}
+	var kinds []planKind
+	for _, p := range plans {
+		if byKind[p.kind] == nil {
+			kinds = append(kinds, p.kind)
+		}
+		byKind[p.kind] = append(byKind[p.kind], p)
+	}
+	var out []plan
+	for _, k := range kinds {
+		ps := byKind[k]
+		out = append(out, ps[0])
+		if len(ps) > 1 {
+			out = append(out, ps[len(ps)-1])
+		}
+	}
+	return out
+}
+
+// try runs one plan and compares its end with the reference: a Finding if
+// they differ or it did not settle, nil if they agree or the plan's point
+// never came.
+func (s *search) try(ctx context.Context, p plan) (*Finding, error) {
+	res, err := s.run(ctx, p, s.ref.objects)
+	if err != nil {
+		return nil, err
+	}
+	if !res.injected && res.err == nil {
+		return nil, nil
+	}
+	var diff []string
+	for _, d := range diffStates(s.ref.state, res.state, s.x.Fields) {
+		if !s.noise[d.object+" "+d.field] && !s.noise[d.object+" "] {
+			diff = append(diff, d.String())
+		}
+	}
+	if len(diff) == 0 && res.err == nil {
+		return nil, nil
+	}
+	injected := res.trace.injection()
+	if injected == "" {
+		injected = "(nothing injected yet)"
+	}
+	return &Finding{Plan: p.id, Injected: injected, Diff: diff, Err: res.err, Trace: res.trace.around(25, 25)}, nil
+}
+
+// run is one run of the workload under a plan.
+type run struct {
+	s     *search
+	plan  plan
+	ns    string
+	p     *perturber
+	trace *trace
+	ctx   context.Context
+
+	mu        sync.Mutex
+	mgr       *ctrl.Manager
+	cancel    context.CancelFunc
+	done      chan error
+	gen       int
+	restarted chan struct{} // closed once a crashed manager's successor started
+	startErr  error
+	direct    *ctrl.Manager // ClientFor's, never started
+	steps     int
+}
+
+// result is what a run leaves: its end state and what it recorded.
+type result struct {
+	state    map[string]map[string]string
+	objects  []objectKey
+	writes   []string
+	events   []eventRecord
+	watched  map[string]bool
+	steps    int
+	injected bool
+	err      error // did not settle
+	trace    *trace
+}
+
+var runSeq struct {
+	sync.Mutex
+	n int
+}
+
+func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(s.env.Config())
+	if err != nil {
+		return nil, err
+	}
+	nsObj, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "explore-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating the run's namespace: %w", err)
+	}
+	defer cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), nsObj.Name, metav1.DeleteOptions{})
+	tr := newTrace()
+	r := &run{s: s, plan: p, ns: nsObj.Name, p: newPerturber(p, tr, nsObj.Name), trace: tr, ctx: ctx, restarted: make(chan struct{})}
+	if err := r.startManager(); err != nil {
+		return nil, err
+	}
+	defer r.stopManager()
+	crashDone := make(chan struct{})
+	go func() {
+		defer close(crashDone)
+		select {
+		case <-r.p.crash:
+			r.restart()
+		case <-ctx.Done():
+		}
+	}()
+	defer func() { cancel(); <-crashDone }()
+
+	res := &result{trace: tr}
+	// Step 0 starts once the first manager has synced.
+	if err := r.waitIdle(); err != nil {
+		res.err = err
+	} else {
+		r.beginStep(0)
+		cfg := s.env.Config()
+		cfg.Wrap(r.p.wrapWorkload)
+		w := &Workload{Namespace: r.ns, Config: cfg, ctx: ctx, r: r}
+		werr := s.x.Workload(w)
+		switch {
+		case werr != nil && isSettleError(werr):
+			res.err = werr
+		case werr != nil:
+			if p.kind == kindNone {
+				return nil, fmt.Errorf("the workload: %w", werr)
+			}
+			res.err = fmt.Errorf("the workload failed: %w", werr)
+		default:
+			res.err = r.settle(true)
+		}
+	}
+	r.mu.Lock()
+	if r.startErr != nil && res.err == nil {
+		res.err = r.startErr
+	}
+	res.steps = r.steps
+	r.mu.Unlock()
+
+	r.p.mu.Lock()
+	res.writes = slices.Clone(r.p.order)
+	res.events = slices.Clone(r.p.events)
+	res.watched = r.p.watched
+	res.injected = r.p.injected
+	objs := append(slices.Clone(compare), r.p.objectKeys()...)
+	r.p.mu.Unlock()
+	if len(s.x.Objects) > 0 {
+		objs = nil
+		for _, o := range s.x.Objects {
+			objs = append(objs, objectKey{gvr: o.Resource, name: o.Name, namespaced: !o.ClusterScoped})
+		}
+	}
+	res.objects = dedupe(objs)
+	res.state, err = capture(ctx, s.env.Config(), r.ns, res.objects)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// settleError marks Settle's errors, which are findings, not the workload's
+// own failures.
+type settleError struct{ err error }
+
+func (e *settleError) Error() string { return e.err.Error() }
+func (e *settleError) Unwrap() error { return e.err }
+
+func isSettleError(err error) bool {
+	var se *settleError
+	return errors.As(err, &se)
+}
+
+func (r *run) startManager() error {
+	l := &life{}
+	cfg := r.s.env.Config()
+	cfg.Wrap(r.p.wrap(l))
+	opts := r.s.x.Options
+	opts.Config, opts.Namespace = cfg, r.ns
+	r.mu.Lock()
+	r.gen++
+	gen := r.gen
+	r.mu.Unlock()
+	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen))
+	opts.FakeClientset, opts.FakeDynamic = nil, nil
+	m, err := ctrl.NewManager(opts)
+	if err != nil {
+		return fmt.Errorf("ctrltest: Explore: NewManager: %w", err)
+	}
+	if err := r.s.x.Setup(m); err != nil {
+		return fmt.Errorf("ctrltest: Explore: Setup: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	done := make(chan error, 1)
+	go func() { done <- m.Start(ctx) }()
+	r.mu.Lock()
+	r.mgr, r.cancel, r.done = m, cancel, done
+	r.mu.Unlock()
+	return nil
+}
+
+// stopManager stops the current manager and waits for it.
+func (r *run) stopManager() error {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	cancel()
+	return <-done
+}
+
+// restart replaces a crashed manager with a new one.
+func (r *run) restart() {
+	defer close(r.restarted)
+	r.stopManager()
+	r.trace.add("a new manager starts")
+	if err := r.startManager(); err != nil {
+		r.mu.Lock()
+		r.startErr = err
+		r.mu.Unlock()
+	}
+}
+
+// waitIdle waits until the current manager is idle, across a crash's
+// restart, once the managers have seen the workload's writes.
+func (r *run) waitIdle() error {
+	ctx, cancel := context.WithTimeout(r.ctx, r.s.x.Settle)
+	defer cancel()
+	if err := r.p.waitWrites(ctx, true); err != nil {
+		return &settleError{fmt.Errorf("the managers' watches did not deliver the workload's writes: %w", err)}
+	}
+	for {
+		if r.p.crashed() {
+			select {
+			case <-r.restarted:
+			case <-ctx.Done():
+				return &settleError{fmt.Errorf("no new manager after the crash: %w", ctx.Err())}
+			}
+		}
+		r.mu.Lock()
+		m, gen, startErr := r.mgr, r.gen, r.startErr
+		r.mu.Unlock()
+		if startErr != nil {
+			return &settleError{startErr}
+		}
+		err := m.WaitIdle(ctx, r.s.x.Settle)
+		r.mu.Lock()
+		moved := r.gen != gen
+		r.mu.Unlock()
+		if moved || (gen == 1 && r.p.crashed()) {
+			continue // the manager waited for crashed
+		}
+		if err != nil {
+			return &settleError{err}
+		}
+		return nil
+	}
+}
+
+// settle ends a step: stashed events are delivered, the managers settle,
+// and the next step's perturbation begins. A stale view lasts through the
+// step after the one it began in, and ends at the final settle.
+func (r *run) settle(final bool) error {
+	// A stashed event is delivered only once the event that would
+	// replace it had its chance to arrive.
+	ctx, cancel := context.WithTimeout(r.ctx, r.s.x.Settle)
+	err := r.p.waitWrites(ctx, false)
+	cancel()
+	if err != nil {
+		return &settleError{fmt.Errorf("the managers' watches did not receive the workload's writes: %w", err)}
+	}
+	r.p.endStep()
+	r.mu.Lock()
+	step := r.steps
+	r.mu.Unlock()
+	if r.p.holding() {
+		// The controllers act on their stale view until idle, or for as
+		// long as their own writes wait for events that are held.
+		ctx, cancel := context.WithTimeout(r.ctx, min(r.s.x.Settle, 3*time.Second))
+		r.mu.Lock()
+		m := r.mgr
+		r.mu.Unlock()
+		if r.p.waitWrites(ctx, true) == nil {
+			m.WaitIdle(ctx, r.s.x.Settle)
+		}
+		cancel()
+		if step > r.plan.step || final {
+			r.p.release()
+			r.trace.add("released the held events: the managers catch up")
+		}
+	}
+	if !r.p.holding() {
+		if err := r.waitIdle(); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.steps++
+	r.mu.Unlock()
+	r.beginStep(step + 1)
+	return nil
+}
+
+func (r *run) beginStep(step int) {
+	r.p.mu.Lock()
+	r.p.step = step
+	r.p.mu.Unlock()
+	r.trace.add("step %d begins", step)
+	p := r.plan
+	if p.step != step {
+		return
+	}
+	switch p.kind {
+	case kindStale:
+		r.p.hold(p.resource)
+		r.p.inject("the managers' view of %s goes stale at the start of step %d", p.resource, step)
+	case kindGone:
+		r.p.inject("the watches of %s end with 410 Gone at the start of step %d", p.resource, step)
+		r.p.expire(p.resource)
+	}
+}

@@ -1,0 +1,679 @@
+package ctrltest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// A request as the perturbing transport sees it: what it does to which
+// object, read from the URL (and for a create, from the response).
+type request struct {
+	verb      string // get, list, watch, create, update, patch, delete, deletecollection
+	group     string
+	version   string
+	resource  string
+	namespace string
+	name      string
+	sub       string // subresource, such as status
+}
+
+// parseRequest reads the resource and verb of an API request from its method
+// and URL. ok is false for paths that are not a resource (discovery,
+// /version).
+func parseRequest(r *http.Request) (q request, ok bool) {
+	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case len(segs) >= 3 && segs[0] == "api":
+		q.version, segs = segs[1], segs[2:]
+	case len(segs) >= 4 && segs[0] == "apis":
+		q.group, q.version, segs = segs[1], segs[2], segs[3:]
+	default:
+		return q, false
+	}
+	if len(segs) >= 3 && segs[0] == "namespaces" {
+		q.namespace, segs = segs[1], segs[2:]
+	}
+	q.resource = segs[0]
+	if len(segs) > 1 {
+		q.name = segs[1]
+	}
+	if len(segs) > 2 {
+		q.sub = segs[2]
+	}
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
+			q.verb = "watch"
+		case q.name == "":
+			q.verb = "list"
+		default:
+			q.verb = "get"
+		}
+	case http.MethodPost:
+		q.verb = "create"
+	case http.MethodPut:
+		q.verb = "update"
+	case http.MethodPatch:
+		q.verb = "patch"
+	case http.MethodDelete:
+		q.verb = "delete"
+		if q.name == "" {
+			q.verb = "deletecollection"
+		}
+	default:
+		return q, false
+	}
+	return q, true
+}
+
+// write reports whether q changes state a controller owns: not an Event, a
+// Lease or an access review.
+func (q request) write() bool {
+	switch q.verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+	default:
+		return false
+	}
+	switch {
+	case q.resource == "events", q.resource == "leases", strings.HasSuffix(q.resource, "reviews"):
+		return false
+	}
+	return true
+}
+
+// what names the object and the part of it a request writes, the same in
+// every run: "patch widgets/greeting/status".
+func (q request) what() string {
+	s := q.verb + " " + q.resource
+	if q.name != "" {
+		s += "/" + q.name
+	}
+	if q.sub != "" {
+		s += "/" + q.sub
+	}
+	return s
+}
+
+// jsonOnly asks for JSON where the header asks for protobuf first, so that
+// the transport can read the responses and the watch streams.
+func jsonOnly(accept string) string {
+	if !strings.Contains(accept, "protobuf") {
+		return accept
+	}
+	var keep []string
+	for _, t := range strings.Split(accept, ",") {
+		if !strings.Contains(t, "protobuf") {
+			keep = append(keep, strings.TrimSpace(t))
+		}
+	}
+	if len(keep) == 0 {
+		return "application/json"
+	}
+	return strings.Join(keep, ",")
+}
+
+// errCrashed is every request's answer once the manager that sends it has
+// crashed: nothing it sends after the crash reaches the server.
+var errCrashed = errors.New("ctrltest: this manager crashed (a plan stopped it)")
+
+// perturber sits between one run's managers and the API server: it records
+// what they write and watch, and applies the run's plan.
+type perturber struct {
+	plan  plan
+	start time.Time
+	trace *trace
+
+	mu        sync.Mutex
+	writes    map[string]int // occurrences of each write, by what()
+	order     []string       // writes in order, "what#n"
+	watched   map[string]bool
+	events    []eventRecord
+	step      int
+	held      map[string]chan struct{} // resources whose watch events are held, closed on release
+	stashes   map[*stream]bool         // streams that may hold back an event
+	gone      map[string]bool          // resources whose next watch answers 410 Gone
+	streams   map[*stream]bool
+	injected  bool
+	pending   []pendingWrite // the workload's, not yet seen by every watch that should
+	namespace string         // the run's
+	objects   []objectKey    // that the managers wrote
+	crash     chan struct{}  // closed when the plan crashes the manager
+}
+
+type eventRecord struct {
+	resource, name string
+	n              int // this event is the name's n-th in its stream, from 1
+	step           int
+}
+
+func newPerturber(p plan, tr *trace, namespace string) *perturber {
+	return &perturber{plan: p, namespace: namespace, start: time.Now(), trace: tr, writes: map[string]int{}, watched: map[string]bool{},
+		held: map[string]chan struct{}{}, gone: map[string]bool{}, streams: map[*stream]bool{}, stashes: map[*stream]bool{}, crash: make(chan struct{})}
+}
+
+// life is one manager's: dead once the plan crashed it.
+type life struct {
+	mu   sync.Mutex
+	dead bool
+}
+
+func (l *life) isDead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead
+}
+
+// wrap is rest.Config.WrapTransport for a manager of the run.
+func (p *perturber) wrap(l *life) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return &perturbing{p: p, life: l, next: rt} }
+}
+
+// wrapWorkload is rest.Config.WrapTransport for the workload: its writes
+// are recorded, not perturbed.
+func (p *perturber) wrapWorkload(rt http.RoundTripper) http.RoundTripper {
+	return &perturbing{p: p, life: &life{}, next: rt, workload: true}
+}
+
+// count is the key under which a write is counted: the workload's apart
+// from the managers', so that one does not shift the other's numbers.
+func (t *perturbing) count(what string) string {
+	if t.workload {
+		return "workload " + what
+	}
+	return what
+}
+
+type perturbing struct {
+	p        *perturber
+	life     *life
+	next     http.RoundTripper
+	workload bool
+}
+
+func (t *perturbing) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.life.isDead() {
+		return nil, errCrashed
+	}
+	q, ok := parseRequest(r)
+	if !ok || (t.workload && !q.write()) {
+		return t.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Accept", jsonOnly(r.Header.Get("Accept")))
+	p := t.p
+	switch {
+	case q.verb == "watch":
+		return p.watch(t, r, q)
+	case q.verb == "list":
+		if err := p.waitRelease(r, q.resource); err != nil {
+			return nil, err
+		}
+		return t.next.RoundTrip(r)
+	case q.write():
+		return p.write(t, r, q)
+	}
+	return t.next.RoundTrip(r)
+}
+
+// write sends a write, counts it, and applies a plan that acts on it.
+func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Response, error) {
+	what := q.what()
+	p.mu.Lock()
+	n := p.writes[t.count(what)] + 1
+	if q.verb != "create" {
+		p.writes[t.count(what)] = n
+	}
+	at := p.plan.write == fmt.Sprintf("%s#%d", what, n) && q.verb != "create" && !t.workload
+	p.mu.Unlock()
+	if at && p.plan.kind == kindConflict {
+		p.inject("answered %s #%d with 409 Conflict, not sent", what, n)
+		return conflict(r, q), nil
+	}
+	resp, err := t.next.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	// The answer names a created object and tells the object's
+	// resourceVersion, which the managers must see before settling.
+	body, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var o struct {
+		Metadata struct {
+			Name            string            `json:"name"`
+			Labels          map[string]string `json:"labels"`
+			ResourceVersion string            `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if rerr == nil && json.Unmarshal(body, &o) == nil && q.verb == "create" && o.Metadata.Name != "" {
+		q.name = o.Metadata.Name
+		what = q.what()
+		p.mu.Lock()
+		n = p.writes[t.count(what)] + 1
+		p.writes[t.count(what)] = n
+		p.mu.Unlock()
+		at = p.plan.write == fmt.Sprintf("%s#%d", what, n) && !t.workload
+	}
+	if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && t.workload && resp.StatusCode < 300 {
+		p.mu.Lock()
+		p.pending = append(p.pending, pendingWrite{resource: q.resource, name: q.name, labels: o.Metadata.Labels, rv: rv})
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	if !t.workload {
+		p.order = append(p.order, fmt.Sprintf("%s#%d", what, n))
+	}
+	if q.name != "" && (q.namespace == "" || q.namespace == p.namespace) && resp.StatusCode < 300 {
+		k := objectKey{gvr: schema.GroupVersionResource{Group: q.group, Version: q.version, Resource: q.resource}, name: q.name, namespaced: q.namespace != ""}
+		if !slices.Contains(p.objects, k) {
+			p.objects = append(p.objects, k)
+		}
+	}
+	p.mu.Unlock()
+	who := "manager"
+	if t.workload {
+		who = "workload"
+	}
+	p.trace.add("%s: %s #%d: %d", who, what, n, resp.StatusCode)
+	if at && p.plan.kind == kindCrash && resp.StatusCode < 300 {
+		t.life.mu.Lock()
+		t.life.dead = true
+		t.life.mu.Unlock()
+		p.inject("crashed the manager after %s #%d", what, n)
+		close(p.crash)
+	}
+	return resp, nil
+}
+
+func conflict(r *http.Request, q request) *http.Response {
+	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again (ctrltest)","reason":"Conflict","details":{"name":%q,"kind":%q},"code":409}`,
+		q.resource, q.name, q.name, q.resource)
+	return &http.Response{StatusCode: http.StatusConflict, Status: "409 Conflict", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r}
+}
+
+func gone(r *http.Request) *http.Response {
+	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}`
+	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r}
+}
+
+// inject marks the point where the plan acted, in the trace and for the
+// finding.
+func (p *perturber) inject(format string, args ...any) {
+	p.mu.Lock()
+	p.injected = true
+	p.mu.Unlock()
+	p.trace.mark(fmt.Sprintf(format, args...))
+}
+
+// waitRelease blocks while the resource's events are held.
+func (p *perturber) waitRelease(r *http.Request, resource string) error {
+	p.mu.Lock()
+	ch := p.held[resource]
+	p.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+}
+
+func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Response, error) {
+	p.mu.Lock()
+	p.watched[q.resource] = true
+	isGone := p.gone[q.resource] && r.URL.Query().Get("resourceVersion") != ""
+	delete(p.gone, q.resource)
+	p.mu.Unlock()
+	if isGone {
+		p.trace.add("watch %s: 410 Gone", q.resource)
+		return gone(r), nil
+	}
+	if err := p.waitRelease(r, q.resource); err != nil {
+		return nil, err
+	}
+	resp, err := t.next.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resp, err
+	}
+	s := &stream{p: p, life: t.life, resource: q.resource, body: resp.Body, seen: map[string]int{}, done: make(chan struct{})}
+	query := r.URL.Query()
+	if sel, err := labels.Parse(query.Get("labelSelector")); err == nil && !sel.Empty() {
+		s.labels = sel
+	}
+	if sel, err := fields.ParseSelector(query.Get("fieldSelector")); err == nil && !sel.Empty() {
+		s.fields = sel
+	}
+	if rv, err := strconv.ParseInt(query.Get("resourceVersion"), 10, 64); err == nil {
+		s.observed.Store(rv) // the list before the watch is in the cache
+		s.received.Store(rv)
+	}
+	pr, pw := io.Pipe()
+	s.out = pw
+	resp.Body = &streamBody{PipeReader: pr, s: s}
+	p.mu.Lock()
+	p.streams[s] = true
+	p.mu.Unlock()
+	go s.run()
+	return resp, nil
+}
+
+// stream passes one watch's events on to the manager, as the plan says.
+type stream struct {
+	p        *perturber
+	life     *life
+	resource string
+	body     io.ReadCloser
+	out      *io.PipeWriter
+	seen     map[string]int // events per object name
+	done     chan struct{}
+	once     sync.Once
+
+	labels labels.Selector // of the watch request, nil for all
+	fields fields.Selector // of the watch request, nil for all
+
+	wmu      sync.Mutex   // held from deciding on a frame to writing it
+	stash    *frame       // an event kept from the manager until the object's next one
+	observed atomic.Int64 // resourceVersion up to which the manager has processed the stream
+	received atomic.Int64 // resourceVersion up to which the stream was read from the server
+}
+
+type frame struct {
+	raw     json.RawMessage
+	typ     string
+	name    string
+	rv      string
+	kind    string
+	version string // apiVersion
+}
+
+// matches reports whether the watch sends events of an object with these
+// name and labels, as far as its selectors say.
+func (s *stream) matches(name string, lbls map[string]string) bool {
+	if s.labels != nil && !s.labels.Matches(labels.Set(lbls)) {
+		return false
+	}
+	return s.fields == nil || s.fields.Matches(fields.Set{"metadata.name": name, "metadata.namespace": s.p.namespace})
+}
+
+// write passes a frame to the manager; once it has read the frame, a
+// bookmark at the frame's resourceVersion follows, and once the manager has
+// read that (it reads a watch's frames one after the other, each processed
+// before the next is read) the frame counts as observed.
+func (s *stream) write(f frame) error {
+	if _, err := s.out.Write(append(f.raw, '\n')); err != nil {
+		return err
+	}
+	rv, err := strconv.ParseInt(f.rv, 10, 64)
+	if err != nil || f.kind == "" {
+		return nil
+	}
+	b, _ := json.Marshal(map[string]any{"type": "BOOKMARK", "object": map[string]any{
+		"kind": f.kind, "apiVersion": f.version, "metadata": map[string]any{"resourceVersion": f.rv}}})
+	if _, err := s.out.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if rv > s.observed.Load() {
+		s.observed.Store(rv)
+	}
+	return nil
+}
+
+type streamBody struct {
+	*io.PipeReader
+	s *stream
+}
+
+func (b *streamBody) Close() error {
+	b.s.stop()
+	return b.PipeReader.Close()
+}
+
+func (s *stream) stop() {
+	s.once.Do(func() {
+		close(s.done)
+		s.body.Close()
+		s.p.mu.Lock()
+		delete(s.p.streams, s)
+		s.p.mu.Unlock()
+	})
+}
+
+func (s *stream) run() {
+	defer s.stop()
+	dec := json.NewDecoder(s.body)
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			s.flush()
+			s.out.CloseWithError(err)
+			return
+		}
+		var ev struct {
+			Type   string `json:"type"`
+			Object struct {
+				Kind       string `json:"kind"`
+				APIVersion string `json:"apiVersion"`
+				Metadata   struct {
+					Name            string `json:"name"`
+					ResourceVersion string `json:"resourceVersion"`
+				} `json:"metadata"`
+			} `json:"object"`
+		}
+		_ = json.Unmarshal(raw, &ev)
+		o := ev.Object
+		if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && rv > s.received.Load() {
+			s.received.Store(rv)
+		}
+		f := frame{raw: raw, typ: ev.Type, name: o.Metadata.Name, rv: o.Metadata.ResourceVersion, kind: o.Kind, version: o.APIVersion}
+		if err := s.deliver(f); err != nil {
+			s.out.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// deliver passes one frame on, after any hold on its resource, unless the
+// plan stashes it or it replaces the stashed one.
+func (s *stream) deliver(f frame) error {
+	p := s.p
+	for {
+		p.mu.Lock()
+		ch := p.held[s.resource]
+		p.mu.Unlock()
+		if ch == nil {
+			break
+		}
+		select {
+		case <-ch:
+		case <-s.done:
+			return io.ErrClosedPipe
+		}
+	}
+	if s.life.isDead() {
+		return errCrashed
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if f.name == "" || (f.typ != "ADDED" && f.typ != "MODIFIED" && f.typ != "DELETED") {
+		return s.write(f)
+	}
+	s.seen[f.name]++
+	n := s.seen[f.name]
+	p.mu.Lock()
+	p.events = append(p.events, eventRecord{resource: s.resource, name: f.name, n: n, step: p.step})
+	stashNow := p.plan.kind == kindUnobserved && p.plan.event == fmt.Sprintf("%s/%s#%d", s.resource, f.name, n)
+	if stashNow {
+		p.stashes[s] = true
+	}
+	p.mu.Unlock()
+	p.trace.add("watch %s: %s %s (#%d)", s.resource, f.typ, f.name, n)
+	if st := s.stash; st != nil && st.name == f.name {
+		// Coalesced: the manager never sees the stashed event.
+		s.stash = nil
+		p.inject("the manager never saw %s %s/%s: the next event replaced it", st.typ, s.resource, f.name)
+	}
+	if stashNow {
+		s.stash = &f
+		p.trace.add("holding %s/%s #%d back until it changes again", s.resource, f.name, n)
+		return nil
+	}
+	return s.write(f)
+}
+
+// flush delivers the stream's stashed event, if any: nothing is lost.
+func (s *stream) flush() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if st := s.stash; st != nil {
+		s.stash = nil
+		s.p.trace.add("delivered %s/%s late: no later event replaced it", s.resource, st.name)
+		s.write(*st)
+	}
+}
+
+// endStep delivers every stashed event: the workload is settling, and an
+// event with no successor must not be lost.
+func (p *perturber) endStep() {
+	p.mu.Lock()
+	var ss []*stream
+	for s := range p.stashes {
+		ss = append(ss, s)
+	}
+	clear(p.stashes)
+	p.mu.Unlock()
+	for _, s := range ss {
+		s.flush()
+	}
+}
+
+// hold keeps the resource's watch events (and lists) from the managers
+// until release.
+func (p *perturber) hold(resource string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held[resource] == nil {
+		p.held[resource] = make(chan struct{})
+	}
+}
+
+func (p *perturber) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r, ch := range p.held {
+		close(ch)
+		delete(p.held, r)
+	}
+}
+
+func (p *perturber) holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held) > 0
+}
+
+// expire ends the resource's watches with 410 Gone, and answers its next
+// watch that resumes from a resourceVersion with 410 too.
+func (p *perturber) expire(resource string) {
+	p.mu.Lock()
+	p.gone[resource] = true
+	var ss []*stream
+	for s := range p.streams {
+		if s.resource == resource {
+			ss = append(ss, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range ss {
+		s.wmu.Lock()
+		s.out.Write([]byte(goneEvent + "\n"))
+		s.wmu.Unlock()
+		s.stop()
+	}
+	p.trace.add("watch %s: 410 Gone", resource)
+}
+
+const goneEvent = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}}`
+
+func (p *perturber) crashed() bool {
+	select {
+	case <-p.crash:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *perturber) objectKeys() []objectKey { return p.objects }
+
+// pendingWrite is a write of the workload that the managers' watches of its
+// resource must deliver before the managers can be idle.
+type pendingWrite struct {
+	resource, name string
+	labels         map[string]string
+	rv             int64
+}
+
+// waitWrites waits until every live watch of the managers has received
+// from the server (or, if delivered, delivered to its manager) the
+// workload's writes that it should see, except on held resources.
+func (p *perturber) waitWrites(ctx context.Context, delivered bool) error {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p.mu.Lock()
+		var missing []string
+		var keep []pendingWrite
+		for _, w := range p.pending {
+			if p.held[w.resource] != nil {
+				keep = append(keep, w)
+				continue
+			}
+			for s := range p.streams {
+				at := s.received.Load()
+				if delivered {
+					at = s.observed.Load()
+				}
+				if s.resource == w.resource && !s.life.isDead() && s.matches(w.name, w.labels) && at < w.rv {
+					missing = append(missing, fmt.Sprintf("%s/%s at %d", w.resource, w.name, w.rv))
+					keep = append(keep, w)
+					break
+				}
+			}
+		}
+		if delivered {
+			p.pending = keep
+		}
+		p.mu.Unlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w; not yet delivered: %s", ctx.Err(), strings.Join(missing, ", "))
+		}
+	}
+}
