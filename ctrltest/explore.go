@@ -48,7 +48,10 @@ type Exploration struct {
 	// namespace, times and uids are masked.
 	Fields []string
 	// Settle bounds each settling: a run whose controllers are not idle
-	// within it (a key still failing, a retry due within it) is a finding.
+	// within it is a finding. Between the workload's steps a retry due in
+	// more than a second does not count as work; at the end the controllers
+	// must be idle with no retry due within Settle, so a controller that
+	// requeues itself periodically needs a Settle shorter than its period.
 	// Default: 1 minute.
 	Settle time.Duration
 	// Faults adds plans of the faults ctrl itself survives, applied to the
@@ -201,9 +204,14 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 				if !x.Serial {
 					t.Parallel()
 				}
-				f, err := s.try(t.Context(), p)
+				f, injected, err := s.try(t.Context(), p)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if injected == "" {
+					t.Log("ctrltest: the plan's point did not come in this run: nothing was injected")
+				} else {
+					t.Logf("ctrltest: %s", injected)
 				}
 				if f != nil {
 					t.Errorf("ctrltest: %s", f)
@@ -244,7 +252,7 @@ func Search(tb testing.TB, env *Env, x Exploration) []Finding {
 		go func() {
 			defer wg.Done()
 			defer func() { <-limit }()
-			f, err := s.try(tb.Context(), p)
+			f, _, err := s.try(tb.Context(), p)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -422,14 +430,12 @@ func sample(plans []plan, short bool) []plan {
 // try runs one plan and compares its end with the reference: a Finding if
 // they differ or it did not settle, nil if they agree or the plan's point
 // never came.
-func (s *search) try(ctx context.Context, p plan) (*Finding, error) {
+func (s *search) try(ctx context.Context, p plan) (_ *Finding, injected string, _ error) {
 	res, err := s.run(ctx, p, s.ref.objects)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if !res.injected && res.err == nil {
-		return nil, nil
-	}
+	injected = res.trace.injection()
 	var diff []string
 	for _, d := range diffStates(s.ref.state, res.state, s.x.Fields) {
 		if !s.noise[d.object+" "+d.field] && !s.noise[d.object+" "] {
@@ -437,13 +443,13 @@ func (s *search) try(ctx context.Context, p plan) (*Finding, error) {
 		}
 	}
 	if len(diff) == 0 && res.err == nil {
-		return nil, nil
+		return nil, injected, nil
 	}
-	injected := res.trace.injection()
-	if injected == "" {
-		injected = "(nothing injected yet)"
+	what := injected
+	if what == "" {
+		what = "(nothing injected: the plan's point did not come)"
 	}
-	return &Finding{Plan: p.id, Injected: injected, Diff: diff, Err: res.err, Trace: res.trace.around(25, 25)}, nil
+	return &Finding{Plan: p.id, Injected: what, Diff: diff, Err: res.err, Trace: res.trace.around(25, 25)}, injected, nil
 }
 
 // run is one run of the workload under a plan.
@@ -515,7 +521,7 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 
 	res := &result{trace: tr}
 	// Step 0 starts once the first manager has synced.
-	if err := r.waitIdle(); err != nil {
+	if err := r.waitIdle(time.Second); err != nil {
 		res.err = err
 	} else {
 		r.beginStep(0)
@@ -625,14 +631,17 @@ func (r *run) restart() {
 }
 
 // waitIdle waits until the current manager is idle, across a crash's
-// restart, once the managers have seen the workload's writes.
-func (r *run) waitIdle() error {
+// restart, once the managers have seen the workload's writes; an event a
+// plan holds back for a successor that does not come (the managers are
+// idle) is delivered, and the managers settle again. Retries due later than
+// requeueWithin do not count.
+func (r *run) waitIdle(requeueWithin time.Duration) error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.s.x.Settle)
 	defer cancel()
-	if err := r.p.waitWrites(ctx, true); err != nil {
-		return &settleError{fmt.Errorf("the managers' watches did not deliver the workload's writes: %w", err)}
-	}
 	for {
+		if err := r.p.waitWrites(ctx, true); err != nil {
+			return &settleError{fmt.Errorf("the managers' watches did not deliver the workload's writes: %w", err)}
+		}
 		if r.p.crashed() {
 			select {
 			case <-r.restarted:
@@ -646,7 +655,7 @@ func (r *run) waitIdle() error {
 		if startErr != nil {
 			return &settleError{startErr}
 		}
-		err := m.WaitIdle(ctx, r.s.x.Settle)
+		err := m.WaitIdle(ctx, requeueWithin)
 		r.mu.Lock()
 		moved := r.gen != gen
 		r.mu.Unlock()
@@ -656,7 +665,9 @@ func (r *run) waitIdle() error {
 		if err != nil {
 			return &settleError{err}
 		}
-		return nil
+		if !r.p.endStep() {
+			return nil
+		}
 	}
 }
 
@@ -693,7 +704,13 @@ func (r *run) settle(final bool) error {
 		}
 	}
 	if !r.p.holding() {
-		if err := r.waitIdle(); err != nil {
+		// Between steps a retry due later does not hold the workload
+		// back; at the end the managers get Settle to converge.
+		requeueWithin := time.Second
+		if final {
+			requeueWithin = r.s.x.Settle
+		}
+		if err := r.waitIdle(requeueWithin); err != nil {
 			return err
 		}
 	}

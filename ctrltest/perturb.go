@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -286,6 +287,11 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		}
 	}
 	p.mu.Unlock()
+	if resp.StatusCode == http.StatusConflict && !t.workload {
+		// The manager wrote from the state a held-back event replaced:
+		// a watch delivers the newer state soon after, and so does this.
+		p.flushObject(q.resource, q.name)
+	}
 	who := "manager"
 	if t.workload {
 		who = "workload"
@@ -366,7 +372,8 @@ func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Resp
 	if sel, err := fields.ParseSelector(query.Get("fieldSelector")); err == nil && !sel.Empty() {
 		s.fields = sel
 	}
-	if rv, err := strconv.ParseInt(query.Get("resourceVersion"), 10, 64); err == nil {
+	s.listing = query.Get("sendInitialEvents") == "true"
+	if rv, err := strconv.ParseInt(query.Get("resourceVersion"), 10, 64); err == nil && !s.listing {
 		s.observed.Store(rv) // the list before the watch is in the cache
 		s.received.Store(rv)
 	}
@@ -398,6 +405,7 @@ type stream struct {
 	stash    *frame       // an event kept from the manager until the object's next one
 	observed atomic.Int64 // resourceVersion up to which the manager has processed the stream
 	received atomic.Int64 // resourceVersion up to which the stream was read from the server
+	listing  bool         // before the end of the initial events of a watch that sends them
 }
 
 type frame struct {
@@ -407,6 +415,7 @@ type frame struct {
 	rv      string
 	kind    string
 	version string // apiVersion
+	listed  bool   // the bookmark that ends a watch's initial events
 }
 
 // matches reports whether the watch sends events of an object with these
@@ -425,6 +434,14 @@ func (s *stream) matches(name string, lbls map[string]string) bool {
 func (s *stream) write(f frame) error {
 	if _, err := s.out.Write(append(f.raw, '\n')); err != nil {
 		return err
+	}
+	if s.listing {
+		// The initial events of a watch are one list: the manager takes
+		// them in at its end.
+		if !f.listed {
+			return nil
+		}
+		s.listing = false
 	}
 	rv, err := strconv.ParseInt(f.rv, 10, 64)
 	if err != nil || f.kind == "" {
@@ -477,8 +494,9 @@ func (s *stream) run() {
 				Kind       string `json:"kind"`
 				APIVersion string `json:"apiVersion"`
 				Metadata   struct {
-					Name            string `json:"name"`
-					ResourceVersion string `json:"resourceVersion"`
+					Name            string            `json:"name"`
+					ResourceVersion string            `json:"resourceVersion"`
+					Annotations     map[string]string `json:"annotations"`
 				} `json:"metadata"`
 			} `json:"object"`
 		}
@@ -487,7 +505,8 @@ func (s *stream) run() {
 		if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && rv > s.received.Load() {
 			s.received.Store(rv)
 		}
-		f := frame{raw: raw, typ: ev.Type, name: o.Metadata.Name, rv: o.Metadata.ResourceVersion, kind: o.Kind, version: o.APIVersion}
+		f := frame{raw: raw, typ: ev.Type, name: o.Metadata.Name, rv: o.Metadata.ResourceVersion, kind: o.Kind, version: o.APIVersion,
+			listed: ev.Type == "BOOKMARK" && o.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true"}
 		if err := s.deliver(f); err != nil {
 			s.out.CloseWithError(err)
 			return
@@ -544,19 +563,42 @@ func (s *stream) deliver(f frame) error {
 }
 
 // flush delivers the stream's stashed event, if any: nothing is lost.
-func (s *stream) flush() {
+func (s *stream) flush() bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if st := s.stash; st != nil {
-		s.stash = nil
-		s.p.trace.add("delivered %s/%s late: no later event replaced it", s.resource, st.name)
-		s.write(*st)
+	st := s.stash
+	if st == nil {
+		return false
+	}
+	s.stash = nil
+	s.p.trace.add("delivered %s/%s late: no later event replaced it", s.resource, st.name)
+	s.write(*st)
+	return true
+}
+
+// flushObject delivers the stashed event of an object, if any.
+func (p *perturber) flushObject(resource, name string) {
+	p.mu.Lock()
+	var ss []*stream
+	for s := range p.stashes {
+		if s.resource == resource {
+			ss = append(ss, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range ss {
+		s.wmu.Lock()
+		match := s.stash != nil && s.stash.name == name
+		s.wmu.Unlock()
+		if match {
+			s.flush()
+		}
 	}
 }
 
 // endStep delivers every stashed event: the workload is settling, and an
 // event with no successor must not be lost.
-func (p *perturber) endStep() {
+func (p *perturber) endStep() (flushed bool) {
 	p.mu.Lock()
 	var ss []*stream
 	for s := range p.stashes {
@@ -565,8 +607,9 @@ func (p *perturber) endStep() {
 	clear(p.stashes)
 	p.mu.Unlock()
 	for _, s := range ss {
-		s.flush()
+		flushed = s.flush() || flushed
 	}
+	return flushed
 }
 
 // hold keeps the resource's watch events (and lists) from the managers
@@ -651,16 +694,26 @@ func (p *perturber) waitWrites(ctx context.Context, delivered bool) error {
 				keep = append(keep, w)
 				continue
 			}
+			// A watched resource with no live watch is being listed
+			// again (or its manager restarts): wait for the new watch.
+			waiting := p.watched[w.resource]
 			for s := range p.streams {
+				if s.resource != w.resource || s.life.isDead() {
+					continue
+				}
+				waiting = false
 				at := s.received.Load()
 				if delivered {
 					at = s.observed.Load()
 				}
-				if s.resource == w.resource && !s.life.isDead() && s.matches(w.name, w.labels) && at < w.rv {
-					missing = append(missing, fmt.Sprintf("%s/%s at %d", w.resource, w.name, w.rv))
-					keep = append(keep, w)
+				if s.matches(w.name, w.labels) && at < w.rv {
+					waiting = true
 					break
 				}
+			}
+			if waiting {
+				missing = append(missing, fmt.Sprintf("%s/%s at %d", w.resource, w.name, w.rv))
+				keep = append(keep, w)
 			}
 		}
 		if delivered {
