@@ -6,16 +6,22 @@ export GOFLAGS ?= -buildvcs=false
 # names, fetched from the module proxy like everything else.
 CONTROLLER_GEN := $(CURDIR)/bin/controller-gen
 
-.PHONY: test testbins check controlplane demo bench bench-faults bench-webhooks generate check-generated fuzz
+.PHONY: test testbins check controlplane explore demo bench bench-faults bench-webhooks generate check-generated fuzz
 
 ## test: build the control plane, vet, check that generated files are
 ## current, and run every test under -race, the integration suite against a
 ## real kube-apiserver included. The control plane, the checks and the test
 ## binaries build side by side, each target's output printed whole when it
-## is done.
+## is done. -short: the searches of ctrltest.Explore run a sample of their
+## plans (`make explore` runs them all).
 test:
 	$(MAKE) --jobs=3 --output-sync=target controlplane check check-generated testbins
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -race -short -count=1 -timeout 25m ./...
+
+## explore: run every plan of the searches of ctrltest.Explore over the
+## examples, and ctrltest's own test of the search (a few minutes).
+explore: controlplane
+	$(GO) test -race -count=1 -timeout 30m -run 'Plans|SearchFindsBugs' ./ctrltest/ ./examples/...
 
 # testbins compiles the test binaries without running them, so that the work
 # overlaps the control plane's build, which uses one core for much of its time.

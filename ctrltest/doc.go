@@ -60,6 +60,25 @@
 //		}))
 //	}
 //
+// # Crashes, stale views, missed events
+//
+// [Explore] searches for the states production brings that a controller
+// does not tolerate, as Sieve does: it runs a workload (the steps a user
+// takes, with [Workload.Settle] between them) unperturbed, then once per
+// plan drawn from that run: the manager crashed right after one of its
+// writes, a resource's events held back so its view goes stale, an event
+// coalesced into the next. A plan whose end state differs from the
+// unperturbed run's, or that does not settle, fails its subtest with the
+// difference, what happened around the injection and the command that
+// replays it:
+//
+//	func TestWidgetPlans(t *testing.T) {
+//		env := ctrltest.Start(t, ctrltest.Options{CRDs: [][]byte{widget.CRD}})
+//		ctrltest.Explore(t, env, ctrltest.Exploration{Setup: widget.Setup, Workload: workload})
+//	}
+//
+// [Search] returns the findings instead, for a test that expects some.
+//
 // # Guarantees
 //
 //   - Real: the API server is kube-apiserver of the release, on etcd, with

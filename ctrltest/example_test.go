@@ -2,10 +2,14 @@ package ctrltest_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl"
 	"github.com/typedctrl/ctrl/ctrltest"
@@ -62,4 +66,47 @@ func ExampleNew() {
 	fmt.Println(created.Name, created.Spec.Color, created.UID != "")
 	// Output:
 	// g1 blue true
+}
+
+// A search of a controller's reactions to crashes, stale views and missed
+// events, in a test of its own: the hasher annotates each ConfigMap with a
+// hash of its data, and the workload creates a ConfigMap and changes it.
+// Each plan runs as a subtest of TestHasherPlans/plans, named by its ID.
+func ExampleExplore() {
+	setup := func(mgr *ctrl.Manager) error {
+		configMaps, err := ctrl.NewClient[*corev1.ConfigMap](mgr, ctrl.ClientOptions{})
+		if err != nil {
+			return err
+		}
+		_, err = ctrl.NewController(mgr, "hasher", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			hash := fmt.Sprintf("%x", sha256.Sum256([]byte(cm.Data["color"])))[:8]
+			if cm.Annotations["hash"] == hash {
+				return ctrl.Result{}, nil
+			}
+			patch := []byte(`{"metadata":{"annotations":{"hash":"` + hash + `"}}}`)
+			_, err := configMaps.Patch(ctx, ctrl.KeyOf(cm), types.MergePatchType, patch)
+			return ctrl.Result{}, err
+		}, ctrl.ControllerOptions{})
+		return err
+	}
+	workload := func(w *ctrltest.Workload) error {
+		configMaps, err := ctrltest.ClientFor[*corev1.ConfigMap](w)
+		if err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "settings"}, Data: map[string]string{"color": "blue"}}
+		if _, err := configMaps.Create(w.Context(), cm); err != nil {
+			return err
+		}
+		if err := w.Settle(); err != nil { // the controllers are idle: the next step
+			return err
+		}
+		_, err = configMaps.Patch(w.Context(), ctrl.KeyOf(cm), types.MergePatchType, []byte(`{"data":{"color":"green"}}`))
+		return err
+	}
+	TestHasherPlans := func(t *testing.T) {
+		env := ctrltest.Start(t, ctrltest.Options{})
+		ctrltest.Explore(t, env, ctrltest.Exploration{Setup: setup, Workload: workload, Faults: true})
+	}
+	_ = TestHasherPlans
 }

@@ -55,9 +55,10 @@ type Exploration struct {
 	// Default: 1 minute.
 	Settle time.Duration
 	// Faults adds plans of the faults ctrl itself survives, applied to the
-	// controllers under test: a write answered with 409 Conflict instead
-	// of being sent, and a watch ended with 410 Gone (and its resumption
-	// refused) at the start of a step.
+	// controllers under test: a write answered 409 Conflict or 429 Too Many
+	// Requests instead of being sent, a watch ended with 410 Gone (and its
+	// resumption refused) at the start of a step, and, with Serial, the API
+	// server restarted at the start of a step.
 	Faults bool
 	// Serial runs one plan at a time, for workloads that write
 	// cluster-scoped objects, which runs in parallel would share. Default:
@@ -178,11 +179,17 @@ func (f Finding) String() string {
 //     is never delivered when another event of it follows: the managers
 //     see the object jump over a state. One plan per event of the
 //     reference that another of the same object followed within a step.
-//   - conflict-WRITE-N (Faults): that write is answered 409 Conflict, not
-//     sent.
+//   - conflict-WRITE-N (Faults): that write (not a create) is answered 409
+//     Conflict, not sent.
+//   - throttled-WRITE-N (Faults): that write (not a create) is answered 429 Too Many
+//     Requests with Retry-After: 1, as the API server's priority and
+//     fairness answers (client-go waits and sends it again).
 //   - gone-RESOURCE-step-N (Faults): at the start of step N, the
 //     resource's watches end with 410 Gone and their resumption is refused,
 //     so the caches list again.
+//   - restart-apiserver-step-N (Faults and Serial): at the start of step
+//     N the API server is killed and started again (env.StopAPIServer,
+//     StartAPIServer); plans running beside it would see the outage too.
 //
 // With testing.Short, a sample runs: at most two plans of each kind.
 // Each run works in a namespace of its own, which it leaves behind (no
@@ -214,11 +221,20 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 					t.Logf("ctrltest: %s", injected)
 				}
 				if f != nil {
-					t.Errorf("ctrltest: %s", f)
+					t.Errorf("ctrltest: %sreplay: go test -run '%s'", f, runPattern(t.Name()))
 				}
 			})
 		}
 	})
+}
+
+// runPattern is go test's -run pattern that runs the test name alone.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 // Search runs what [Explore] runs and returns the findings instead of
@@ -280,6 +296,8 @@ const (
 	kindUnobserved planKind = "unobserved"
 	kindConflict   planKind = "conflict"
 	kindGone       planKind = "gone"
+	kindThrottled  planKind = "throttled"
+	kindRestart    planKind = "restart"
 )
 
 // plan is one perturbation of a run.
@@ -387,10 +405,16 @@ func (s *search) plans() []plan {
 			what, n, _ := strings.Cut(w, "#")
 			if !strings.HasPrefix(what, "create ") {
 				out = append(out, plan{id: "conflict-" + slug(what) + "-" + n, kind: kindConflict, write: w})
+				out = append(out, plan{id: "throttled-" + slug(what) + "-" + n, kind: kindThrottled, write: w})
 			}
 		}
+		steps := map[int]bool{}
 		for _, m := range moved {
 			out = append(out, plan{id: fmt.Sprintf("gone-%s-step-%d", slug(m.resource), m.step), kind: kindGone, resource: m.resource, step: m.step})
+			if s.x.Serial && !steps[m.step] {
+				steps[m.step] = true
+				out = append(out, plan{id: fmt.Sprintf("restart-apiserver-step-%d", m.step), kind: kindRestart, step: m.step})
+			}
 		}
 	}
 	return out
@@ -468,26 +492,21 @@ type run struct {
 	gen       int
 	restarted chan struct{} // closed once a crashed manager's successor started
 	startErr  error
+	faultErr  error         // the plan could not apply its fault
 	direct    *ctrl.Manager // ClientFor's, never started
 	steps     int
 }
 
 // result is what a run leaves: its end state and what it recorded.
 type result struct {
-	state    map[string]map[string]string
-	objects  []objectKey
-	writes   []string
-	events   []eventRecord
-	watched  map[string]bool
-	steps    int
-	injected bool
-	err      error // did not settle
-	trace    *trace
-}
-
-var runSeq struct {
-	sync.Mutex
-	n int
+	state   map[string]map[string]string
+	objects []objectKey
+	writes  []string
+	events  []eventRecord
+	watched map[string]bool
+	steps   int
+	err     error // did not settle
+	trace   *trace
 }
 
 func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result, error) {
@@ -542,6 +561,10 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 		}
 	}
 	r.mu.Lock()
+	if r.faultErr != nil {
+		r.mu.Unlock()
+		return nil, r.faultErr
+	}
 	if r.startErr != nil && res.err == nil {
 		res.err = r.startErr
 	}
@@ -552,7 +575,6 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 	res.writes = slices.Clone(r.p.order)
 	res.events = slices.Clone(r.p.events)
 	res.watched = r.p.watched
-	res.injected = r.p.injected
 	objs := append(slices.Clone(compare), r.p.objectKeys()...)
 	r.p.mu.Unlock()
 	if len(s.x.Objects) > 0 {
@@ -737,5 +759,17 @@ func (r *run) beginStep(step int) {
 	case kindGone:
 		r.p.inject("the watches of %s end with 410 Gone at the start of step %d", p.resource, step)
 		r.p.expire(p.resource)
+	case kindRestart:
+		r.p.inject("the API server restarts at the start of step %d", step)
+		err := r.s.env.StopAPIServer()
+		if err == nil {
+			err = r.s.env.StartAPIServer()
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.faultErr = fmt.Errorf("restarting the API server: %w", err)
+			r.mu.Unlock()
+		}
+		r.trace.add("the API server is back")
 	}
 }

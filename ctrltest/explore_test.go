@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,14 @@ import (
 //     reconciles every change and acts on the state it reads.
 func TestSearchFindsBugs(t *testing.T) {
 	env := ctrltest.Start(t, ctrltest.Options{})
+	// After every search, before the control plane stops: each run
+	// stopped its managers.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if err := goleak.Find(before, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop")); err != nil {
+			t.Errorf("goroutines left running after the searches: %v", err)
+		}
+	})
 	for _, c := range []struct {
 		name     string
 		x        func(fixed bool) ctrltest.Exploration

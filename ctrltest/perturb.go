@@ -150,7 +150,6 @@ type perturber struct {
 	stashes   map[*stream]bool         // streams that may hold back an event
 	gone      map[string]bool          // resources whose next watch answers 410 Gone
 	streams   map[*stream]bool
-	injected  bool
 	pending   []pendingWrite // the workload's, not yet seen by every watch that should
 	namespace string         // the run's
 	objects   []objectKey    // that the managers wrote
@@ -246,6 +245,13 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.inject("answered %s #%d with 409 Conflict, not sent", what, n)
 		return conflict(r, q), nil
 	}
+	if at && p.plan.kind == kindThrottled {
+		p.mu.Lock()
+		p.plan.write = "" // once: client-go sends it again
+		p.mu.Unlock()
+		p.inject("answered %s #%d with 429 Too Many Requests, not sent", what, n)
+		return throttled(r), nil
+	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
 		return resp, err
@@ -315,6 +321,13 @@ func conflict(r *http.Request, q request) *http.Response {
 		ContentLength: int64(len(body)), Request: r}
 }
 
+func throttled(r *http.Request) *http.Response {
+	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too many requests, please try again later (ctrltest)","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}`
+	return &http.Response{StatusCode: http.StatusTooManyRequests, Status: "429 Too Many Requests", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r}
+}
+
 func gone(r *http.Request) *http.Response {
 	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}`
 	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -325,9 +338,6 @@ func gone(r *http.Request) *http.Response {
 // inject marks the point where the plan acted, in the trace and for the
 // finding.
 func (p *perturber) inject(format string, args ...any) {
-	p.mu.Lock()
-	p.injected = true
-	p.mu.Unlock()
 	p.trace.mark(fmt.Sprintf(format, args...))
 }
 

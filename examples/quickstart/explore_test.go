@@ -12,12 +12,13 @@ import (
 )
 
 // TestHasherPlans runs the hasher through crashes, stale views, unobserved
-// states, 409 Conflicts and 410 Gone on a real API server, comparing each
-// end state with an unperturbed run's: two ConfigMaps created, one's data
-// changed twice in a row.
+// states, 409 Conflicts, 429s, 410 Gone and API server restarts on a real
+// API server, one plan at a time, comparing each end state with an
+// unperturbed run's: two ConfigMaps created, one's data changed twice in a
+// row.
 func TestHasherPlans(t *testing.T) {
 	env := ctrltest.Start(t, ctrltest.Options{})
-	ctrltest.Explore(t, env, ctrltest.Exploration{Setup: setup, Faults: true, Workload: func(w *ctrltest.Workload) error {
+	ctrltest.Explore(t, env, ctrltest.Exploration{Setup: setup, Faults: true, Serial: true, Workload: func(w *ctrltest.Workload) error {
 		configMaps, err := ctrltest.ClientFor[*corev1.ConfigMap](w)
 		if err != nil {
 			return err

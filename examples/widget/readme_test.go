@@ -9,7 +9,8 @@ import (
 )
 
 // TestReadmeTesting keeps README.md's "A custom resource" (the types and the
-// controller) and "Testing your controller" identical to the files here, which go test compiles and runs,
+// controller), "Testing your controller" and "Testing against the states
+// production brings" identical to the files here, which go test compiles and runs,
 // and to the command that builds the binaries. ctrltest/cmd/controlplane's TestUserModule runs them in a
 // module of their own.
 func TestReadmeTesting(t *testing.T) {
@@ -18,7 +19,7 @@ func TestReadmeTesting(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	for _, path := range []string{"types.go", "widget.go", "fake_test.go", "apiserver_test.go"} {
+	for _, path := range []string{"types.go", "widget.go", "fake_test.go", "apiserver_test.go", "explore_test.go"} {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

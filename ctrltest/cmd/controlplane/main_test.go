@@ -38,7 +38,7 @@ func TestUserModule(t *testing.T) {
 
 	goMod := "module example.com/widget\n\ngo 1.26.0\n\nrequire github.com/typedctrl/ctrl v0.0.0\n\nreplace github.com/typedctrl/ctrl => " + root + "\n"
 	must(t, os.WriteFile(filepath.Join(module, "go.mod"), []byte(goMod), 0o644))
-	for _, name := range []string{"go.sum", "examples/widget/widget.go", "examples/widget/types.go", "examples/widget/zz_generated.deepcopy.go", "examples/widget/crd.yaml", "examples/widget/fake_test.go", "examples/widget/apiserver_test.go"} {
+	for _, name := range []string{"go.sum", "examples/widget/widget.go", "examples/widget/types.go", "examples/widget/zz_generated.deepcopy.go", "examples/widget/crd.yaml", "examples/widget/fake_test.go", "examples/widget/apiserver_test.go", "examples/widget/explore_test.go"} {
 		data, err := os.ReadFile(filepath.Join(root, name))
 		must(t, err)
 		if strings.HasSuffix(name, "_test.go") {
@@ -70,9 +70,9 @@ func TestUserModule(t *testing.T) {
 	t.Logf("again, with the binaries in place: %s", time.Since(began).Round(100*time.Millisecond))
 
 	began = time.Now()
-	out = command(t, module, env, "go", "test", "-race", "-count=1", "-v", ".")
+	out = command(t, module, env, "go", "test", "-race", "-short", "-count=1", "-v", ".")
 	t.Logf("go test: %s", time.Since(began).Round(100*time.Millisecond))
-	for _, test := range []string{"TestWidgetGetsConfigMap", "TestWidgetLifecycle"} {
+	for _, test := range []string{"TestWidgetGetsConfigMap", "TestWidgetLifecycle", "TestWidgetPlans"} {
 		if !strings.Contains(string(out), "--- PASS: "+test+" ") {
 			t.Errorf("go test did not run %s:\n%s", test, out)
 		}
