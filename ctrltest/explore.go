@@ -30,11 +30,12 @@ type Exploration struct {
 	Setup func(*ctrl.Manager) error
 	// Options are each manager's options; the search sets Config (the
 	// API server, through the plan's perturbations), Namespace (the run's
-	// own) and Logger (the run's trace).
+	// own) and Logger (the run's trace), and clears the fakes.
 	Options ctrl.Options
 	// Workload creates and changes objects in w.Namespace, calling
-	// w.Settle where a step ends and the controllers should be idle. Its
-	// error ends the search. The search settles once more after it returns.
+	// w.Settle where a step ends and the controllers should be idle. The
+	// search settles once more after it returns. Its error fails the search
+	// in an unperturbed run, and is a finding in a plan's.
 	Workload func(w *Workload) error
 
 	// Objects are the objects whose end state each plan must reproduce.
@@ -70,8 +71,12 @@ type Exploration struct {
 // ObjectRef names an object that [Exploration] compares at the end of each
 // run: in the run's namespace unless ClusterScoped.
 type ObjectRef struct {
-	Resource      schema.GroupVersionResource
-	Name          string
+	// Resource is the object's resource, such as {Version: "v1",
+	// Resource: "configmaps"}.
+	Resource schema.GroupVersionResource
+	// Name is the object's name.
+	Name string
+	// ClusterScoped says the resource is not namespaced.
 	ClusterScoped bool
 }
 
@@ -92,10 +97,12 @@ type Workload struct {
 // Context returns the run's context, done when the run is abandoned.
 func (w *Workload) Context() context.Context { return w.ctx }
 
-// Settle ends a step of the workload: it returns once the controllers are
-// idle (ctrl's Manager.WaitIdle), across any restart a crash plan caused,
-// with every event a plan held back delivered. Its error (a controller that
-// did not settle within Exploration.Settle) is a finding; return it.
+// Settle ends a step of the workload: it returns once the controllers have
+// seen the workload's writes and are idle (ctrl's Manager.WaitIdle), across
+// any restart a crash plan caused, with every event a plan held back
+// delivered (but a stale view's, which lasts to the end of the next step).
+// Its error (the controllers did not settle within Exploration.Settle) is
+// a finding; return it.
 func (w *Workload) Settle() error { return w.r.settle(false) }
 
 // ClientFor returns a client of T for a workload: its reads and writes go
