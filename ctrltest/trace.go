@@ -62,9 +62,10 @@ func (t *trace) injection() string {
 	return what
 }
 
-// logger sends a manager's log (V(0) and errors) to the trace.
+// logger sends a manager's log (to V(1), and errors) to the trace: its
+// reconciles' lines and ctrl's retries.
 func (t *trace) logger(name string) logr.Logger {
 	return funcr.New(func(prefix, args string) {
 		t.add("%s log %s %s", name, prefix, args)
-	}, funcr.Options{})
+	}, funcr.Options{Verbosity: 1})
 }
