@@ -30,7 +30,9 @@ type Exploration struct {
 	Setup func(*ctrl.Manager) error
 	// Options are each manager's options; the search sets Config (the
 	// API server, through the plan's perturbations), Namespace (the run's
-	// own) and Logger (the run's trace), and clears the fakes.
+	// own) and Logger (the run's trace), and clears the fakes and what
+	// runs side by side would share: the metrics, health and pprof
+	// addresses, leader election and sharding.
 	Options ctrl.Options
 	// Workload creates and changes objects in w.Namespace, calling
 	// w.Settle where a step ends and the controllers should be idle. The
@@ -622,6 +624,10 @@ func (r *run) startManager() error {
 	r.mu.Unlock()
 	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen))
 	opts.FakeClientset, opts.FakeDynamic = nil, nil
+	// What runs side by side would share: ports, Leases, Sharding's
+	// memberships.
+	opts.MetricsAddress, opts.HealthAddress, opts.PprofAddress = "", "", ""
+	opts.LeaderElection, opts.Sharding = ctrl.LeaderElection{}, ctrl.Sharding{}
 	m, err := ctrl.NewManager(opts)
 	if err != nil {
 		return fmt.Errorf("ctrltest: Explore: NewManager: %w", err)
