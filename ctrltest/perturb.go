@@ -274,8 +274,8 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.mu.Lock()
 		n = p.writes[t.count(what)] + 1
 		p.writes[t.count(what)] = n
-		p.mu.Unlock()
 		at = p.plan.write == fmt.Sprintf("%s#%d", what, n) && !t.workload
+		p.mu.Unlock()
 	}
 	if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && t.workload && resp.StatusCode < 300 {
 		p.mu.Lock()
