@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/typedctrl/ctrl"
@@ -26,7 +28,8 @@ import (
 //     fails on the child's NotFound, so a crash between the deletion and
 //     the phase leaves it failing for ever; fixed, it ignores NotFound.
 //   - sweep (stale view): a Secret whose parent ConfigMap is not in the
-//     cache is deleted as an orphan. With the ConfigMaps' view stale the
+//     cache is deleted as an orphan (the Secrets' cache selects those with
+//     a parent; the end state compared is the named Objects). With the ConfigMaps' view stale the
 //     parent is missing and a live Secret goes; fixed, it confirms the
 //     parent is gone with a read from the server before deleting.
 //   - tally (unobserved state): a Task ConfigMap is counted, in a record
@@ -198,7 +201,7 @@ func sweep(fixed bool) ctrltest.Exploration {
 					return ctrl.Result{}, err
 				}
 				return ctrl.Result{}, ctrl.IgnoreNotFound(secrets.Delete(ctx, ctrl.KeyOf(s)))
-			}, ctrl.ControllerOptions{})
+			}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{LabelSelector: hasParent}})
 			return err
 		},
 		Workload: func(w *ctrltest.Workload) error {
@@ -214,11 +217,29 @@ func sweep(fixed bool) ctrltest.Exploration {
 			if err := w.Settle(); err != nil {
 				return err
 			}
-			_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "child", Labels: map[string]string{"parent": "parent"}}})
+			if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "child", Labels: map[string]string{"parent": "parent"}}}); err != nil {
+				return err
+			}
+			// The last write is outside the Secrets cache's selector:
+			// settling does not wait for the cache to see it.
+			_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: "unrelated"}})
 			return err
+		},
+		Objects: []ctrltest.ObjectRef{
+			{Resource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Name: "parent"},
+			{Resource: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, Name: "child"},
 		},
 	}
 }
+
+// hasParent selects the Secrets that name a parent.
+var hasParent = func() labels.Selector {
+	sel, err := labels.Parse("parent")
+	if err != nil {
+		panic(err)
+	}
+	return sel
+}()
 
 func tally(fixed bool) ctrltest.Exploration {
 	return ctrltest.Exploration{

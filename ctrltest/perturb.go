@@ -137,7 +137,6 @@ var errCrashed = errors.New("ctrltest: this manager crashed (a plan stopped it)"
 // what they write and watch, and applies the run's plan.
 type perturber struct {
 	plan  plan
-	start time.Time
 	trace *trace
 
 	mu        sync.Mutex
@@ -163,7 +162,7 @@ type eventRecord struct {
 }
 
 func newPerturber(p plan, tr *trace, namespace string) *perturber {
-	return &perturber{plan: p, namespace: namespace, start: time.Now(), trace: tr, writes: map[string]int{}, watched: map[string]bool{},
+	return &perturber{plan: p, namespace: namespace, trace: tr, writes: map[string]int{}, watched: map[string]bool{},
 		held: map[string]chan struct{}{}, gone: map[string]bool{}, streams: map[*stream]bool{}, stashes: map[*stream]bool{}, crash: make(chan struct{})}
 }
 
@@ -243,14 +242,14 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	p.mu.Unlock()
 	if at && p.plan.kind == kindConflict {
 		p.inject("answered %s #%d with 409 Conflict, not sent", what, n)
-		return conflict(r, q), nil
+		return answer(r, http.StatusConflict, conflictStatus(q)), nil
 	}
 	if at && p.plan.kind == kindThrottled {
 		p.mu.Lock()
 		p.plan.write = "" // once: client-go sends it again
 		p.mu.Unlock()
 		p.inject("answered %s #%d with 429 Too Many Requests, not sent", what, n)
-		return throttled(r), nil
+		return answer(r, http.StatusTooManyRequests, throttledStatus, "Retry-After", "1"), nil
 	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
@@ -313,26 +312,25 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	return resp, nil
 }
 
-func conflict(r *http.Request, q request) *http.Response {
-	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again (ctrltest)","reason":"Conflict","details":{"name":%q,"kind":%q},"code":409}`,
+// A Status the plan answers with, as the API server words it.
+var (
+	goneStatus      = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}`
+	throttledStatus = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too many requests, please try again later (ctrltest)","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}`
+)
+
+func conflictStatus(q request) string {
+	return fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again (ctrltest)","reason":"Conflict","details":{"name":%q,"kind":%q},"code":409}`,
 		q.resource, q.name, q.name, q.resource)
-	return &http.Response{StatusCode: http.StatusConflict, Status: "409 Conflict", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)), Request: r}
 }
 
-func throttled(r *http.Request) *http.Response {
-	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too many requests, please try again later (ctrltest)","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}`
-	return &http.Response{StatusCode: http.StatusTooManyRequests, Status: "429 Too Many Requests", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, Body: io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)), Request: r}
-}
-
-func gone(r *http.Request) *http.Response {
-	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}`
-	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)), Request: r}
+// answer is the response the plan gives r in the server's place.
+func answer(r *http.Request, code int, status string, header ...string) *http.Response {
+	h := http.Header{"Content-Type": {"application/json"}}
+	for i := 0; i+1 < len(header); i += 2 {
+		h.Set(header[i], header[i+1])
+	}
+	return &http.Response{StatusCode: code, Status: fmt.Sprintf("%d %s", code, http.StatusText(code)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(strings.NewReader(status)), ContentLength: int64(len(status)), Request: r}
 }
 
 // inject marks the point where the plan acted, in the trace and for the
@@ -365,7 +363,7 @@ func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Resp
 	p.mu.Unlock()
 	if isGone {
 		p.trace.add("watch %s: 410 Gone", q.resource)
-		return gone(r), nil
+		return answer(r, http.StatusGone, goneStatus), nil
 	}
 	if err := p.waitRelease(r, q.resource); err != nil {
 		return nil, err
@@ -586,15 +584,21 @@ func (s *stream) flush() bool {
 	return true
 }
 
-// flushObject delivers the stashed event of an object, if any.
-func (p *perturber) flushObject(resource, name string) {
-	p.mu.Lock()
+// streamsOf returns the streams of set that watch resource. Under p.mu.
+func streamsOf(set map[*stream]bool, resource string) []*stream {
 	var ss []*stream
-	for s := range p.stashes {
+	for s := range set {
 		if s.resource == resource {
 			ss = append(ss, s)
 		}
 	}
+	return ss
+}
+
+// flushObject delivers the stashed event of an object, if any.
+func (p *perturber) flushObject(resource, name string) {
+	p.mu.Lock()
+	ss := streamsOf(p.stashes, resource)
 	p.mu.Unlock()
 	for _, s := range ss {
 		s.wmu.Lock()
@@ -652,23 +656,16 @@ func (p *perturber) holding() bool {
 func (p *perturber) expire(resource string) {
 	p.mu.Lock()
 	p.gone[resource] = true
-	var ss []*stream
-	for s := range p.streams {
-		if s.resource == resource {
-			ss = append(ss, s)
-		}
-	}
+	ss := streamsOf(p.streams, resource)
 	p.mu.Unlock()
 	for _, s := range ss {
 		s.wmu.Lock()
-		s.out.Write([]byte(goneEvent + "\n"))
+		s.out.Write([]byte(`{"type":"ERROR","object":` + goneStatus + "}\n"))
 		s.wmu.Unlock()
 		s.stop()
 	}
 	p.trace.add("watch %s: 410 Gone", resource)
 }
-
-const goneEvent = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (ctrltest)","reason":"Expired","code":410}}`
 
 func (p *perturber) crashed() bool {
 	select {
