@@ -35,16 +35,22 @@ func (s *Store[T]) Check() bool {
 	if g == nil {
 		return false
 	}
-	var changed []Key
+	type change struct {
+		k    Key
+		obj  T
+		path string
+	}
+	var changed []change
 	for k, obj := range s.All() {
-		if c, ok := g.copies[k]; ok && g.diff(c, obj) != "" {
-			changed = append(changed, k)
+		if c, ok := g.copies[k]; ok {
+			if path := g.diff(c, obj); path != "" {
+				changed = append(changed, change{k, obj, path})
+			}
 		}
 	}
-	for _, k := range changed {
-		obj, _ := s.Get(k)
-		g.check(k, obj)
-		s.Replace(k, obj, g.copy(g.copies[k]))
+	for _, c := range changed {
+		g.changed(c.k, c.path)
+		s.Replace(c.k, c.obj, g.copy(g.copies[c.k]))
 	}
 	return len(changed) > 0
 }
