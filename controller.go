@@ -51,8 +51,13 @@ func RequestFrom(ctx context.Context) Request {
 	return Request{Key: ri.key, Causes: *ri.causes, Identity: ri.identity}
 }
 
-// reconcileInfo is what a reconcile's context carries about it.
+// reconcileInfo is a reconcile's context: its parent's, with the
+// reconcile's logger (under logr's key, as logr.NewContext puts it) and
+// itself (under requestKey), in one allocation where context.WithValue
+// makes two.
 type reconcileInfo struct {
+	context.Context
+	log      logr.Logger
 	key      Key
 	causes   *Causes
 	identity string
@@ -62,6 +67,32 @@ type reconcileInfo struct {
 }
 
 type requestKey struct{}
+
+// Value answers requestKey and logr's key; other keys, the parent.
+func (ri *reconcileInfo) Value(key any) any {
+	switch key {
+	case requestKey{}:
+		return ri
+	case logrKey:
+		return ri.log
+	}
+	return ri.Context.Value(key)
+}
+
+// logrKey is the key logr keeps a context's logger under, learned by
+// asking a context that records the key it is asked for.
+var logrKey = func() any {
+	var k keyRecorder
+	logr.FromContextOrDiscard(&k)
+	return k.key
+}()
+
+type keyRecorder struct {
+	context.Context
+	key any
+}
+
+func (k *keyRecorder) Value(key any) any { k.key = key; return nil }
 
 // ControllerOptions configure a [Controller]. The zero value is one worker,
 // [DefaultRateLimiter], and the default cache of the type.

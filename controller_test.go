@@ -515,7 +515,13 @@ func TestReconcileLogger(t *testing.T) {
 	}, funcr.Options{})
 	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), Logger: log})
 	_, err := ctrl.NewController(mgr, "logging", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
-		logr.FromContextOrDiscard(ctx).Info("hello")
+		// A context derived from the reconcile's carries its logger and request.
+		derived, cancel := context.WithCancel(context.WithValue(ctx, struct{}{}, 1))
+		defer cancel()
+		logr.FromContextOrDiscard(derived).Info("hello")
+		if got := ctrl.RequestFrom(derived).Key; got != ctrl.KeyOf(cm) {
+			t.Errorf("RequestFrom(derived context).Key = %v, want %v", got, ctrl.KeyOf(cm))
+		}
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	must(t, err)

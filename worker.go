@@ -85,9 +85,8 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
 		defer cancel()
 	}
-	ctx = logr.NewContext(ctx, log)
-	ri := &reconcileInfo{key: key, causes: item.Causes, identity: c.mgr.Identity()}
-	ctx = context.WithValue(ctx, requestKey{}, ri)
+	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: item.Causes, identity: c.mgr.Identity()}
+	ctx = ri
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
 		c.metrics.Timeouts.Inc()
