@@ -48,7 +48,7 @@ func RequestFrom(ctx context.Context) Request {
 	if !ok {
 		return Request{}
 	}
-	return Request{Key: ri.key, Causes: *ri.causes, Identity: ri.identity}
+	return Request{Key: ri.key, Causes: ri.causes, Identity: ri.identity}
 }
 
 // reconcileInfo is a reconcile's context: its parent's, with the
@@ -59,7 +59,7 @@ type reconcileInfo struct {
 	context.Context
 	log      logr.Logger
 	key      Key
-	causes   *Causes
+	causes   Causes // a copy: the queue reuses the record the worker took
 	identity string
 	// reconciled: reconcile got the object of uid (see vanished).
 	reconciled bool

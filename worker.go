@@ -38,6 +38,7 @@ func (c *Controller[T]) work() {
 			c.process(ctx, key, item)
 		}
 		c.q.Done(key)
+		c.q.Recycle(item.Causes) // nothing kept it: process copied it into the reconcile's context
 	}
 }
 
@@ -85,7 +86,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
 		defer cancel()
 	}
-	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: item.Causes, identity: c.mgr.Identity()}
+	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: *item.Causes, identity: c.mgr.Identity()}
 	ctx = ri
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {

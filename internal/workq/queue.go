@@ -58,6 +58,7 @@ type Queue[K comparable, C, E any] struct {
 
 	mu       sync.Mutex
 	causes   map[K]*E         // causes of keys queued since their last get
+	spare    []*E             // records given back (Recycle), cleared, for keys queued next
 	due      map[K]delayed[C] // delayed keys not yet handed out
 	waiting  map[K]string     // keys waiting for an API server: the cluster's
 	released map[K]time.Time  // keys the server's return released, and when
@@ -103,7 +104,7 @@ type Batch[K comparable, C any] struct {
 
 // Item is what the queue knew of a key when [Queue.Get] handed it out.
 type Item[E any] struct {
-	Causes   *E        // never nil
+	Causes   *E        // never nil; the taker's until it gives it back (Recycle)
 	Released time.Time // when the server's return released it, if it did
 }
 
@@ -142,13 +143,40 @@ func (q *Queue[K, C, E]) Add(key K, cause C) {
 func (q *Queue[K, C, E]) causesLocked(key K) *E {
 	cs := q.causes[key]
 	if cs == nil {
-		cs = new(E)
+		cs = q.newCausesLocked()
 		q.causes[key] = cs
 		if q.fair != nil && !q.fair.fleet.Load() && q.cfg.Cluster(key) != "" {
 			q.fair.fleet.Store(true)
 		}
 	}
 	return cs
+}
+
+// newCausesLocked returns an empty causes record, a spare one if any.
+func (q *Queue[K, C, E]) newCausesLocked() *E {
+	if n := len(q.spare); n > 0 {
+		cs := q.spare[n-1]
+		q.spare = q.spare[:n-1]
+		return cs
+	}
+	return new(E)
+}
+
+// maxSpare bounds the records Recycle keeps: about as many as keys are
+// handed out at once.
+const maxSpare = 64
+
+// Recycle gives back the causes record of an item Get handed out, for a
+// key queued later: its taker must hold no pointer to it, nor to what it
+// refers to, except through copies. It saves an allocation per key queued.
+func (q *Queue[K, C, E]) Recycle(cs *E) {
+	var zero E
+	*cs = zero
+	q.mu.Lock()
+	if len(q.spare) < maxSpare {
+		q.spare = append(q.spare, cs)
+	}
+	q.mu.Unlock()
 }
 
 // Merge adds cs to the causes of key, for when it is next handed out.
@@ -308,7 +336,7 @@ func (q *Queue[K, C, E]) Get() (key K, it Item[E], shutdown bool) {
 		it = Item[E]{Causes: q.causes[key]}
 		delete(q.causes, key)
 		if it.Causes == nil {
-			it.Causes = new(E)
+			it.Causes = q.newCausesLocked()
 		}
 		if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
 			delete(q.due, key)
