@@ -125,9 +125,13 @@ func New[K comparable, C, E any](cfg Config[K, C, E]) *Queue[K, C, E] {
 		q.fair = &fairness[K, E]{limit: w - max(1, w/4), members: cfg.Members, running: map[string]int{},
 			aside: map[K]Item[E]{}, order: map[string][]K{}}
 	}
+	metrics := counting{cfg.Metrics, &q.processing, cfg.Activity, &q.depth}
 	q.wq = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
 		Name:            cfg.Name,
-		MetricsProvider: counting{cfg.Metrics, &q.processing, cfg.Activity, &q.depth},
+		MetricsProvider: metrics,
+		Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{
+			Name: cfg.Name, MetricsProvider: metrics, Queue: new(fifo[K]),
+		}),
 	})
 	return q
 }
