@@ -171,8 +171,9 @@ func (q *Queue[K, C, E]) newCausesLocked() *E {
 const maxSpare = 64
 
 // Recycle gives back the causes record of an item Get handed out, for a
-// key queued later: its taker must hold no pointer to it, nor to what it
-// refers to, except through copies. It saves an allocation per key queued.
+// key queued later, saving an allocation per key queued. Its taker must
+// keep no pointer to the record; copies of it may keep what it refers to,
+// since the record is cleared, not refilled in place.
 func (q *Queue[K, C, E]) Recycle(cs *E) {
 	var zero E
 	*cs = zero
