@@ -49,6 +49,7 @@ type config struct {
 	n, g, r      int
 	impls        []string
 	writers      int
+	patchRate    float64 // patches per second over all writers; 0: as fast as the server takes them
 	dataBytes    int
 	namespace    string
 	repo         string // root of the ctrl module
@@ -70,6 +71,7 @@ func main() {
 	flag.IntVar(&c.r, "r", 2, "repetitions of the whole sequence of implementations")
 	flag.StringVar(&impls, "impls", strings.Join(allImpls, ","), "implementations to run, comma-separated, from "+strings.Join(allImpls, ","))
 	flag.IntVar(&c.writers, "writers", 16, "parallel writers creating and patching objects")
+	flag.Float64Var(&c.patchRate, "patch-rate", 0, "patches per second over all writers in the update rounds, so that every implementation sees events at one rate (0: as fast as the API server takes them)")
 	flag.IntVar(&c.dataBytes, "data-bytes", 1024, "bytes of data in each ConfigMap")
 	flag.StringVar(&c.namespace, "namespace", "bench", "namespace of the objects")
 	flag.StringVar(&c.repo, "repo", "..", "root of the github.com/typedctrl/ctrl module")
@@ -86,7 +88,7 @@ func main() {
 			fatal(fmt.Errorf("unknown implementation %q (want some of %s)", impl, strings.Join(allImpls, ",")))
 		}
 	}
-	if c.n <= 0 || c.g <= 0 || c.r <= 0 || c.writers <= 0 {
+	if c.n <= 0 || c.g <= 0 || c.r <= 0 || c.writers <= 0 || c.patchRate < 0 {
 		fatal(errors.New("-n, -g, -r and -writers must be positive"))
 	}
 	if err := run(c); err != nil {

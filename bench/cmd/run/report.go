@@ -312,6 +312,9 @@ func (res *results) document(md markdown) string {
 		"go run ./cmd/run "+strings.Join(os.Args[1:], " ")))
 	fmt.Fprintf(&b, "- N = %d ConfigMaps of %d bytes of data, created with plain creates (managedFields recorded); G = %d update rounds per run; R = %d repetitions; %d parallel writers\n",
 		c.n, c.dataBytes, c.g, c.r, c.writers)
+	if c.patchRate > 0 {
+		fmt.Fprintf(&b, "- update rounds paced at %g patches/s over all writers (`-patch-rate`), so that every implementation sees events at one rate\n", c.patchRate)
+	}
 	fmt.Fprintf(&b, "- implementations ran interleaved (%s, then again), medians of the R runs are shown\n\n", strings.Join(c.impls, ", "))
 
 	b.WriteString("| implementation | what it is |\n|---|---|\n")

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +53,16 @@ func createObjects(ctx context.Context, cs kubernetes.Interface, cfg config) err
 // patches.
 func patchAll(ctx context.Context, cs kubernetes.Interface, cfg config, round int) error {
 	patch := []byte(`{"metadata":{"annotations":{"` + harness.RoundAnnotation + `":"` + strconv.Itoa(round) + `"}}}`)
+	var pace *rate.Limiter
+	if cfg.patchRate > 0 {
+		pace = rate.NewLimiter(rate.Limit(cfg.patchRate), 1)
+	}
 	return parallel(cfg.n, cfg.writers, func(i int) error {
+		if pace != nil {
+			if err := pace.Wait(ctx); err != nil {
+				return err
+			}
+		}
 		_, err := cs.CoreV1().ConfigMaps(cfg.namespace).Patch(ctx, harness.ObjectName(i), types.MergePatchType, patch,
 			metav1.PatchOptions{FieldManager: fieldManager})
 		return err
