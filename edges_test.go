@@ -277,9 +277,11 @@ func TestCauses(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
 	first.Store(true)
+	var firstCtx context.Context // kept past its reconcile
 	c, err := ctrl.NewController(mgr, "causes", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		logr.FromContextOrDiscard(ctx).Info("reconciling")
 		if first.Swap(false) {
+			firstCtx = ctx
 			close(entered)
 			<-release // hold the key while more causes arrive
 		}
@@ -323,6 +325,11 @@ func TestCauses(t *testing.T) {
 	}
 	if total != 7 || got[1].Total < 5 {
 		t.Errorf("causes after the list: got %v, want 7 in all, most in the first reconcile", got[1:])
+	}
+	// The queue reuses a taken key's record for the keys queued after; a
+	// context kept past its reconcile still tells its own causes.
+	if cs := ctrl.RequestFrom(firstCtx).Causes; cs.String() != "listed ConfigMap ns/a" || cs.Total != 1 {
+		t.Errorf("RequestFrom(the first reconcile's context) after later reconciles: causes %v (total %d), want listed ConfigMap ns/a", cs, cs.Total)
 	}
 	var logged bool
 	for _, l := range lines {
