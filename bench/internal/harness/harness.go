@@ -228,7 +228,11 @@ type Report struct {
 	// it could not be read.
 	UpdateSysmonSeconds float64 `json:"update_sysmon_seconds"`
 	UpdateGCs           uint32  `json:"update_gcs"`
-	CPUPer1kEvents      float64 `json:"cpu_per_1k_events"` // (user+sys) / (N*Rounds/1000)
+	// UpdateMinorFaults is how many pages the process touched for the
+	// first time (or again after the runtime returned them to the OS) over
+	// the update phase: each costs system time.
+	UpdateMinorFaults int64   `json:"update_minor_faults"`
+	CPUPer1kEvents    float64 `json:"cpu_per_1k_events"` // (user+sys) / (N*Rounds/1000)
 
 	MaxRSSBytes       int64 `json:"max_rss_bytes"` // ru_maxrss over the process's life
 	ReconcilesAtReady int64 `json:"reconciles_at_ready"`
@@ -375,6 +379,7 @@ func (h *Harness) Run(hasSynced func() bool, stopped <-chan error) {
 			h.report.UpdateUserSeconds = tvSeconds(ru1.Utime) - tvSeconds(ru0.Utime)
 			h.report.UpdateSysSeconds = tvSeconds(ru1.Stime) - tvSeconds(ru0.Stime)
 			h.report.UpdateGCs = gcs1 - gcs0
+			h.report.UpdateMinorFaults = ru1.Minflt - ru0.Minflt
 			events := float64(h.Flags.N*h.Flags.Rounds) / 1000
 			h.report.CPUPer1kEvents = (h.report.UpdateUserSeconds + h.report.UpdateSysSeconds) / events
 			h.report.HeapUpdatedInuse, h.report.HeapUpdatedAlloc, _ = heap()
