@@ -89,7 +89,7 @@ func main() {
 		}
 	}
 	if c.n <= 0 || c.g <= 0 || c.r <= 0 || c.writers <= 0 || c.patchRate < 0 {
-		fatal(errors.New("-n, -g, -r and -writers must be positive"))
+		fatal(errors.New("-n, -g, -r and -writers must be positive, -patch-rate not negative"))
 	}
 	if err := run(c); err != nil {
 		fatal(err)
