@@ -121,6 +121,9 @@ type event[T Object] struct {
 	key  Key
 	old  T // for updates
 	obj  T // the new state; for removals, the last known state
+	// inline, if set, is where one of the cache's controllers may leave
+	// the key to reconcile on the reader's goroutine (feed.TakeInline).
+	inline *inlineRun
 }
 
 type eventKind uint8

@@ -16,6 +16,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
 	"github.com/typedctrl/ctrl/internal/shared"
+	"github.com/typedctrl/ctrl/internal/watcher"
 	"github.com/typedctrl/ctrl/internal/workq"
 )
 
@@ -64,6 +65,7 @@ type reconcileInfo struct {
 	// reconciled: reconcile got the object of uid (see vanished).
 	reconciled bool
 	uid        types.UID
+	yield      watcher.Yield // of the watch's reader it runs on, if it does (listwatch.go)
 }
 
 type requestKey struct{}
@@ -75,6 +77,8 @@ func (ri *reconcileInfo) Value(key any) any {
 		return ri
 	case logrKey:
 		return ri.log
+	case watcher.YieldKey{}:
+		return ri.yield
 	}
 	return ri.Context.Value(key)
 }
@@ -99,7 +103,10 @@ func (k *keyRecorder) Value(key any) any { k.key = key; return nil }
 type ControllerOptions struct {
 	// Workers is how many objects are reconciled at once. Default: 1. One
 	// cluster of a fleet takes at most Workers - max(1, Workers/4) of them,
-	// so a slow member never holds up the others.
+	// so a slow member never holds up the others. A controller whose
+	// workers all wait reconciles the next watch event's key on the
+	// goroutine that read it, in one of these places (README: Reconciles on
+	// the watch's reader).
 	Workers int
 	// RateLimiter spaces out retries after errors; see [DefaultRateLimiter].
 	// Default: DefaultRateLimiter().

@@ -39,7 +39,7 @@ func (c *Controller[T]) changed(ev event[T]) {
 		}
 		cause.Reason = ReasonDeleted
 	}
-	c.q.Add(ev.key, cause)
+	c.add(ev, cause)
 	c.mgr.activity.Add(1)
 }
 
@@ -198,4 +198,17 @@ func (c *Controller[T]) enqueueAll(cause Cause) {
 	}
 	c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: cause})
 	c.mgr.activity.Add(1)
+}
+
+// add queues key with cause, or leaves it to reconcile inline if the event
+// offers that and the queue hands it out at once.
+func (c *Controller[T]) add(ev event[T], cause Cause) {
+	in := ev.inline
+	if in == nil || in.to != nil { // none offered, or another controller took it
+		c.q.Add(ev.key, cause)
+		return
+	}
+	if key, item, ok := c.q.AddAndTake(ev.key, cause); ok {
+		*in = inlineRun{to: c, key: key, item: item}
+	}
 }

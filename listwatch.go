@@ -49,6 +49,9 @@ type feed[T Object] struct {
 
 	stop context.CancelFunc
 	done chan struct{} // closed when run returns
+
+	inline inlineRun           // the reader's: what its last event left to run inline
+	runFn  func(watcher.Yield) // f.runInline, made once
 }
 
 // run lists and watches until ctx is done; while its share is unknown or
@@ -122,6 +125,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 				toShared.Inc()
 			}
 		},
+		Inline:     f.inliner(),
 		LastEvent:  func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		Resume:     f.resume,
 		ResumeFrom: f.lastRV,
@@ -234,4 +238,64 @@ func (f *feed[T]) forgetMetrics() {
 	for _, conn := range []string{"own", "shared"} {
 		ms.WatchMoves.DeleteLabelValues(append(slices.Clone(f.labels), conn)...)
 	}
+}
+
+// Reconciles on the watch's reader.
+//
+// A controller whose workers all wait, and whose queue is empty, reconciles
+// the key a watch event queues on the goroutine that read the event,
+// instead of waking a worker to do it: a worker's wake-up costs about a
+// third of the controller's CPU per event when events come one at a time
+// (BENCHMARKS.md). The key holds a worker's place meanwhile (Workers stays the bound
+// on concurrent reconciles), and its reconcile goes through the same path
+// as a worker's. The reader hands the watch to a new goroutine as soon as
+// the reconcile sends a request to the API server (which it would wait
+// for), or once it has run for watcher.InlineBound without one, so a
+// reconcile may block, on its own cache's next event too (package
+// internal/watcher, inline.go). Fakes' watches are never read that way:
+// a fake's watch holds 100 events, which a reconcile writing fast could
+// fill while its reader reconciles.
+
+// inlineRun is a key handed out to reconcile on the reader's goroutine.
+type inlineRun struct {
+	to   inlineServer
+	key  Key
+	item queued
+}
+
+// inlineServer reconciles a key handed out by its queue: a controller.
+type inlineServer interface {
+	serve(key Key, item queued, y watcher.Yield)
+}
+
+// inliner returns the feed's reconciles to run inline; nil for a fake.
+func (f *feed[T]) inliner() watcher.Inliner {
+	if f.b.Fake() {
+		return nil
+	}
+	f.runFn = f.runInline
+	return f
+}
+
+// offer returns where a handler may leave a key to reconcile inline after
+// the event being dispatched, or nil. Called on the reader's goroutine.
+func (f *feed[T]) offer() *inlineRun {
+	if f.runFn == nil || f.inline.to != nil {
+		return nil
+	}
+	return &f.inline
+}
+
+// TakeInline implements watcher.Inliner.
+func (f *feed[T]) TakeInline() func(watcher.Yield) {
+	if f.inline.to == nil {
+		return nil
+	}
+	return f.runFn
+}
+
+func (f *feed[T]) runInline(y watcher.Yield) {
+	run := f.inline
+	f.inline = inlineRun{}
+	run.to.serve(run.key, run.item, y)
 }

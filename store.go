@@ -77,9 +77,9 @@ func (f *feed[T]) Update(obj any) error {
 	old, existed := c.items.Set(objects.Key(key), t)
 	c.items.Observe(objects.Key(key), t, true, f.b.Fake())
 	c.mu.Unlock()
-	ev := event[T]{kind: added, key: key, obj: t}
+	ev := event[T]{kind: added, key: key, obj: t, inline: f.offer()}
 	if existed {
-		ev = event[T]{kind: updated, key: key, old: old, obj: t}
+		ev = event[T]{kind: updated, key: key, old: old, obj: t, inline: ev.inline}
 	}
 	for _, h := range c.handlers {
 		h.changed(ev)
@@ -126,8 +126,9 @@ func (f *feed[T]) remove(t T, kind eventKind) {
 	c.items.Observe(objects.Key(key), t, kind != deleted && !e.Gone && !e.Deleting, f.b.Fake())
 	c.mu.Unlock()
 	if existed {
+		ev := event[T]{kind: kind, key: key, obj: t, inline: f.offer()}
 		for _, h := range c.handlers {
-			h.changed(event[T]{kind: kind, key: key, obj: t})
+			h.changed(ev)
 		}
 	}
 }

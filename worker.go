@@ -17,6 +17,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/probe"
 	"github.com/typedctrl/ctrl/internal/shared"
+	"github.com/typedctrl/ctrl/internal/watcher"
 )
 
 func (c *Controller[T]) work() {
@@ -25,25 +26,32 @@ func (c *Controller[T]) work() {
 		if shutdown {
 			return
 		}
-		ctx := *c.reconcileCtx.Load()
-		switch {
-		case c.stopping.Load() || item.Causes.Total == 0:
-			// Drain; a key without causes was served by the reconcile that took them.
-		case leader.Check(ctx) != nil:
-			// Leadership ended: whoever leads next reconciles every object.
-			c.q.Forget(key)
-		case c.awaitOwnWrite(key, item.Causes):
-			// The update bringing this program's write queues the key again.
-		default:
-			c.process(ctx, key, item)
-		}
-		c.q.Done(key)
-		c.q.Recycle(item.Causes) // nothing kept it: process copied it into the reconcile's context
+		c.serve(key, item, watcher.Yield{})
 	}
 }
 
+// serve takes care of a key the queue handed out, to a worker or to a
+// watch's reader (listwatch.go; y yields the reader's goroutine), and gives it
+// back.
+func (c *Controller[T]) serve(key Key, item queued, y watcher.Yield) {
+	ctx := *c.reconcileCtx.Load()
+	switch {
+	case c.stopping.Load() || item.Causes.Total == 0:
+		// Drain; a key without causes was served by the reconcile that took them.
+	case leader.Check(ctx) != nil:
+		// Leadership ended: whoever leads next reconciles every object.
+		c.q.Forget(key)
+	case c.awaitOwnWrite(key, item.Causes):
+		// The update bringing this program's write queues the key again.
+	default:
+		c.process(ctx, key, item, y)
+	}
+	c.q.Done(key)
+	c.q.Recycle(item.Causes) // nothing kept it: process copied it into the reconcile's context
+}
+
 // process reconciles one key; the whole fate of a key is in its switch.
-func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
+func (c *Controller[T]) process(ctx context.Context, key Key, item queued, y watcher.Yield) {
 	ctx, leave, ok := c.admit(ctx, key)
 	if !ok {
 		c.q.Forget(key) // another replica's: it reconciles the object
@@ -86,7 +94,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued) {
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errReconcileTimeout)
 		defer cancel()
 	}
-	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: *item.Causes, identity: c.mgr.Identity()}
+	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: *item.Causes, identity: c.mgr.Identity(), yield: y}
 	ctx = ri
 	res, err := c.safely(ctx, log, key)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {

@@ -33,6 +33,9 @@ func WrapTransport(rt http.RoundTripper) http.RoundTripper { return streamTransp
 type streamTransport struct{ rt http.RoundTripper }
 
 func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A reconcile on a watch's reader moves the reading away before it
+	// waits for the server (inline.go).
+	YieldFrom(req.Context())
 	resp, err := t.rt.RoundTrip(req)
 	if err != nil {
 		return resp, err

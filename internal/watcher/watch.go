@@ -57,6 +57,13 @@ type reflector struct {
 	lastRV        string         // of the last list, event or bookmark stored
 	rvUnavailable bool           // the last list or watch at lastRV got 410 Gone or "too large"
 	paginated     bool           // a list at resourceVersion "0" came in pages
+
+	inliner Inliner   // of the store, if it runs work inline
+	cycle   *cycle    // Run's loop, for a new reader to go on with
+	baton   baton     // the inline run on the reader's goroutine (inline.go)
+	gen     uint64    // of the last inline run; the reader's
+	cur     *consumer // the watch read during the last inline run
+	dog     watchdog  // hands the reading over from a long inline run
 }
 
 // The bounds of a watch's timeout, random between them so that a fleet of
@@ -97,6 +104,8 @@ func (c chanEvents) Stop() { c.w.Stop() }
 var (
 	errStopped = errors.New("stop requested")
 	errBusy    = errors.New("busy: moving to a connection of its own")
+	// errHandedOff ends a reader's loop: another goroutine reads on.
+	errHandedOff = errors.New("reading handed over")
 )
 
 func newReflector(name string, lw cache.ListerWatcher, store cache.ReflectorStore, log logr.Logger, backoff wait.Backoff, quiet time.Duration) *reflector {
@@ -382,24 +391,47 @@ func (r *reflector) list(ctx context.Context) error {
 // the store, and watches again when a watch ends normally. It returns
 // when the watch cannot resume: the store must relist.
 func (r *reflector) watch(ctx context.Context, w events) error {
+	var cur *consumer
+	if w != nil {
+		// From a streamed list: every event after its bookmark is a change.
+		cur = r.consumer(time.Now(), w, r.store, false, r.setRV(true))
+	}
+	return r.watching(ctx, cur)
+}
+
+// setRV records the resourceVersion to resume from. A watch from "" or
+// "0" (resumes false) begins with synthetic ADDED events in no order of
+// resourceVersion: none is recorded until they are over.
+func (r *reflector) setRV(resumes bool) func(rv string, pastAdded bool) bool {
+	return func(rv string, pastAdded bool) bool {
+		if resumes || pastAdded {
+			r.lastRV = rv
+			return true
+		}
+		return false
+	}
+}
+
+// watching is watch, going on with cur if it is set: a watch being read,
+// perhaps by another goroutine until it handed the reading over. It
+// returns errHandedOff, and leaves the watch open, if it handed the
+// reading over itself.
+func (r *reflector) watching(ctx context.Context, cur *consumer) (err error) {
 	defer func() {
-		if w != nil {
-			w.Stop()
+		if cur != nil && !errors.Is(err, errHandedOff) {
+			cur.w.Stop()
 		}
 	}()
 	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		start := time.Now()
-		// A watch from "" or "0" begins with synthetic ADDED events in no
-		// order of resourceVersion: none is recorded until they are over.
-		fromStart := true
-		if w == nil {
+		if cur == nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			start := time.Now()
 			opts := metav1.ListOptions{ResourceVersion: r.lastRV, TimeoutSeconds: timeoutSeconds(), AllowWatchBookmarks: true}
-			fromStart = opts.ResourceVersion != "" && opts.ResourceVersion != "0"
-			var err error
-			if w, err = r.openWatch(ctx, opts); err != nil {
+			resumes := opts.ResourceVersion != "" && opts.ResourceVersion != "0"
+			w, err := r.openWatch(ctx, opts)
+			if err != nil {
 				if retriable(err) {
 					r.log.V(4).Info("watch failed; backing off", "err", err.Error())
 					if !r.wait(ctx) {
@@ -409,20 +441,19 @@ func (r *reflector) watch(ctx context.Context, w events) error {
 				}
 				return err
 			}
+			// The store records the resourceVersion of each object it stores
+			// and of each bookmark; the reflector keeps its own, to resume
+			// from, without a call per event.
+			cur = r.consumer(start, w, r.store, false, r.setRV(resumes))
 		}
-		// The store records the resourceVersion of each object it stores
-		// and of each bookmark; the reflector keeps its own, to resume
-		// from, without a call per event.
-		_, err := r.consume(ctx, start, w, r.store, false, func(rv string, pastAdded bool) bool {
-			if fromStart || pastAdded {
-				r.lastRV = rv
-				return true
-			}
-			return false
-		})
+		_, err := cur.run(ctx)
+		if errors.Is(err, errHandedOff) {
+			return err
+		}
+		w := cur.w
+		cur = nil
 		w.Stop()
 		r.moved(w, err)
-		w = nil
 		switch {
 		case err == nil, errors.Is(err, errBusy):
 			continue // ended normally, or moves: watch on from where it ended
@@ -458,74 +489,125 @@ type eventStore interface {
 // connection that is busy there returns errBusy, to resume on a
 // connection of its own.
 func (r *reflector) consume(ctx context.Context, start time.Time, w events, store eventStore, listing bool, setRV func(rv string, pastAdded bool) bool) (bool, error) {
-	count := 0
-	pastAdded := false
+	return r.consumer(start, w, store, listing, setRV).run(ctx)
+}
+
+// consumer is consume's state, out of the stack of the goroutine reading
+// (see cycle).
+type consumer struct {
+	r       *reflector
+	start   time.Time
+	w       events
+	store   eventStore
+	inline  Inliner // the reflector's, if the store runs work inline; not while listing
+	listing bool
+	setRV   func(rv string, pastAdded bool) bool
+
+	count     int
+	pastAdded bool
+	own       bool
+	mayMove   bool
+	window    time.Time
+	inWindow  int
+
+	// the last event stored, for what follows its storing
+	rv    string
+	ended bool
+	// stored: the last event is stored, and the rest of its handling is
+	// left to do (a reader that took over from an inline run).
+	stored bool
+}
+
+func (r *reflector) consumer(start time.Time, w events, store eventStore, listing bool, setRV func(rv string, pastAdded bool) bool) *consumer {
 	_, own := w.(*ownWatch)
-	mayMove := r.quiet > 0 && !own && !listing
-	window, inWindow := start, 0
+	c := &consumer{r: r, start: start, w: w, store: store, listing: listing, setRV: setRV,
+		own: own, mayMove: r.quiet > 0 && !own && !listing, window: start}
+	if !listing {
+		c.inline = r.inliner
+	}
+	return c
+}
+
+// run reads events until the watch ends, or until it hands the reading
+// over during an inline run (errHandedOff): then c is the new reader's.
+func (c *consumer) run(ctx context.Context) (bool, error) {
+	r := c.r
 	for {
-		ev, err := w.Next()
-		if ctx.Err() != nil {
-			return false, errStopped
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			r.report(err)
-			return false, err
-		}
-		if ev.Type == watch.Error {
-			return false, apierrors.FromObject(ev.Object)
-		}
-		if err := r.checkType(ev); err != nil {
-			r.report(err)
-			return false, err
-		}
-		m, err := meta.Accessor(ev.Object)
-		if err != nil {
-			r.log.Error(err, "unable to understand watch event", "type", ev.Type)
-			continue
-		}
-		rv := m.GetResourceVersion()
-		ended := false
-		switch ev.Type {
-		case watch.Added:
-			err = store.Add(ev.Object)
-		case watch.Modified:
-			pastAdded = true
-			err = store.Update(ev.Object)
-		case watch.Deleted:
-			pastAdded = true
-			err = store.Delete(ev.Object)
-		case watch.Bookmark:
-			pastAdded = true
-			ended = m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
-			if bs, ok := store.(cache.ReflectorBookmarkStore); ok {
-				err = bs.Bookmark(rv)
+		if !c.stored {
+			ev, err := c.w.Next()
+			if ctx.Err() != nil {
+				return false, errStopped
 			}
-		default:
-			err = fmt.Errorf("unknown watch event type %q", ev.Type)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				r.report(err)
+				return false, err
+			}
+			if ev.Type == watch.Error {
+				return false, apierrors.FromObject(ev.Object)
+			}
+			if err := r.checkType(ev); err != nil {
+				r.report(err)
+				return false, err
+			}
+			m, err := meta.Accessor(ev.Object)
+			if err != nil {
+				r.log.Error(err, "unable to understand watch event", "type", ev.Type)
+				continue
+			}
+			c.rv, c.ended = m.GetResourceVersion(), false
+			store := c.store
+			switch ev.Type {
+			case watch.Added:
+				err = store.Add(ev.Object)
+			case watch.Modified:
+				c.pastAdded = true
+				err = store.Update(ev.Object)
+			case watch.Deleted:
+				c.pastAdded = true
+				err = store.Delete(ev.Object)
+			case watch.Bookmark:
+				c.pastAdded = true
+				c.ended = m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+				if bs, ok := store.(cache.ReflectorBookmarkStore); ok {
+					err = bs.Bookmark(c.rv)
+				}
+			default:
+				err = fmt.Errorf("unknown watch event type %q", ev.Type)
+			}
+			if err != nil {
+				r.log.Error(err, "unable to store watch event", "type", ev.Type, "namespace", m.GetNamespace(), "name", m.GetName())
+			}
+			// What the store left to run inline runs before anything
+			// else can end the loop: it holds a worker's place.
+			if c.inline != nil {
+				if run := c.inline.TakeInline(); run != nil {
+					c.stored = true
+					if r.runInline(c, run) {
+						return false, errHandedOff
+					}
+				}
+			}
 		}
-		if err != nil {
-			r.log.Error(err, "unable to store watch event", "type", ev.Type, "namespace", m.GetNamespace(), "name", m.GetName())
-		}
-		resumable := setRV(rv, pastAdded)
-		count++
-		if listing && ended {
+		c.stored = false
+		resumable := c.setRV(c.rv, c.pastAdded)
+		c.count++
+		if c.listing && c.ended {
 			return true, nil
 		}
-		if mayMove {
-			if inWindow++; inWindow == busyEvents {
+		if c.mayMove {
+			if c.inWindow++; c.inWindow == busyEvents {
 				now := time.Now()
-				if resumable && now.Sub(window) < busyWindow {
+				if resumable && now.Sub(c.window) < busyWindow {
 					return false, errBusy
 				}
-				window, inWindow = now, 0
+				c.window, c.inWindow = now, 0
 			}
 		}
 	}
-	if count == 0 && time.Since(start) < time.Second && !(own && w.(*ownWatch).quiet()) {
+	if c.count == 0 && time.Since(c.start) < time.Second && !(c.own && c.w.(*ownWatch).quiet()) {
 		return false, &cache.VeryShortWatchError{Name: r.name}
 	}
 	return false, nil

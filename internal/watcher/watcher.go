@@ -79,6 +79,9 @@ type Config struct {
 	// watch cache may answer: right for an empty store only.
 	Resume     bool
 	ResumeFrom string
+	// Inline, if set, is the store's work to run on the reader's
+	// goroutine after an event (inline.go).
+	Inline Inliner
 }
 
 // Backoff is the delay between failed attempts to list or watch: short,
@@ -137,7 +140,9 @@ var Forbidden = wait.Backoff{
 	Steps:    math.MaxInt32,
 }
 
-// Run lists and watches until ctx is done.
+// Run lists and watches until ctx is done. It returns once the watch is
+// no longer read: an inline run the reading was handed away from (see
+// inline.go) may still be running then.
 func Run(ctx context.Context, cfg Config) {
 	lw := &tracking{ListerWatcher: cfg.ListerWatch, cfg: &cfg, log: cfg.Logger}
 	// The reflector's own logging is detail: demote it one level.
@@ -152,14 +157,54 @@ func Run(ctx context.Context, cfg Config) {
 	if cfg.Resume {
 		r.lastRV, r.rvUnavailable = cfg.ResumeFrom, cfg.ResumeFrom == ""
 	}
-	backoff := Backoff // for retrying list-and-watch cycles
-	notServed, settling := NotServed, Settling
-	forbidden := Forbidden
-	var lastReturn time.Time
+	c := &cycle{r: r, lw: lw, cfg: &cfg, ctx: ctx, finished: make(chan struct{}),
+		backoff: Backoff, notServed: NotServed, settling: Settling, forbidden: Forbidden}
+	r.cycle, r.inliner = c, cfg.Inline
+	if cfg.Inline == nil {
+		c.run(nil) // nothing runs inline: the reading never moves
+		return
+	}
+	r.dog.init(r)
+	defer r.dog.stop()
+	go c.run(nil)
+	<-c.finished
+}
+
+// cycle is Run's list-and-watch loop, its state out of any goroutine's
+// stack: the reading moves to a new goroutine when an inline run takes too
+// long (inline.go), which goes on from where the last one stopped.
+type cycle struct {
+	r        *reflector
+	lw       *tracking
+	cfg      *Config
+	ctx      context.Context
+	finished chan struct{} // closed when the loop is over
+
+	backoff    wait.Backoff // for retrying list-and-watch cycles
+	notServed  wait.Backoff
+	settling   wait.Backoff
+	forbidden  wait.Backoff
+	lastReturn time.Time
+}
+
+// run runs the loop until ctx is done, from the watch resume was reading
+// if it is set; it returns early, leaving the loop to another goroutine,
+// if the reading moved away during an inline run.
+func (c *cycle) run(resume *consumer) {
+	ctx, r, cfg, lw := c.ctx, c.r, c.cfg, c.lw
 	for {
-		err := r.listAndWatch(ctx)
-		if ctx.Err() != nil {
+		var err error
+		if resume != nil {
+			err = r.watching(ctx, resume)
+			resume = nil
+		} else {
+			err = r.listAndWatch(ctx)
+		}
+		if errors.Is(err, errHandedOff) {
 			return
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		if expired(err) {
 			err = nil // the server answered: the cache must relist, that is all
@@ -168,7 +213,7 @@ func Run(ctx context.Context, cfg Config) {
 			cfg.OnError(err) // an error of the cycle, not of a call
 		}
 		if lw.isConnected() {
-			backoff = Backoff
+			c.backoff = Backoff
 		}
 		// A watch that cannot resume (410 Gone: its resource version was
 		// compacted, or the server restarted) is relisted at once, unless
@@ -180,35 +225,38 @@ func Run(ctx context.Context, cfg Config) {
 		case lw.recovered():
 			pause = rand.N(RelistSpread)
 		case quiet:
-			pause = settling.Step()
-		case err != nil || time.Since(lastReturn) < time.Second:
-			pause = backoff.Step()
+			pause = c.settling.Step()
+		case err != nil || time.Since(c.lastReturn) < time.Second:
+			pause = c.backoff.Step()
 		}
 		if d := lw.suggestedDelay(err); d > pause {
 			pause = d
 		}
 		if notFound && !quiet {
-			pause = max(pause, notServed.Step())
+			pause = max(pause, c.notServed.Step())
 		}
 		if !notFound {
-			notServed, settling = NotServed, Settling
+			c.notServed, c.settling = NotServed, Settling
 		}
 		if apierrors.IsForbidden(err) {
-			pause = max(pause, forbidden.Step())
+			pause = max(pause, c.forbidden.Step())
 		} else {
-			forbidden = Forbidden
+			c.forbidden = Forbidden
 		}
-		lastReturn = time.Now()
+		c.lastReturn = time.Now()
 		if pause > 0 {
 			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return
 			case <-t.C:
+			}
+			if ctx.Err() != nil {
+				break
 			}
 		}
 	}
+	close(c.finished)
 }
 
 // tracking watches the outcome of every list and watch call, and of every

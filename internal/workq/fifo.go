@@ -7,9 +7,10 @@ package workq
 // it grows when full and lets a large array go once the queue empties.
 // The workqueue calls it under its lock.
 type fifo[K comparable] struct {
-	buf  []K
-	head int // index of the first key
-	n    int // keys held
+	buf    []K
+	head   int    // index of the first key
+	n      int    // keys held
+	queued func() // told of each key pushed; may be nil
 }
 
 // keepCap is the largest array an empty fifo keeps.
@@ -26,6 +27,9 @@ func (f *fifo[K]) Push(k K) {
 	}
 	f.buf[(f.head+f.n)%len(f.buf)] = k
 	f.n++
+	if f.queued != nil {
+		f.queued()
+	}
 }
 
 func (f *fifo[K]) Len() int { return f.n }

@@ -71,6 +71,8 @@ type Queue[K comparable, C, E any] struct {
 	depth      workqueue.GaugeMetric
 
 	fair *fairness[K, E] // with more than one worker; under mu
+
+	gate gate // where idle workers wait (gate.go)
 }
 
 // fairness keeps one slow member cluster from holding every worker: once a
@@ -125,12 +127,13 @@ func New[K comparable, C, E any](cfg Config[K, C, E]) *Queue[K, C, E] {
 		q.fair = &fairness[K, E]{limit: w - max(1, w/4), members: cfg.Members, running: map[string]int{},
 			aside: map[K]Item[E]{}, order: map[string][]K{}}
 	}
+	q.gate.init()
 	metrics := counting{cfg.Metrics, &q.processing, cfg.Activity, &q.depth}
 	q.wq = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
 		Name:            cfg.Name,
 		MetricsProvider: metrics,
 		Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{
-			Name: cfg.Name, MetricsProvider: metrics, Queue: new(fifo[K]),
+			Name: cfg.Name, MetricsProvider: metrics, Queue: &fifo[K]{queued: q.gate.queued},
 		}),
 	})
 	return q
@@ -323,59 +326,152 @@ func (q *Queue[K, C, E]) Forget(key K) {
 
 // Get blocks until it hands out the next key and what the queue knows of
 // it (a due delayed key's cause joins its causes), skipping keys fairness
-// sets aside, or until the queue shuts down (shutdown true). Every key
-// handed out must be given back with [Queue.Done].
+// sets aside, or until the queue shuts down and every key handed out was
+// given back (shutdown true). Every key handed out must be given back
+// with [Queue.Done].
 func (q *Queue[K, C, E]) Get() (key K, it Item[E], shutdown bool) {
 	for {
 		q.refill()
-		key, shutdown = q.wq.Get()
+		key, shutdown = q.take()
 		if shutdown {
 			return key, Item[E]{}, true
 		}
-		fair := q.fair
-		if fair != nil && !fair.fleet.Load() {
-			fair = nil // one cluster: nothing to share, nothing to count
+		if it, ok := q.handOut(key); ok {
+			return key, it, false
 		}
-		capped := fair != nil && fair.capped()
-		q.mu.Lock()
-		it = Item[E]{Causes: q.causes[key]}
-		delete(q.causes, key)
-		if it.Causes == nil {
-			it.Causes = q.newCausesLocked()
-		}
-		if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
-			delete(q.due, key)
-			q.cfg.Note(it.Causes, d.cause)
-		}
-		if at, ok := q.released[key]; ok {
-			delete(q.released, key)
-			it.Released = at
-		}
-		if s := fair; s != nil {
-			cluster := q.cfg.Cluster(key)
-			if aside, ok := s.aside[key]; ok { // queued again while set aside
-				q.cfg.Merge(aside.Causes, it.Causes)
-				if aside.Released.IsZero() {
-					aside.Released = it.Released
-				}
-				s.aside[key] = aside
-				q.mu.Unlock()
-				q.wq.Done(key)
-				continue
-			}
-			if capped && q.cfg.Count(it.Causes) > 0 && s.running[cluster] >= s.limit {
-				s.aside[key] = it
-				s.order[cluster] = append(s.order[cluster], key)
-				q.mu.Unlock()
-				q.addDepth(1)
-				q.wq.Done(key)
-				continue
-			}
-			s.running[cluster]++
-		}
-		q.mu.Unlock()
-		return key, it, false
 	}
+}
+
+// take takes the next key from the workqueue when a worker's place is
+// free, waiting at the gate, not in the workqueue, while there is none.
+func (q *Queue[K, C, E]) take() (K, bool) {
+	g := &q.gate
+	for {
+		g.taking.Lock()
+		n := q.wq.Len()
+		switch {
+		case n > 0 && q.placeFree():
+			key, shutdown := q.wq.Get() // at once
+			g.taking.Unlock()
+			return key, shutdown
+		case n == 0 && q.wq.ShuttingDown() && q.processing.Load() == 0:
+			g.taking.Unlock()
+			var zero K
+			return zero, true
+		case n > 0:
+			g.starved.Store(true)
+		}
+		g.taking.Unlock()
+		g.wait(q.ready)
+	}
+}
+
+// placeFree reports whether fewer keys than workers are handed out.
+func (q *Queue[K, C, E]) placeFree() bool {
+	return q.processing.Load() < int64(max(q.cfg.Workers, 1))
+}
+
+// ready reports whether take would not wait.
+func (q *Queue[K, C, E]) ready() bool {
+	n := q.wq.Len()
+	return n > 0 && q.placeFree() || n == 0 && q.wq.ShuttingDown() && q.processing.Load() == 0
+}
+
+// AddAndTake queues key with cause, as Add does, and, if a worker would
+// take it at once, hands it out to the caller instead, without waking
+// one: with ok, the caller must process key (which may be another key
+// queued meanwhile) and give it back with Done, as a worker does. It does
+// not hand out keys while the queue shares its workers between clusters
+// or shuts down, nor when no worker's place is free or another key is
+// queued.
+func (q *Queue[K, C, E]) AddAndTake(key K, cause C) (K, Item[E], bool) {
+	q.mu.Lock()
+	q.cfg.Note(q.causesLocked(key), cause)
+	q.mu.Unlock()
+	var zero K
+	g := &q.gate
+	if q.fair != nil && q.fair.fleet.Load() {
+		q.wq.Add(key)
+		return zero, Item[E]{}, false
+	}
+	g.taking.Lock()
+	if q.wq.Len() > 0 || !q.placeFree() || q.wq.ShuttingDown() {
+		g.taking.Unlock()
+		q.wq.Add(key)
+		return zero, Item[E]{}, false
+	}
+	g.claiming.Store(true)
+	q.wq.Add(key) // wakes nobody: it is taken below
+	if testHookClaiming != nil {
+		testHookClaiming()
+	}
+	took := q.wq.Len() > 0 // none: key is handed out already, and queued again once done
+	if took {
+		key, _ = q.wq.Get() // at once
+	}
+	g.claiming.Store(false)
+	g.taking.Unlock()
+	if g.missed.Swap(false) && q.wq.Len() > 0 {
+		g.wake() // a key queued by another goroutine meanwhile woke nobody
+	}
+	if !took {
+		return zero, Item[E]{}, false
+	}
+	it, ok := q.handOut(key)
+	if !ok { // not with fairness off; for safety
+		return zero, Item[E]{}, false
+	}
+	return key, it, true
+}
+
+// handOut completes the hand-out of key, just taken: it returns what the
+// queue knows of it, or false if fairness set it aside (it is given back).
+func (q *Queue[K, C, E]) handOut(key K) (it Item[E], ok bool) {
+	fair := q.fair
+	if fair != nil && !fair.fleet.Load() {
+		fair = nil // one cluster: nothing to share, nothing to count
+	}
+	capped := fair != nil && fair.capped()
+	q.mu.Lock()
+	it = Item[E]{Causes: q.causes[key]}
+	delete(q.causes, key)
+	if it.Causes == nil {
+		it.Causes = q.newCausesLocked()
+	}
+	if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
+		delete(q.due, key)
+		q.cfg.Note(it.Causes, d.cause)
+	}
+	if at, ok := q.released[key]; ok {
+		delete(q.released, key)
+		it.Released = at
+	}
+	if s := fair; s != nil {
+		cluster := q.cfg.Cluster(key)
+		if aside, ok := s.aside[key]; ok { // queued again while set aside
+			q.cfg.Merge(aside.Causes, it.Causes)
+			if aside.Released.IsZero() {
+				aside.Released = it.Released
+			}
+			s.aside[key] = aside
+			q.mu.Unlock()
+			q.wq.Done(key)
+			q.gate.freed()
+			return it, false
+		}
+		if capped && q.cfg.Count(it.Causes) > 0 && s.running[cluster] >= s.limit {
+			s.aside[key] = it
+			s.order[cluster] = append(s.order[cluster], key)
+			q.mu.Unlock()
+			q.addDepth(1)
+			q.wq.Done(key)
+			q.gate.freed()
+			return it, false
+		}
+		s.running[cluster]++
+	}
+	q.mu.Unlock()
+	return it, true
 }
 
 // Done gives back a key; keys set aside are queued first, so none waits on an empty queue.
@@ -414,6 +510,7 @@ func (q *Queue[K, C, E]) Done(key K) {
 		}
 	}
 	q.wq.Done(key)
+	q.gate.freed()
 }
 
 func (q *Queue[K, C, E]) restoreLocked(key K, it Item[E]) {
@@ -425,9 +522,12 @@ func (q *Queue[K, C, E]) restoreLocked(key K, it Item[E]) {
 	}
 }
 
-// ShutDown makes Get return shutdown once the queue is empty; AddAfter
-// queues nothing more.
-func (q *Queue[K, C, E]) ShutDown() { q.wq.ShutDown() }
+// ShutDown makes Get return shutdown once the queue is empty and every
+// key handed out was given back; AddAfter queues nothing more.
+func (q *Queue[K, C, E]) ShutDown() {
+	q.wq.ShutDown()
+	q.gate.shutDown()
+}
 
 // Len returns how many keys are queued, not counting the backlog, keys set
 // aside, delayed or waiting.

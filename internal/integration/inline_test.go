@@ -1,0 +1,160 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/typedctrl/ctrl"
+	"github.com/typedctrl/ctrl/internal/watcher"
+)
+
+// TestInlineReconcileMayBlock: an idle controller reconciles a watch
+// event's key on the goroutine that read it, and a reconcile there may
+// wait for anything: for its own cache's next event without a request
+// (the watchdog moves the reading on), and after a request to the server
+// (which moves the reading on at once).
+func TestInlineReconcileMayBlock(t *testing.T) {
+	ns := newNamespace(t)
+	mgr := newManager(t, ns)
+	cms := newClient[*corev1.ConfigMap](t, mgr)
+	var cache *ctrl.Cache[*corev1.ConfigMap]
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var sawAfterWrite atomic.Bool
+	c, err := ctrl.NewController(mgr, "inline", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		switch cm.Name {
+		case "waits":
+			// Blocks, without a request, until the test saw its own
+			// cache get the next object.
+			close(blocked)
+			<-release
+		case "writes":
+			// A request, then a wait for its own cache to see it.
+			if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "written"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return ctrl.Result{}, err
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				if _, ok := cache.Get(ctrl.Key{Namespace: ns, Name: "written"}); ok {
+					sawAfterWrite.Store(true)
+					break
+				}
+				time.Sleep(time.Millisecond) // the reconcile polls its cache, as a user's might
+			}
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	cache = c.Cache()
+	start(t, mgr)
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the manager stops, if the test fails first
+	waitIdle(t, mgr)
+
+	create := func(name string) {
+		t.Helper()
+		_, err := clientset.CoreV1().ConfigMaps(ns).Create(context.Background(),
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+
+	runs0, _, bounds0 := watcher.Stats()
+	create("waits")
+	select {
+	case <-blocked:
+	case <-time.After(time.Minute):
+		t.Fatal("waits was never reconciled")
+	}
+	create("next")
+	eventually(t, 30*time.Second, func() error {
+		if _, ok := cache.Get(ctrl.Key{Namespace: ns, Name: "next"}); !ok {
+			return fmt.Errorf("the cache lacks next while waits' reconcile blocks")
+		}
+		return nil
+	})
+	unblock()
+	waitIdle(t, mgr)
+	runs1, yields1, bounds1 := watcher.Stats()
+	if runs1 == runs0 || bounds1 == bounds0 {
+		t.Errorf("got %d inline runs and %d hand-overs by the watchdog, want some of each", runs1-runs0, bounds1-bounds0)
+	}
+
+	create("writes")
+	waitIdle(t, mgr)
+	if !sawAfterWrite.Load() {
+		t.Error("writes' reconcile never saw the object it wrote in its cache")
+	}
+	if _, yields2, _ := watcher.Stats(); yields2 == yields1 {
+		t.Error("no hand-over by yield: writes was not reconciled on the reader, or its request did not yield")
+	}
+}
+
+// TestInlineReconcilesKeepTheBound: with reconciles on the watch's reader
+// and on workers, no key is reconciled twice at once and no more than
+// Workers reconciles run at once, while many objects change.
+func TestInlineReconcilesKeepTheBound(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprint(workers, " workers"), func(t *testing.T) {
+			ns := newNamespace(t)
+			mgr := newManager(t, ns)
+			var mu sync.Mutex
+			running := map[string]bool{}
+			var now, most, reconciles atomic.Int64
+			_, err := ctrl.NewController(mgr, "bound", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+				mu.Lock()
+				if running[cm.Name] {
+					t.Errorf("%s reconciled twice at once", cm.Name)
+				}
+				running[cm.Name] = true
+				mu.Unlock()
+				n := now.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				reconciles.Add(1)
+				if cm.Name[len(cm.Name)-1] == '0' {
+					time.Sleep(2 * time.Millisecond) // a slower one now and then, so they overlap
+				}
+				now.Add(-1)
+				mu.Lock()
+				running[cm.Name] = false
+				mu.Unlock()
+				return ctrl.Result{}, nil
+			}, ctrl.ControllerOptions{Workers: workers})
+			must(t, err)
+			start(t, mgr)
+			waitIdle(t, mgr)
+			runs0, _, _ := watcher.Stats()
+			const n = 60
+			createConfigMaps(t, ns, n, 3, func(i int) *corev1.ConfigMap {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}}
+			})
+			// Changes to the same objects, one at a time and from several writers.
+			for i := range n {
+				_, err := clientset.CoreV1().ConfigMaps(ns).Patch(context.Background(), fmt.Sprintf("cm-%d", i),
+					"application/merge-patch+json", []byte(`{"data":{"k":"v"}}`), metav1.PatchOptions{})
+				must(t, err)
+			}
+			eventually(t, time.Minute, func() error {
+				if got := reconciles.Load(); got < n {
+					return fmt.Errorf("%d reconciles, want at least %d", got, n)
+				}
+				return nil
+			})
+			waitIdle(t, mgr)
+			if m := most.Load(); m > int64(workers) {
+				t.Errorf("%d reconciles ran at once, want at most %d", m, workers)
+			}
+			if runs, _, _ := watcher.Stats(); runs == runs0 {
+				t.Error("no reconcile ran on the watch's reader")
+			}
+		})
+	}
+}
