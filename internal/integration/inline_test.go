@@ -158,3 +158,52 @@ func TestInlineReconcilesKeepTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestInlineReconcileRescopesItsCache: a reconcile on the reader of its
+// cache's watch may stop that watch (SetNamespaces drops the namespace,
+// and waits for the watch to stop): the reading moves on, sees the stop,
+// and the call returns.
+func TestInlineReconcileRescopesItsCache(t *testing.T) {
+	nsA, nsB := newNamespace(t), newNamespace(t)
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config()})
+	must(t, err)
+	var cache *ctrl.Cache[*corev1.ConfigMap]
+	rescoped := make(chan error, 1)
+	c, err := ctrl.NewController(mgr, "rescope", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		if cm.Namespace == nsA && cm.Name == "move" {
+			select {
+			case rescoped <- cache.SetNamespaces(nsB):
+			default:
+			}
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{Cache: ctrl.CacheOptions{Namespaces: []string{nsA}}})
+	must(t, err)
+	cache = c.Cache()
+	start(t, mgr)
+	waitIdle(t, mgr)
+
+	runs0, _, bounds0 := watcher.Stats()
+	_, err = clientset.CoreV1().ConfigMaps(nsA).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "move"}}, metav1.CreateOptions{})
+	must(t, err)
+	select {
+	case err := <-rescoped:
+		must(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("SetNamespaces, called by a reconcile, never returned")
+	}
+	_, err = clientset.CoreV1().ConfigMaps(nsB).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "there"}}, metav1.CreateOptions{})
+	must(t, err)
+	eventually(t, 30*time.Second, func() error {
+		if _, ok := cache.Get(ctrl.Key{Namespace: nsB, Name: "there"}); !ok {
+			return fmt.Errorf("the cache lacks %s/there", nsB)
+		}
+		return nil
+	})
+	waitIdle(t, mgr)
+	if runs, _, bounds := watcher.Stats(); runs == runs0 || bounds == bounds0 {
+		t.Errorf("got %d inline runs and %d hand-overs by the watchdog, want some of each", runs-runs0, bounds-bounds0)
+	}
+}
