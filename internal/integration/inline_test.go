@@ -27,7 +27,7 @@ func TestInlineReconcileMayBlock(t *testing.T) {
 	cms := newClient[*corev1.ConfigMap](t, mgr)
 	var cache *ctrl.Cache[*corev1.ConfigMap]
 	blocked, release := make(chan struct{}), make(chan struct{})
-	var sawAfterWrite atomic.Bool
+	wrote := make(chan bool, 1)
 	c, err := ctrl.NewController(mgr, "inline", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		switch cm.Name {
 		case "waits":
@@ -40,13 +40,14 @@ func TestInlineReconcileMayBlock(t *testing.T) {
 			if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "written"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return ctrl.Result{}, err
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) {
-				if _, ok := cache.Get(ctrl.Key{Namespace: ns, Name: "written"}); ok {
-					sawAfterWrite.Store(true)
-					break
-				}
+			saw := false
+			for deadline := time.Now().Add(30 * time.Second); !saw && time.Now().Before(deadline); {
+				_, saw = cache.Get(ctrl.Key{Namespace: ns, Name: "written"})
 				time.Sleep(time.Millisecond) // the reconcile polls its cache, as a user's might
+			}
+			select {
+			case wrote <- saw:
+			default:
 			}
 		}
 		return ctrl.Result{}, nil
@@ -87,11 +88,16 @@ func TestInlineReconcileMayBlock(t *testing.T) {
 		t.Errorf("got %d inline runs and %d hand-overs by the watchdog, want some of each", runs1-runs0, bounds1-bounds0)
 	}
 
-	create("writes")
-	waitIdle(t, mgr)
-	if !sawAfterWrite.Load() {
-		t.Error("writes' reconcile never saw the object it wrote in its cache")
+	create("writes") // by the test's own client: WaitIdle does not wait for it
+	select {
+	case saw := <-wrote:
+		if !saw {
+			t.Error("writes' reconcile never saw the object it wrote in its cache")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("writes was never reconciled")
 	}
+	waitIdle(t, mgr)
 	if _, yields2, _ := watcher.Stats(); yields2 == yields1 {
 		t.Error("no hand-over by yield: writes was not reconciled on the reader, or its request did not yield")
 	}
