@@ -37,7 +37,9 @@
 //   - Typed: a wiring mistake (unknown type, unregistered custom resource,
 //     a scope or status subresource discovery contradicts) is an error
 //     when wiring, naming the Go type.
-//   - Stingy: a key is never reconciled by two workers at once; a key
+//   - Stingy: a key is never reconciled twice at once, nor more than
+//     ControllerOptions.Workers keys at once (an idle controller's
+//     reconcile on the goroutine that read its event counts as one); a key
 //     queued many times while waiting is reconciled once, with every cause
 //     ([RequestFrom]).
 //   - Live first: a list's keys (initial, relist, takeover, resync) enter
