@@ -257,20 +257,5 @@ func watchesShared(t *testing.T) {
 // watchReaders counts the goroutines that read a watch, or run a
 // reconcile on a watch's reader.
 func watchReaders() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "internal/watcher.(*cycle).run(") {
-			count++
-		}
-	}
-	return count
+	return strings.Count(stacks(), "internal/watcher.(*cycle).run(")
 }

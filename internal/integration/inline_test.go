@@ -105,7 +105,8 @@ func TestInlineReconcileMayBlock(t *testing.T) {
 
 // TestInlineReconcilesKeepTheBound: with reconciles on the watch's reader
 // and on workers, no key is reconciled twice at once and no more than
-// Workers reconciles run at once, while many objects change.
+// Workers reconciles run at once, while many objects change; a second
+// controller of the type misses none of them.
 func TestInlineReconcilesKeepTheBound(t *testing.T) {
 	for _, workers := range []int{1, 2} {
 		t.Run(fmt.Sprint(workers, " workers"), func(t *testing.T) {
@@ -135,6 +136,15 @@ func TestInlineReconcilesKeepTheBound(t *testing.T) {
 				return ctrl.Result{}, nil
 			}, ctrl.ControllerOptions{Workers: workers})
 			must(t, err)
+			// A second controller of the type, on the same cache: one of
+			// the two reconciles an event's key on the reader, the other
+			// gets it through its queue.
+			var others atomic.Int64
+			_, err = ctrl.NewController(mgr, "bound-too", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+				others.Add(1)
+				return ctrl.Result{}, nil
+			}, ctrl.ControllerOptions{})
+			must(t, err)
 			start(t, mgr)
 			waitIdle(t, mgr)
 			runs0, _, _ := watcher.Stats()
@@ -149,8 +159,8 @@ func TestInlineReconcilesKeepTheBound(t *testing.T) {
 				must(t, err)
 			}
 			eventually(t, time.Minute, func() error {
-				if got := reconciles.Load(); got < n {
-					return fmt.Errorf("%d reconciles, want at least %d", got, n)
+				if got, other := reconciles.Load(), others.Load(); got < n || other < n {
+					return fmt.Errorf("%d and %d reconciles, want at least %d each", got, other, n)
 				}
 				return nil
 			})

@@ -42,6 +42,18 @@ func (s *inlineStore) TakeInline() func(Yield) {
 
 func (s *inlineStore) has(op string) bool { return slices.Contains(s.all(), op) }
 
+// await reports whether the store is told op within 30 s, as a run on the
+// reader that waits for its own cache does.
+func (s *inlineStore) await(op string) bool {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if s.has(op) {
+			return true
+		}
+		time.Sleep(time.Millisecond) // polls the store, as such a run would
+	}
+	return false
+}
+
 // runInline runs a reflector over store until the test ends, and returns
 // the fake watch it reads and a function that cancels it and returns once
 // Run did.
@@ -84,11 +96,7 @@ func TestInlineRunWaitsForItsCache(t *testing.T) {
 	store := &inlineStore{}
 	finished := make(chan bool, 1)
 	store.run = func(name string, _ Yield) {
-		deadline := time.Now().Add(30 * time.Second)
-		for !store.has("update b@3") && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		finished <- store.has("update b@3")
+		finished <- store.await("update b@3")
 	}
 	w, stop := runInline(t, store)
 	w.Modify(cm("run-a", "2"))
@@ -118,11 +126,7 @@ func TestYieldHandsOverAtOnce(t *testing.T) {
 	store.run = func(name string, y Yield) {
 		y.Now()
 		y.Now() // a second yield does nothing
-		deadline := time.Now().Add(30 * time.Second)
-		for !store.has("update b@3") && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		finished <- store.has("update b@3")
+		finished <- store.await("update b@3")
 	}
 	w, stop := runInline(t, store)
 	w.Modify(cm("run-a", "2"))
