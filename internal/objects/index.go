@@ -1,9 +1,15 @@
 package objects
 
-// index files objects under their values, then namespaces.
+import "slices"
+
+// index files objects under their values, then namespaces. It remembers
+// the values it filed each key under and removes exactly those: an object
+// changed in place since it was filed (a reader that changed the cache's
+// object) would otherwise leave its old entries behind for good.
 type index[T any] struct {
 	fn     func(T) []string
 	values map[string]map[string]map[Key]struct{} // value -> namespace -> keys
+	filed  map[Key][]string                       // key -> the values it is filed under
 }
 
 // AddIndex files the objects, now and as they come, under the values fn
@@ -15,7 +21,7 @@ func (s *Store[T]) AddIndex(name string, fn func(T) []string) bool {
 	if s.indexes == nil {
 		s.indexes = map[string]*index[T]{}
 	}
-	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}}
+	idx := &index[T]{fn: fn, values: map[string]map[string]map[Key]struct{}{}, filed: map[Key][]string{}}
 	for k, obj := range s.All() {
 		idx.add(k, obj)
 	}
@@ -65,7 +71,13 @@ func (s *Store[T]) ByIndex(namespace, name, value string, keep func(Key) bool) (
 }
 
 func (idx *index[T]) add(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
+	vs := idx.fn(obj)
+	if len(vs) == 0 {
+		return
+	}
+	vs = slices.Clone(vs) // fn may return a slice of the object, which may change
+	idx.filed[k] = vs
+	for _, v := range vs {
 		byNS := idx.values[v]
 		if byNS == nil {
 			byNS = map[string]map[Key]struct{}{}
@@ -80,8 +92,14 @@ func (idx *index[T]) add(k Key, obj T) {
 	}
 }
 
-func (idx *index[T]) remove(k Key, obj T) {
-	for _, v := range idx.fn(obj) {
+// remove takes k out of every value it was filed under.
+func (idx *index[T]) remove(k Key) {
+	vs, ok := idx.filed[k]
+	if !ok {
+		return
+	}
+	delete(idx.filed, k)
+	for _, v := range vs {
 		byNS := idx.values[v]
 		set := byNS[k.Namespace]
 		if set == nil {

@@ -61,9 +61,7 @@ func (s *Store[T]) Set(k Key, obj T) (old T, existed bool) {
 		g.copies[k] = g.copy(obj)
 	}
 	for _, idx := range s.indexes {
-		if existed {
-			idx.remove(k, old)
-		}
+		idx.remove(k)
 		idx.add(k, obj)
 	}
 	return old, existed
@@ -87,7 +85,7 @@ func (s *Store[T]) Remove(k Key) (old T, existed bool) {
 	}
 	s.n--
 	for _, idx := range s.indexes {
-		idx.remove(k, old)
+		idx.remove(k)
 	}
 	return old, true
 }
@@ -137,6 +135,7 @@ func (s *Store[T]) Clear() {
 	s.parts, s.n = nil, 0
 	for _, idx := range s.indexes {
 		clear(idx.values)
+		clear(idx.filed)
 	}
 	clear(s.expect)
 	if s.guard != nil {

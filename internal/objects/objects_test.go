@@ -155,3 +155,39 @@ func TestExpectations(t *testing.T) {
 		t.Fatalf("removing update, store at it: waits for %s, want the removal", e)
 	}
 }
+
+// TestIndexesForgetWhatTheyFiled checks that an object changed in place
+// after it was filed (a reader that changed the cache's object) leaves no
+// entry behind when it is replaced or removed: the index removes the values
+// it filed the key under, not the values the object gives now.
+func TestIndexesForgetWhatTheyFiled(t *testing.T) {
+	var s Store[*corev1.ConfigMap]
+	s.AddIndex("app", func(o *corev1.ConfigMap) []string { return []string{o.Labels["app"]} })
+	s.AddIndex("finalizers", func(o *corev1.ConfigMap) []string { return o.Finalizers })
+	a := cm("x", "a", "1", map[string]string{"app": "web"})
+	a.Finalizers = []string{"f"}
+	s.Set(keyOf(a), a)
+	a.Labels["app"] = "db" // in place, in the cache's object
+	a.Finalizers[0] = "g"
+	a2 := cm("x", "a", "2", map[string]string{"app": "db"})
+	s.Set(keyOf(a2), a2)
+	if got, _ := s.ByIndex("x", "app", "web", nil); len(got) != 0 {
+		t.Errorf("web after the replacement: %v, want none", names(got))
+	}
+	if got, _ := s.ByIndex("x", "finalizers", "f", nil); len(got) != 0 {
+		t.Errorf("finalizer f after the replacement: %v, want none", names(got))
+	}
+	if got, _ := s.ByIndex("x", "app", "db", nil); !slices.Equal(names(got), []string{"x/a"}) {
+		t.Errorf("db: %v, want x/a", names(got))
+	}
+	a2.Labels["app"] = "cache"
+	s.Remove(keyOf(a2))
+	if got, _ := s.ByIndex("", "app", "db", nil); len(got) != 0 {
+		t.Errorf("db after the removal: %v, want none", names(got))
+	}
+	for name, idx := range s.indexes {
+		if len(idx.values) != 0 || len(idx.filed) != 0 {
+			t.Errorf("index %s keeps %v and %v after every object left", name, idx.values, idx.filed)
+		}
+	}
+}
