@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,8 +51,8 @@ type feed[T Object] struct {
 	stop context.CancelFunc
 	done chan struct{} // closed when run returns
 
-	inline inlineRun           // the reader's: what its last event left to run inline
-	runFn  func(watcher.Yield) // f.runInline, made once
+	inline   inlineRun // the reader's: what its last event left to run inline
+	inlining bool      // the reader runs what events leave in inline
 }
 
 // run lists and watches until ctx is done; while its share is unknown or
@@ -273,29 +274,37 @@ func (f *feed[T]) inliner() watcher.Inliner {
 	if f.b.Fake() {
 		return nil
 	}
-	f.runFn = f.runInline
+	f.inlining = true
 	return f
 }
 
 // offer returns where a handler may leave a key to reconcile inline after
 // the event being dispatched, or nil. Called on the reader's goroutine.
 func (f *feed[T]) offer() *inlineRun {
-	if f.runFn == nil || f.inline.to != nil {
+	if !f.inlining || f.inline.to != nil {
 		return nil
 	}
 	return &f.inline
 }
 
-// TakeInline implements watcher.Inliner.
-func (f *feed[T]) TakeInline() func(watcher.Yield) {
+// inlineRuns recycles the runs TakeInline takes out of the feeds' slots.
+var inlineRuns = sync.Pool{New: func() any { return new(inlineRun) }}
+
+// TakeInline implements watcher.Inliner: the run leaves the slot before
+// it starts, since the next event may fill the slot before it reads it.
+func (f *feed[T]) TakeInline() watcher.Work {
 	if f.inline.to == nil {
 		return nil
 	}
-	return f.runFn
+	run := inlineRuns.Get().(*inlineRun)
+	*run, f.inline = f.inline, inlineRun{}
+	return run
 }
 
-func (f *feed[T]) runInline(y watcher.Yield) {
-	run := f.inline
-	f.inline = inlineRun{}
-	run.to.serve(run.key, run.item, y)
+// RunInline implements watcher.Work.
+func (run *inlineRun) RunInline(y watcher.Yield) {
+	r := *run
+	*run = inlineRun{}
+	inlineRuns.Put(run)
+	r.to.serve(r.key, r.item, y)
 }

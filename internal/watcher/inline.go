@@ -25,9 +25,15 @@ import (
 type Inliner interface {
 	// TakeInline returns the work the event just stored left to run on
 	// the reader's goroutine, or nil. The reader calls it after every
-	// event it stores, and runs what it returns at once.
-	TakeInline() func(Yield)
+	// event it stores, and runs what it returns at once. The work must
+	// hold its inputs, taken from the store by TakeInline: once it
+	// starts, the reading may move to another goroutine, which stores
+	// the next events, before the work reads anything.
+	TakeInline() Work
 }
+
+// Work is a run taken from a store, for the reader's goroutine.
+type Work interface{ RunInline(Yield) }
 
 // InlineBound is the watchdog's period: an inline run that neither ends
 // nor yields holds the reading for at least InlineBound and at most twice
@@ -59,6 +65,10 @@ func YieldFrom(ctx context.Context) {
 	}
 }
 
+// testHookRunning, if set, runs once a run is marked running, before it
+// starts.
+var testHookRunning func()
+
 // Counts since the program started, for tests.
 var inlined, yielded, bounded atomic.Uint64
 
@@ -81,14 +91,17 @@ const (
 // runInline runs run on the reader's goroutine, c being the watch read.
 // It reports whether the reading was handed over meanwhile: then the
 // caller must return at once, touching nothing, c being the new reader's.
-func (r *reflector) runInline(c *consumer, run func(Yield)) (handedOff bool) {
+func (r *reflector) runInline(c *consumer, run Work) (handedOff bool) {
 	inlined.Add(1)
 	r.gen++
 	gen := r.gen
 	r.cur = c
 	r.baton.Store(gen<<2 | batonRunning)
 	r.dog.started()
-	run(Yield{r, gen})
+	if testHookRunning != nil {
+		testHookRunning()
+	}
+	run.RunInline(Yield{r, gen})
 	return !r.baton.CompareAndSwap(gen<<2|batonRunning, gen<<2|batonBack)
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,31 +15,40 @@ import (
 )
 
 // inlineStore is a recorder that leaves, after each update of an object
-// named run-*, the test's run to run inline.
+// named run-*, the test's run to run inline. It keeps the run in one slot
+// that the next such event fills again, as ctrl's feed does.
 type inlineStore struct {
 	recorder
-	run     func(name string, y Yield)
-	pending string // the reader's
+	run  func(name string, y Yield)
+	slot string // the reader's
 }
 
 func (s *inlineStore) Update(obj any) error {
 	name := s.name(obj)
 	if strings.HasPrefix(name, "run-") {
-		s.pending = name
+		s.slot = name
 	}
 	return s.recorder.Update(obj)
 }
 
 func (s *inlineStore) Add(obj any) error { return s.Update(obj) }
 
-func (s *inlineStore) TakeInline() func(Yield) {
-	name := s.pending
-	if name == "" {
+func (s *inlineStore) TakeInline() Work {
+	if s.slot == "" {
 		return nil
 	}
-	s.pending = ""
-	return func(y Yield) { s.run(name, y) }
+	w := &work{s, s.slot}
+	s.slot = ""
+	return w
 }
+
+// work is a run taken from an inlineStore's slot.
+type work struct {
+	s    *inlineStore
+	name string
+}
+
+func (w *work) RunInline(y Yield) { w.s.run(w.name, y) }
 
 func (s *inlineStore) has(op string) bool { return slices.Contains(s.all(), op) }
 
@@ -184,5 +194,50 @@ func TestQuickRunsKeepTheReader(t *testing.T) {
 	runs, yield, bound := Stats()
 	if runs-runs0 != 3 || yield != yield0 || bound != bound0 {
 		t.Errorf("got %d runs, %d and %d hand-overs, want 3, 0, 0", runs-runs0, yield-yield0, bound-bound0)
+	}
+}
+
+// TestRunHoldsItsInputs: a run whose goroutine stalls once it is marked
+// running, until the watchdog has handed the reading over and the next
+// event's run has run, still runs with its own event's inputs, once; the
+// next event filling the store's slot again changes nothing for it.
+func TestRunHoldsItsInputs(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	setBound(t, 5*time.Millisecond)
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	testHookRunning = func() {
+		if first.CompareAndSwap(false, true) {
+			close(stalled)
+			<-release
+		}
+	}
+	defer func() { testHookRunning = nil }()
+	store := &inlineStore{}
+	var mu sync.Mutex
+	var ran []string
+	var wg sync.WaitGroup
+	wg.Add(2)
+	store.run = func(name string, _ Yield) {
+		defer wg.Done()
+		mu.Lock()
+		ran = append(ran, name)
+		mu.Unlock()
+	}
+	ranAll := func(names ...string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(ran, names)
+	}
+	w, stop := runInline(t, store)
+	w.Modify(cm("run-a", "2"))
+	<-stalled
+	w.Modify(cm("run-b", "3"))
+	waitFor(t, "run-b runs on the new reader", func() bool { return ranAll("run-b@3") })
+	close(release)
+	wg.Wait()
+	stop()
+	if !ranAll("run-b@3", "run-a@2") {
+		t.Errorf("ran %q, want run-b@3, then run-a@2", ran)
 	}
 }
