@@ -96,6 +96,8 @@ type Cache[T Object] struct {
 
 	mu        sync.RWMutex
 	items     objects.Store[T]      // with indexes and expectations
+	suspects  map[Key]T             // see suspect; under mu
+	nSuspects atomic.Int32          // len(suspects)
 	misused   atomic.Pointer[error] // a change to a cached object, found in a test binary
 	transform func(T) T             // set by run from userTF; read only by the store
 	userTF    func(T) T
@@ -195,14 +197,6 @@ func (c *Cache[T]) ListIn(cluster, namespace string, selector labels.Selector) [
 		}
 	}
 	return out
-}
-
-// restore puts back copy, taken before a reconcile changed the shared obj,
-// if key still holds obj.
-func (c *Cache[T]) restore(key Key, obj, copy T) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.items.Replace(objects.Key(key), obj, copy)
 }
 
 // guard has the store find changes made in place to cached objects, which

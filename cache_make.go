@@ -9,7 +9,6 @@ import (
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/scope"
-	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 type use[T Object] struct {
@@ -103,9 +102,6 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 		userTF: u.trim,
 	}
 	c.typeMeta = typeMetaOf(b.Info)
-	if shared.InTest() {
-		c.guard()
-	}
 	c.refs.id = id
 	c.refs.hold(u.pin)
 	if u.handler != nil {

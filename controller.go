@@ -261,9 +261,6 @@ func NewController[T Object](m *Manager, name string, reconcile func(context.Con
 	c.metrics = m.metrics.Controller(name, opts.Workers, names)
 	c.copying.Store(opts.CopyObject)
 	c.checks.First, c.checks.Every = 100, 64
-	if shared.InTest() {
-		c.checks.Every = 1
-	}
 	m.controllers[name] = c
 	m.ctrlList = append(m.ctrlList, c)
 	return c, nil

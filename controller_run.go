@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 // The methods in this file implement managedController.
@@ -44,6 +46,9 @@ func (c *Controller[T]) forget(cluster string) {
 // prepare freezes the wiring and creates the queue, before the caches start.
 func (c *Controller[T]) prepare() {
 	q := newQueue(c.ctrlName, c.opts.Workers, c.mgr.memberCount, c.opts.RateLimiter, c.mgr.metrics.Queue(), &c.mgr.activity)
+	if shared.InTest() { // asked now: a manager built at package initialization precedes testing's flags
+		c.checks.Every = 1
+	}
 	c.mu.Lock()
 	c.wired = true
 	c.q = q

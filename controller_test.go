@@ -595,9 +595,11 @@ func TestShutdown(t *testing.T) {
 	})
 }
 
-// TestSharedObject checks that reconcile reads the cache's object itself
-// unless CopyObject, and that a reconcile that changes it fails in a test,
-// naming the controller, the key and the path, with the cache restored.
+// TestSharedObject checks that in a test binary, where every reconcile is
+// checked, reconcile gets a copy of its own (TestSharedObjectSampled: the
+// cache's object itself when unchecked), and that a reconcile that changes
+// it fails the test, naming the controller, the key and the path, with
+// the cache untouched.
 func TestSharedObject(t *testing.T) {
 	for _, copies := range []bool{false, true} {
 		t.Run(fmt.Sprintf("CopyObject=%t", copies), func(t *testing.T) {
@@ -612,8 +614,8 @@ func TestSharedObject(t *testing.T) {
 			must(t, err)
 			start(t, mgr)
 			waitIdle(t, mgr)
-			if shared.Load() == copies {
-				t.Errorf("reconcile got the cached object itself: %t, want %t", shared.Load(), !copies)
+			if shared.Load() {
+				t.Error("reconcile got the cached object itself, want a copy")
 			}
 		})
 	}
@@ -819,5 +821,37 @@ func TestOnFinalizeOnFakes(t *testing.T) {
 	defer mu.Unlock()
 	if want := []string{"ns/a deleting=true", "ns/b deleting=true"}; !slices.Equal(finalized, want) {
 		t.Errorf("got finalized %q, want %q", finalized, want)
+	}
+}
+
+// fixture is a manager built at package initialization, before testing
+// registers its flags, as a test package's shared fixture is: the test
+// binary's checks must hold for it all the same.
+var fixture = func() *ctrl.Manager {
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a")), Logger: logr.Discard()})
+	if err != nil {
+		panic(err)
+	}
+	_, err = ctrl.NewController(mgr, "fixture-labeler", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		if cm.Labels == nil {
+			cm.Labels = map[string]string{}
+		}
+		cm.Labels["seen"] = "yes" // the bug: the object it was handed
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return mgr
+}()
+
+// TestFixtureBuiltAtInit checks that a manager built before testing
+// registers its flags still fails WaitIdle on a changed shared object.
+func TestFixtureBuiltAtInit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(start(t, fixture), 30*time.Second)
+	defer cancel()
+	err := fixture.WaitIdle(ctx, time.Second)
+	if err == nil || !strings.Contains(err.Error(), `controller "fixture-labeler" changed the cached *v1.ConfigMap ns/a`) {
+		t.Errorf("WaitIdle: %v, want the change named", err)
 	}
 }

@@ -45,8 +45,8 @@
 //   - Live first: a list's keys (initial, relist, takeover, resync) enter
 //     the queue a window at a time, so changes meanwhile go first.
 //   - Fresh: reconcile gets the latest cached object, the cache's own
-//     unless ControllerOptions.CopyObject, never older than this program's
-//     own writes to it through ctrl's
+//     (a copy with ControllerOptions.CopyObject, or when checked: Shared),
+//     never older than this program's own writes to it through ctrl's
 //     clients (a key waits until the cache shows them). The cache may lag
 //     other writers: on a conflict, return the error to be called again
 //     with newer state. A NotFound on writing the reconciled
@@ -113,14 +113,17 @@
 //     manager's own needs. A watch event of another type than the cache's
 //     ends its watch with an error naming both types, which
 //     [Cache.SetWatchErrorHandler] gets, and the cache relists.
-//   - Shared: a change to a shared cached object is caught, and the object
-//     restored: in a test binary after every reconcile (its finalize and
-//     OnDelete too), and for any reader at the object's next event or an
-//     idle WaitIdle, which then fails naming the key and field path (and a
-//     reconcile's controller); elsewhere after each of a controller's first
-//     100 reconciles and one in 64 later, logged once and counted
-//     (ctrl_reconcile_shared_object_changes_total), the controller copying
-//     from then on.
+//   - Shared: a checked reconcile (its finalize and OnDelete too) gets a
+//     copy, compared with another after it: in a test binary every one is,
+//     a change to any cached object by any reader is caught at the object's
+//     next event or an idle WaitIdle, and WaitIdle then fails naming the
+//     key and field path (and a reconcile's controller); elsewhere a
+//     controller's first 100 reconciles and one in 64 later are, a change
+//     is logged once and counted
+//     (ctrl_reconcile_shared_object_changes_total), and the controller
+//     copies from then on. A change made in place by an unchecked
+//     reconcile never outlives its failure, nor a failed write of the
+//     object: the key's next reconcile reads the server's object.
 //   - Testable: the fakes hold deletions while finalizers remain, so
 //     finalizers run in unit tests, and keep metadata.generation as the API
 //     server does, so [GenerationChanged] filters as in production;

@@ -12,6 +12,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/objects"
 	"github.com/typedctrl/ctrl/internal/scope"
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 // feedKey names a feed: one namespace ("" all) of one cluster ("" the own).
@@ -186,6 +187,9 @@ func (c *Cache[T]) run(ctx context.Context, log logr.Logger) {
 		}
 	}
 	c.log = log
+	if shared.InTest() { // asked now: a manager built at package initialization precedes testing's flags
+		c.guard()
+	}
 	c.mu.Unlock()
 	if c.opts.Fleet {
 		c.markSynced() // members list on their own: Start waits for none

@@ -2,22 +2,32 @@ package ctrl
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/typedctrl/ctrl/internal/shared"
 )
 
 // TestSharedObjectSampled runs the check as outside a test binary: a
-// checked reconcile that changes its shared object is logged once, counted
-// and restored, and the next reconcile of the key reads the server's
-// version, from a copy of its own.
+// checked reconcile gets a copy, a change to it is logged once and
+// counted, the cache's object stays as the server sent it, and the
+// controller's next reconciles get copies of their own.
 func TestSharedObjectSampled(t *testing.T) {
 	var mu sync.Mutex
 	var logs []string
@@ -49,7 +59,7 @@ func TestSharedObjectSampled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.checks.Every = 64 // as outside a test binary: the first 100, then one in 64
+	production(t) // the first 100, then one in 64
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -79,7 +89,7 @@ func TestSharedObjectSampled(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	want := []seen{{label: false, shared: true}, {label: false, shared: false}, {label: false, shared: false}}
+	want := []seen{{label: false, shared: false}, {label: false, shared: false}, {label: false, shared: false}}
 	if len(got) != len(want) {
 		t.Fatalf("reconciles saw %+v, want %+v", got, want)
 	}
@@ -90,7 +100,7 @@ func TestSharedObjectSampled(t *testing.T) {
 	}
 	var found []string
 	for _, l := range logs {
-		if strings.Contains(l, "restored the cached object") {
+		if strings.Contains(l, "get copies from now on") {
 			found = append(found, l)
 		}
 	}
@@ -100,6 +110,14 @@ func TestSharedObjectSampled(t *testing.T) {
 	if n := counter(t, reg, "ctrl_reconcile_shared_object_changes_total"); n != 1 {
 		t.Errorf("ctrl_reconcile_shared_object_changes_total = %v, want 1", n)
 	}
+}
+
+// production has managers started until the test ends behave as outside
+// a test binary.
+func production(t *testing.T) {
+	saved := shared.InTest
+	shared.InTest = func() bool { return false }
+	t.Cleanup(func() { shared.InTest = saved })
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -115,4 +133,114 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestFailedWriteOfSharedObject ports a controller-runtime habit as a
+// production binary runs it: an unchecked reconcile changes the cache's
+// object itself, then updates it, and the server answers one update with
+// a 500 once. The retry must write the change: it reads the server's
+// version, not the changed one, whether the reconcile returned the
+// update's error or dropped it and asked to be requeued. The cache's index
+// files the object under its new label once its event comes, and under
+// nothing else.
+func TestFailedWriteOfSharedObject(t *testing.T) {
+	for _, dropped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dropped=%t", dropped), func(t *testing.T) { testFailedWriteOfSharedObject(t, dropped) })
+	}
+}
+
+func testFailedWriteOfSharedObject(t *testing.T, dropped bool) {
+	production(t)
+	const n, marked = 200, 5
+	var objs []kruntime.Object
+	for i := range n {
+		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("cm-%03d", i), Labels: map[string]string{"app": "web"}}})
+	}
+	cs := fake.NewClientset(objs...)
+	var failOnce sync.Once
+	var failed atomic.Bool
+	cs.PrependReactor("update", "configmaps", func(a clienttesting.Action) (bool, kruntime.Object, error) {
+		handled := false
+		failOnce.Do(func() { handled = true })
+		if handled {
+			failed.Store(true)
+			return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+		}
+		return false, nil, nil
+	})
+	mgr, err := NewManager(Options{FakeClientset: cs, Logger: logr.Discard(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := NewClient[*corev1.ConfigMap](mgr, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewController(mgr, "habit", func(ctx context.Context, cm *corev1.ConfigMap) (Result, error) {
+		if cm.Annotations["move"] == "" || cm.Labels["app"] == "db" {
+			return Result{}, nil
+		}
+		cm.Labels["app"] = "db" // the habit: the object it was handed
+		_, err := client.Update(ctx, cm)
+		if err != nil && dropped {
+			return Result{RequeueAfter: 10 * time.Millisecond}, nil
+		}
+		return Result{}, err
+	}, ControllerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cache().AddIndex("app", func(cm *corev1.ConfigMap) []string { return []string{cm.Labels["app"]} }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	idle := func() {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		if err := mgr.WaitIdle(wctx, time.Second); err != nil {
+			t.Fatalf("WaitIdle: %v", err)
+		}
+	}
+	idle() // the first 100 reconciles, and then one in 64, are checked
+	for i := range marked {
+		patch := []byte(`{"metadata":{"annotations":{"move":"yes"}}}`)
+		if _, err := client.Patch(ctx, Key{Namespace: "ns", Name: fmt.Sprintf("cm-%03d", 10+i)}, types.MergePatchType, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle()
+	if !failed.Load() {
+		t.Fatal("no update failed: the test tests nothing")
+	}
+	for i := range marked {
+		name := fmt.Sprintf("cm-%03d", 10+i)
+		live, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := live.Labels["app"]; got != "db" {
+			t.Errorf("the server holds app=%q for %s, want db: the change was lost", got, name)
+		}
+	}
+	web, err := c.Cache().ByIndex("ns", "app", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range web {
+		if cm.Labels["app"] != "web" {
+			t.Errorf("ByIndex(app=web) returns %s, labelled app=%s", cm.Name, cm.Labels["app"])
+		}
+	}
+	if len(web) != n-marked {
+		t.Errorf("ByIndex(app=web) returns %d objects, want %d", len(web), n-marked)
+	}
 }

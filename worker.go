@@ -198,6 +198,10 @@ func (c *Controller[T]) safely(ctx context.Context, log logr.Logger, key Key) (r
 // reconcileCached runs a removed object's hooks, then reconciles the cached one.
 func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, error) {
 	cached, ok := c.cache.Get(key)
+	cached, ok, err := c.cache.repair(ctx, key, cached, ok)
+	if err != nil {
+		return Result{}, err
+	}
 	if c.afterRead != nil && ok {
 		c.afterRead(key, cached)
 	}
@@ -213,7 +217,7 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 		ri.reconciled, ri.uid = true, cached.GetUID()
 	}
 	var res Result
-	err := c.lend(key, cached, func(obj T) (err error) {
+	err = c.lend(key, cached, func(obj T) (err error) {
 		if c.finalizer != "" {
 			if done, err := c.finalizeStep(ctx, cached, &obj); done || err != nil {
 				return err
@@ -225,31 +229,42 @@ func (c *Controller[T]) reconcileCached(ctx context.Context, key Key) (Result, e
 	return res, err
 }
 
-// lend calls use with key's cached object, or a copy if the controller
-// copies; a checked use that changes the object restores it, and reports
-// it (Shared).
-func (c *Controller[T]) lend(key Key, cached T, use func(T) error) error {
+// lend calls use with key's cached object, or a copy of its own if the
+// controller copies or the use is checked (Shared): a checked use that
+// changes its copy is reported, and an unchecked one that fails (an error,
+// a panic) leaves the cached object suspect (Cache.suspect).
+func (c *Controller[T]) lend(key Key, cached T, use func(T) error) (err error) {
 	if c.copying.Load() {
 		return use(cached.DeepCopyObject().(T))
 	}
 	if !c.checks.Next() {
-		return use(cached)
+		failed := true
+		defer func() {
+			if failed {
+				c.cache.suspect(key, cached)
+			}
+		}()
+		err = use(cached)
+		failed = err != nil
+		return err
 	}
-	before := cached.DeepCopyObject().(T)
-	err := use(cached)
-	path := shared.Diff(before, cached)
+	// The use gets a copy, compared with another: the cache's object is
+	// not touched, and a change another reconcile of the key makes to it
+	// meanwhile is not taken for this one's.
+	before, obj := cached.DeepCopyObject().(T), cached.DeepCopyObject().(T)
+	err = use(obj)
+	path := shared.Diff(before, obj)
 	if path == "" {
 		return err
 	}
 	c.metrics.SharedChanges.Inc()
-	c.cache.restore(key, cached, before)
 	changed := fmt.Errorf("ctrl: controller %q changed the cached %s %s it was handed, shared, at %s: change a copy "+
 		"(DeepCopy, then PatchFrom; or CreateOrPatch), or set ControllerOptions.CopyObject", c.ctrlName, c.cache.b.Type, key, path)
 	if c.checks.Every == 1 && c.misused.CompareAndSwap(nil, &changed) {
-		c.log.Error(changed, "restored the cached object; WaitIdle reports the change", "object", key)
+		c.log.Error(changed, "WaitIdle reports the change", "object", key)
 	}
 	if c.checks.Every != 1 && c.copying.CompareAndSwap(false, true) {
-		c.log.Error(changed, "restored the cached object; this controller's reconciles get copies from now on", "object", key)
+		c.log.Error(changed, "this controller's reconciles get copies from now on", "object", key)
 	}
 	return err
 }

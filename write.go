@@ -101,6 +101,7 @@ func (c *Client[T]) Update(ctx context.Context, obj T) (T, error) {
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.Update(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
+	c.failed(key, obj, err)
 	return out, c.wrap("update", key, err)
 }
 
@@ -118,6 +119,7 @@ func (c *Client[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	out, err := c.write(ctx, key, false, func(b binding.Backend[T]) (T, error) {
 		return b.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: c.m.opts.FieldManager})
 	})
+	c.failed(key, obj, err)
 	return out, c.wrap("update status of", key, err)
 }
 
@@ -232,7 +234,20 @@ func (c *Client[T]) PatchFrom(ctx context.Context, old, obj T) (T, error) {
 	if patch == nil {
 		return obj, nil
 	}
-	return c.patch(ctx, key, types.MergePatchType, patch, "")
+	out, err := c.patch(ctx, key, types.MergePatchType, patch, "")
+	c.failed(key, obj, err)
+	return out, err
+}
+
+// failed tells the type's caches that a write of obj failed: obj may be a
+// cache's own object, changed in place, and the change must not outlive
+// the failure (Cache.suspect).
+func (c *Client[T]) failed(key Key, obj T, err error) {
+	if err != nil {
+		for _, cc := range cachesOf(c.m, c.b) {
+			cc.suspect(key, obj)
+		}
+	}
 }
 
 // ApplyParams configure [Client.Apply].
@@ -254,7 +269,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, erro
 	if err := c.checkObject("apply", obj); err != nil {
 		return obj, err
 	}
-	key := c.at(KeyOf(obj))
+	key, given := c.at(KeyOf(obj)), obj
 	obj = obj.DeepCopyObject().(T)
 	obj.GetObjectKind().SetGroupVersionKind(c.b.GVK())
 	obj.SetManagedFields(nil)
@@ -288,6 +303,7 @@ func (c *Client[T]) Apply(ctx context.Context, obj T, opts ApplyParams) (T, erro
 			return out, carried, err
 		})
 	})
+	c.failed(key, given, err)
 	return out, c.wrap("apply", key, err)
 }
 

@@ -136,7 +136,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		}, ctrlLabel),
 		sharedChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrl_reconcile_shared_object_changes_total",
-			Help: "Reconciles found changing the cached object they were handed, shared: each restored; outside tests the controller then copies.",
+			Help: "Checked reconciles found changing the cached object they were handed (a copy); outside tests the controller then copies.",
 		}, ctrlLabel),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ctrl_reconcile_timeouts_total",

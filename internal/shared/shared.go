@@ -18,9 +18,10 @@ import (
 )
 
 // InTest reports whether the program is a test binary, which registers
-// testing's flags before any test runs: it does not link package testing
-// into every program, as testing.Testing would.
-func InTest() bool { return flag.Lookup("test.v") != nil }
+// testing's flags before any test runs (but after package initialization):
+// it does not link package testing into every program, as testing.Testing
+// would. Tests of behaviour outside test binaries replace it.
+var InTest = func() bool { return flag.Lookup("test.v") != nil }
 
 // Sampler picks which uses to check: each of the first First, then one in
 // Every (1 or less: each). It is safe for concurrent use.
