@@ -66,6 +66,9 @@ type reconcileInfo struct {
 	reconciled bool
 	uid        types.UID
 	yield      watcher.Yield // of the watch's reader it runs on, if it does (listwatch.go)
+	// requested: when the reconcile first sent a request through the
+	// manager's transport, which asks for yield before each (Unix ns).
+	requested atomic.Int64
 }
 
 type requestKey struct{}
@@ -78,6 +81,9 @@ func (ri *reconcileInfo) Value(key any) any {
 	case logrKey:
 		return ri.log
 	case watcher.YieldKey{}:
+		if ri.requested.Load() == 0 {
+			ri.requested.CompareAndSwap(0, time.Now().UnixNano())
+		}
 		return ri.yield
 	}
 	return ri.Context.Value(key)
@@ -104,9 +110,9 @@ type ControllerOptions struct {
 	// Workers is how many objects are reconciled at once. Default: 1. One
 	// cluster of a fleet takes at most Workers - max(1, Workers/4) of them,
 	// so a slow member never holds up the others. A controller whose
-	// workers all wait reconciles the next watch event's key on the
-	// goroutine that read it, in one of these places (README: Reconciles on
-	// the watch's reader).
+	// workers all wait, and whose reconciles are short, reconciles the
+	// next watch event's key on the goroutine that read it, in one of
+	// these places (README: Reconciles on the watch's reader).
 	Workers int
 	// RateLimiter spaces out retries after errors; see [DefaultRateLimiter].
 	// Default: DefaultRateLimiter().
@@ -184,6 +190,7 @@ type Controller[T Object] struct {
 	// checks picks the reconciles whose shared object is checked.
 	copying atomic.Bool
 	checks  shared.Sampler
+	pace    watcher.Pace          // whether a key may be reconciled on a watch's reader
 	misused atomic.Pointer[error] // the first change a test binary found
 
 	// links and cancel are under mu; wiring serializes changes to the links.

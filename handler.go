@@ -201,10 +201,11 @@ func (c *Controller[T]) enqueueAll(cause Cause) {
 }
 
 // add queues key with cause, or leaves it to reconcile inline if the event
-// offers that and the queue hands it out at once.
+// offers that, the controller's reconciles are short, and the queue hands
+// it out at once.
 func (c *Controller[T]) add(ev event[T], cause Cause) {
 	in := ev.inline
-	if in == nil || in.to != nil { // none offered, or another controller took it
+	if in == nil || in.to != nil || !c.pace.Inline() { // none offered, another controller took it, or too slow
 		c.q.Add(ev.key, cause)
 		return
 	}

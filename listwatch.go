@@ -243,19 +243,20 @@ func (f *feed[T]) forgetMetrics() {
 
 // Reconciles on the watch's reader.
 //
-// A controller whose workers all wait, and whose queue is empty, reconciles
-// the key a watch event queues on the goroutine that read the event,
-// instead of waking a worker to do it: a worker's wake-up costs about a
-// third of the controller's CPU per event when events come one at a time
-// (BENCHMARKS.md). The key holds a worker's place meanwhile (Workers stays
-// the bound on concurrent reconciles), and its reconcile goes through the
-// same path as a worker's (Controller.serve). The reader hands the watch to
-// a new goroutine as soon as the reconcile sends a request to the API
-// server (which it would wait for), or once it has run for
-// watcher.InlineBound without one, so a reconcile may block, on its own
-// cache's next event too (package internal/watcher, inline.go). Fakes'
-// watches are never read that way: a fake's watch holds 100 events, which
-// a reconcile writing fast could fill while its reader reconciles.
+// A controller whose workers all wait, whose queue is empty, and whose
+// reconciles are short (watcher.Pace), reconciles the key a watch event
+// queues on the goroutine that read the event, instead of waking a worker
+// to do it: a worker's wake-up costs about a third of the controller's CPU
+// per event when events come one at a time (BENCHMARKS.md). The key holds
+// a worker's place meanwhile (Workers stays the bound on concurrent
+// reconciles), and its reconcile goes through the same path as a worker's
+// (Controller.serve). The reader hands the watch to a new goroutine as soon
+// as the reconcile sends a request to the API server (which it would wait
+// for), or once it has run for watcher.InlineBound without one, so a
+// reconcile may block, on its own cache's next event too (package
+// internal/watcher, inline.go). Fakes' watches are never read that way: a
+// fake's watch holds 100 events, which a reconcile writing fast could fill
+// while its reader reconciles.
 
 // inlineRun is a key handed out to reconcile on the reader's goroutine.
 type inlineRun struct {

@@ -97,6 +97,11 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued, y wat
 	ri := &reconcileInfo{Context: ctx, log: log, key: key, causes: *item.Causes, identity: c.mgr.Identity(), yield: y}
 	ctx = ri
 	res, err := c.safely(ctx, log, key)
+	held := time.Since(start)
+	if at := ri.requested.Load(); at != 0 {
+		held = min(held, time.Duration(at-start.UnixNano()))
+	}
+	c.pace.Observe(held)
 	if c.opts.ReconcileTimeout > 0 && context.Cause(ctx) == errReconcileTimeout {
 		c.metrics.Timeouts.Inc()
 		if err == nil {

@@ -22,6 +22,7 @@ import (
 // (the watchdog moves the reading on), and after a request to the server
 // (which moves the reading on at once).
 func TestInlineReconcileMayBlock(t *testing.T) {
+	alwaysInline(t)
 	ns := newNamespace(t)
 	mgr := newManager(t, ns)
 	cms := newClient[*corev1.ConfigMap](t, mgr)
@@ -103,11 +104,21 @@ func TestInlineReconcileMayBlock(t *testing.T) {
 	}
 }
 
+// alwaysInline has every reconcile count as short until the test ends, so
+// that idle controllers reconcile on the reader however long their
+// reconciles take (watcher.Pace), under the race detector too.
+func alwaysInline(t *testing.T) {
+	saved := watcher.InlineShort
+	watcher.InlineShort = time.Hour
+	t.Cleanup(func() { watcher.InlineShort = saved })
+}
+
 // TestInlineReconcilesKeepTheBound: with reconciles on the watch's reader
 // and on workers, no key is reconciled twice at once and no more than
 // Workers reconciles run at once, while many objects change; a second
 // controller of the type misses none of them.
 func TestInlineReconcilesKeepTheBound(t *testing.T) {
+	alwaysInline(t)
 	for _, workers := range []int{1, 2} {
 		t.Run(fmt.Sprint(workers, " workers"), func(t *testing.T) {
 			ns := newNamespace(t)
@@ -222,4 +233,82 @@ func TestInlineReconcileRescopesItsCache(t *testing.T) {
 	if runs, _, bounds := watcher.Stats(); runs == runs0 || bounds == bounds0 {
 		t.Errorf("got %d inline runs and %d hand-overs by the watchdog, want some of each", runs-runs0, bounds-bounds0)
 	}
+}
+
+// TestSlowReconcileHoldsNoWatch: a controller whose reconcile spends 30 ms
+// on work that sends no request through the manager (a call to a cloud
+// API, say) beside a second controller on the same cache: the second sees
+// every write within a second, while the first falls behind and its keys
+// coalesce in its queue, as with workers alone.
+func TestSlowReconcileHoldsNoWatch(t *testing.T) {
+	ns := newNamespace(t)
+	const n, rounds = 100, 2
+	createConfigMaps(t, ns, n, 4, func(i int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%03d", i)}}
+	})
+	mgr := newManager(t, ns)
+	var slow atomic.Int64
+	_, err := ctrl.NewController(mgr, "slow", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		slow.Add(1)
+		time.Sleep(30 * time.Millisecond) // the cloud API's answer
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	var mu sync.Mutex
+	sent, seen := map[string]time.Time{}, map[string]time.Time{}
+	_, err = ctrl.NewController(mgr, "fast", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+		now := time.Now()
+		if seq := cm.Annotations["seq"]; seq != "" {
+			mu.Lock()
+			if _, ok := seen[cm.Name+"@"+seq]; !ok {
+				seen[cm.Name+"@"+seq] = now
+			}
+			mu.Unlock()
+		}
+		return ctrl.Result{}, nil
+	}, ctrl.ControllerOptions{})
+	must(t, err)
+	start(t, mgr)
+	waitIdle(t, mgr)
+
+	slow0 := slow.Load()
+	tick := time.NewTicker(10 * time.Millisecond) // 100 writes a second
+	defer tick.Stop()
+	for r := range rounds {
+		for i := range n {
+			<-tick.C
+			name, seq := fmt.Sprintf("cm-%03d", i), fmt.Sprint(r+1)
+			mu.Lock()
+			sent[name+"@"+seq] = time.Now()
+			mu.Unlock()
+			_, err := clientset.CoreV1().ConfigMaps(ns).Patch(context.Background(), name, "application/merge-patch+json",
+				[]byte(`{"metadata":{"annotations":{"seq":"`+seq+`"}}}`), metav1.PatchOptions{})
+			must(t, err)
+		}
+	}
+	eventually(t, time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) < len(sent) {
+			return fmt.Errorf("fast saw %d of %d writes", len(seen), len(sent))
+		}
+		return nil
+	})
+	waitIdle(t, mgr)
+	mu.Lock()
+	defer mu.Unlock()
+	var worst time.Duration
+	var worstKey string
+	for k, at := range sent {
+		if lag := seen[k].Sub(at); lag > worst {
+			worst, worstKey = lag, k
+		}
+	}
+	if worst > time.Second {
+		t.Errorf("fast saw %s %s after it was written, want every write within a second", worstKey, worst.Round(time.Millisecond))
+	}
+	if got := slow.Load() - slow0; got >= n*rounds {
+		t.Errorf("slow reconciled %d times for %d writes, want fewer: its keys queued while it worked did not coalesce", got, n*rounds)
+	}
+	t.Logf("fast's worst lag %s; slow reconciled %d times for %d writes", worst.Round(time.Millisecond), slow.Load()-slow0, n*rounds)
 }

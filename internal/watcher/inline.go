@@ -38,7 +38,39 @@ type Work interface{ RunInline(Yield) }
 // InlineBound is the watchdog's period: an inline run that neither ends
 // nor yields holds the reading for at least InlineBound and at most twice
 // that. The watchdog's timer runs only while events come.
-var InlineBound = 50 * time.Millisecond
+var InlineBound = 5 * time.Millisecond
+
+// InlineShort is how long a reconcile may hold its goroutine (run before
+// it ends or yields) and still count as short (Pace).
+var InlineShort = time.Millisecond
+
+// Pace says whether a controller's next reconcile may run on a watch's
+// reader: while the reconciles it observed were short, whether they ran
+// there or on workers. A long one (waiting on a cloud API, a database, a
+// timer; rendering templates) sends the controller's keys to its workers
+// until twice as many short ones in a row as the last time, 16 at least
+// and 4096 at most, so a controller with a slow tail rarely holds a reader
+// again, and one that turns quick comes back. The zero Pace lets runs
+// inline. It is safe for concurrent use.
+type Pace struct {
+	streak atomic.Uint32 // short reconciles in a row, counted up to need
+	need   atomic.Uint32
+}
+
+// Inline reports whether the next reconcile may run on the reader.
+func (p *Pace) Inline() bool { return p.streak.Load() >= p.need.Load() }
+
+// Observe counts a reconcile that held its goroutine for held.
+func (p *Pace) Observe(held time.Duration) {
+	if held < InlineShort {
+		if p.streak.Load() < p.need.Load() {
+			p.streak.Add(1)
+		}
+		return
+	}
+	p.streak.Store(0)
+	p.need.Store(min(max(2*p.need.Load(), 16), 4096))
+}
 
 // Yield hands the reading over to a new goroutine, if the inline run it
 // was made for still runs on the reader's. The zero Yield does nothing.

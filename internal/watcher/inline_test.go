@@ -241,3 +241,30 @@ func TestRunHoldsItsInputs(t *testing.T) {
 		t.Errorf("ran %q, want run-b@3, then run-a@2", ran)
 	}
 }
+
+// TestPace: a controller runs inline until a long reconcile; then only
+// after as many short ones in a row as it needs, twice as many after each
+// long one, from 16 to 4096.
+func TestPace(t *testing.T) {
+	var p Pace
+	short, long := InlineShort/2, InlineShort
+	if !p.Inline() {
+		t.Fatal("the zero Pace runs nothing inline")
+	}
+	p.Observe(short)
+	if !p.Inline() {
+		t.Fatal("a short reconcile stopped inline runs")
+	}
+	for _, need := range []int{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 4096} {
+		p.Observe(long)
+		for i := range need {
+			if p.Inline() {
+				t.Fatalf("inline after a long reconcile and %d short ones, want %d", i, need)
+			}
+			p.Observe(short)
+		}
+		if !p.Inline() {
+			t.Fatalf("not inline after %d short reconciles in a row", need)
+		}
+	}
+}
