@@ -48,12 +48,16 @@ var InlineShort = time.Millisecond
 // reader: while the reconciles it observed were short, whether they ran
 // there or on workers. A long one (waiting on a cloud API, a database, a
 // timer; rendering templates) sends the controller's keys to its workers
-// until twice as many short ones in a row as the last time, 16 at least
-// and 4096 at most, so a controller with a slow tail rarely holds a reader
-// again, and one that turns quick comes back. The zero Pace lets runs
-// inline. It is safe for concurrent use.
+// until as many short ones in a row as it needs: 16 after a long one,
+// twice as many after each long one that came before that, up to 4096.
+// Once back, it needs half as many for each stretch of twice as many short
+// ones. So a controller whose reconciles are long, or often are, rarely
+// holds a reader again; one preempted now and then, or that turned quick,
+// comes back. The zero Pace lets runs inline. It is safe for concurrent
+// use.
 type Pace struct {
-	streak atomic.Uint32 // short reconciles in a row, counted up to need
+	mu     sync.Mutex    // serializes changes; Inline only loads
+	streak atomic.Uint32 // short reconciles in a row, or as if
 	need   atomic.Uint32
 }
 
@@ -62,14 +66,23 @@ func (p *Pace) Inline() bool { return p.streak.Load() >= p.need.Load() }
 
 // Observe counts a reconcile that held its goroutine for held.
 func (p *Pace) Observe(held time.Duration) {
-	if held < InlineShort {
-		if p.streak.Load() < p.need.Load() {
-			p.streak.Add(1)
-		}
+	short := held < InlineShort
+	if short && p.need.Load() == 0 {
 		return
 	}
-	p.streak.Store(0)
-	p.need.Store(min(max(2*p.need.Load(), 16), 4096))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, n := p.streak.Load(), p.need.Load()
+	switch {
+	case !short:
+		s, n = 0, min(max(2*n, 16), 4096)
+	case s+1 >= 2*n: // back for as long as it needed: forget half
+		s, n = n, n/2
+	default:
+		s++
+	}
+	p.streak.Store(s)
+	p.need.Store(n)
 }
 
 // Yield hands the reading over to a new goroutine, if the inline run it

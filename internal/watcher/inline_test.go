@@ -243,8 +243,9 @@ func TestRunHoldsItsInputs(t *testing.T) {
 }
 
 // TestPace: a controller runs inline until a long reconcile; then only
-// after as many short ones in a row as it needs, twice as many after each
-// long one, from 16 to 4096.
+// after as many short ones in a row as it needs, 16, or twice as many
+// after each long one before it was back, up to 4096; back for as long
+// again, it needs half as many, down to none.
 func TestPace(t *testing.T) {
 	var p Pace
 	short, long := InlineShort/2, InlineShort
@@ -255,8 +256,8 @@ func TestPace(t *testing.T) {
 	if !p.Inline() {
 		t.Fatal("a short reconcile stopped inline runs")
 	}
+	p.Observe(long)
 	for _, need := range []int{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 4096} {
-		p.Observe(long)
 		for i := range need {
 			if p.Inline() {
 				t.Fatalf("inline after a long reconcile and %d short ones, want %d", i, need)
@@ -266,5 +267,30 @@ func TestPace(t *testing.T) {
 		if !p.Inline() {
 			t.Fatalf("not inline after %d short reconciles in a row", need)
 		}
+		p.Observe(short)
+		if !p.Inline() {
+			t.Fatalf("not inline after %d short reconciles in a row", need+1)
+		}
+		p.Observe(long)
+		if p.Inline() {
+			t.Fatal("inline after a long reconcile")
+		}
+	}
+	// Now 4096 are needed, then 4096 more to forget.
+	for i := 0; p.need.Load() > 0; i++ {
+		if i > 3*4096 {
+			t.Fatalf("still needs %d after %d short reconciles", p.need.Load(), i)
+		}
+		p.Observe(short)
+	}
+	p.Observe(long)
+	for range 16 {
+		if p.Inline() {
+			t.Fatal("inline after a long reconcile, back from 4096")
+		}
+		p.Observe(short)
+	}
+	if !p.Inline() {
+		t.Fatal("not inline after 16 short reconciles once forgotten")
 	}
 }
