@@ -2,12 +2,14 @@ package shapes
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Shape is what the slow controller's reconcile spends its time on: work
@@ -117,42 +119,50 @@ func Spin(n int) {
 }
 
 // Calibrate returns how many iterations of Spin take a millisecond of this
-// thread's CPU time, the best of a few tries: time the thread spent waiting
-// for a core does not count, so a busy machine changes it little.
+// thread's CPU time, the best of a few tries of at least 20 ms each: time
+// the thread spent waiting for a core does not count, so a busy machine
+// changes it little.
 func Calibrate() (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	const n = 2_000_000
-	best := time.Duration(0)
-	for range 7 {
+	try := func(n int) (time.Duration, error) {
 		t0, err := threadCPU()
 		if err != nil {
 			return 0, err
 		}
 		Spin(n)
 		t1, err := threadCPU()
+		return t1 - t0, err
+	}
+	n := 1 << 20
+	for {
+		d, err := try(n)
 		if err != nil {
 			return 0, err
 		}
-		if d := t1 - t0; d > 0 && (best == 0 || d < best) {
-			best = d
+		if d >= 20*time.Millisecond {
+			break
 		}
+		n *= 2
 	}
-	if best == 0 {
-		return 0, fmt.Errorf("calibrating the busy loop: no CPU time measured")
+	best := time.Duration(math.MaxInt64)
+	for range 5 {
+		d, err := try(n)
+		if err != nil {
+			return 0, err
+		}
+		best = min(best, d)
 	}
 	return int(int64(n) * int64(time.Millisecond) / int64(best)), nil
 }
 
-// rusageThread is RUSAGE_THREAD of getrusage(2), which package syscall
-// does not name.
-const rusageThread = 1
-
-// threadCPU returns the user+system CPU time of the calling thread.
+// threadCPU returns the CPU time of the calling thread. Unlike
+// getrusage(RUSAGE_THREAD), clock_gettime counts the running slice too, so
+// it is exact to the nanosecond, not to the last tick.
 func threadCPU() (time.Duration, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
-		return 0, fmt.Errorf("getrusage(RUSAGE_THREAD): %w", err)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0, fmt.Errorf("clock_gettime(CLOCK_THREAD_CPUTIME_ID): %w", err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+	return time.Duration(ts.Nano()), nil
 }
