@@ -243,7 +243,7 @@ func (res *results) document() string {
 
 	b.WriteString("### Setup\n\n")
 	b.WriteString(res.run.Setup("the benchmark's own processes count in the figures after; on 2 noisy cores, lags of a few ms are noise",
-		"go run ./cmd/shapes "+strings.Join(os.Args[1:], " ")))
+		"go run ./cmd/shapes "+shellJoin(os.Args[1:])))
 	fmt.Fprintf(&b, "- N = %d ConfigMaps of %d bytes of data in one namespace; each run the driver patches every object %d times, in order, at %g patches/s\n",
 		c.n, dataBytes, c.rounds, c.rate)
 	b.WriteString("  (a fixed schedule; each patch a merge patch of one annotation, the write's sequence number, so one watch event)\n")
@@ -284,4 +284,17 @@ func (res *results) document() string {
 	b.WriteString("\nwrites seen only later: writes fast first reconciled at a later write to the same object, because it had not reconciled\n")
 	b.WriteString("the object before the next write to it came. fast caught up: as slow caught up, for fast.\n")
 	return b.String()
+}
+
+// shellJoin joins args into a command line that a shell splits back into
+// args, quoting those with spaces or characters special to it.
+func shellJoin(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$`\\*?[#~&;|<>(){}!") {
+			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(quoted, " ")
 }

@@ -47,3 +47,11 @@ func TestMeasureJoinsWritesWithSightings(t *testing.T) {
 		t.Error("measure with a write fast never saw: no error")
 	}
 }
+
+func TestShellJoin(t *testing.T) {
+	got := shellJoin([]string{"-r", "2", "-note=main's baseline", "-variants", "wait30ms,none", ""})
+	want := `-r 2 '-note=main'\''s baseline' -variants wait30ms,none ''`
+	if got != want {
+		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
