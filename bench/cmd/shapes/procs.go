@@ -20,7 +20,10 @@ type process struct {
 	events chan shapes.Event
 	exited chan struct{}
 	err    error // Wait's result, set before exited is closed
-	log    string
+	// decodeErr is why reading its standard output stopped before the
+	// end, set before events is closed.
+	decodeErr error
+	log       string
 }
 
 // eventTimeout bounds every wait for an event: the binary gives up on its
@@ -49,19 +52,23 @@ func startProcess(bin, logPath string, args []string) (*process, error) {
 		return nil, err
 	}
 	p := &process{cmd: cmd, stdin: stdin, events: make(chan shapes.Event, 4), exited: make(chan struct{}), log: logPath}
+	// Wait closes the process's standard output, so it comes after the
+	// last read: a process that exits right after its report would
+	// otherwise lose it.
 	go func() {
-		defer close(p.events)
 		dec := json.NewDecoder(stdout)
 		for {
 			var e shapes.Event
 			if err := dec.Decode(&e); err != nil {
+				if err != io.EOF {
+					p.decodeErr = err
+				}
 				_, _ = io.Copy(io.Discard, stdout)
-				return
+				break
 			}
 			p.events <- e
 		}
-	}()
-	go func() {
+		close(p.events)
 		p.err = cmd.Wait()
 		logFile.Close()
 		close(p.exited)
@@ -75,6 +82,9 @@ func (p *process) expect(want string) (shapes.Event, error) {
 	case e, ok := <-p.events:
 		if !ok {
 			<-p.exited
+			if p.decodeErr != nil {
+				return e, fmt.Errorf("reading its output while waiting for %q: %w; log: %s", want, p.decodeErr, p.log)
+			}
 			return e, fmt.Errorf("exited (%v) while waiting for %q; log: %s\n%s", p.err, want, p.log, tail(p.log, 20))
 		}
 		if e.Event != want {
