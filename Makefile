@@ -76,7 +76,7 @@ bench: controlplane
 ## bench-shapes: how long a controller takes to see a write while another
 ## on the same cache spends 5 to 200 ms, or 10 ms of CPU, in each reconcile,
 ## with ctrl, controller-runtime and client-go; writes its section of
-## BENCHMARKS.md (about 15 minutes).
+## BENCHMARKS.md (about 12 minutes).
 bench-shapes: controlplane
 	cd bench && $(GO) run ./cmd/shapes -write
 

@@ -12,7 +12,7 @@
 // every variant of slow's reconcile, repeating the sequence R times, and
 // reports medians.
 //
-//	cd bench && go run ./cmd/shapes                     # R=3, every variant (about 15 minutes)
+//	cd bench && go run ./cmd/shapes                     # R=3, every variant (about 12 minutes)
 //	go run ./cmd/shapes -r 1 -variants wait30ms          # a quick run (about a minute)
 //	go run ./cmd/shapes -bin /path/to/bin                # kube-apiserver and etcd from there
 //	go run ./cmd/shapes -write                           # also write its section of ../BENCHMARKS.md
