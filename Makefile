@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 # names, fetched from the module proxy like everything else.
 CONTROLLER_GEN := $(CURDIR)/bin/controller-gen
 
-.PHONY: test testbins check controlplane explore demo bench bench-faults bench-webhooks generate check-generated fuzz
+.PHONY: test testbins check controlplane explore demo bench bench-shapes bench-faults bench-webhooks generate check-generated fuzz
 
 ## test: build the control plane, vet, check that generated files are
 ## current, and run every test under -race, the integration suite against a
@@ -72,6 +72,13 @@ demo: controlplane
 ## plane (bench/ is its own module); writes its section of BENCHMARKS.md.
 bench: controlplane
 	cd bench && $(GO) run ./cmd/run -write
+
+## bench-shapes: how long a controller takes to see a write while another
+## on the same cache spends 5 to 200 ms, or 10 ms of CPU, in each reconcile,
+## with ctrl, controller-runtime and client-go; writes its section of
+## BENCHMARKS.md (about 12 minutes).
+bench-shapes: controlplane
+	cd bench && $(GO) run ./cmd/shapes -write
 
 ## bench-faults: how fast ctrl, controller-runtime and client-go converge after
 ## API server kills and paused watches that come back to 410 Gone, after a kill

@@ -23,6 +23,11 @@
 //     makes the controller's connections go silently dead through the proxy
 //     of package internal/blackhole, and reports how long each controller
 //     takes to catch up (run-faults.sh).
+//   - cmd/shapes is the driver of the shapes benchmark: cmd/shapes-ctrl,
+//     cmd/shapes-cr and cmd/shapes-raw each run two controllers on one
+//     cache, one whose reconcile waits or computes for a fixed time
+//     (package internal/shapes) and one whose time to see each write the
+//     driver reports, beside the slow one's reconciles and the CPU.
 //   - Each driver's -write replaces its own section of ../BENCHMARKS.md
 //     (package internal/benchdoc) and leaves the others as they are.
 //   - micro_test.go measures the per-event cost of the queue, dispatch,

@@ -40,6 +40,17 @@ type Controller struct {
 // from the lister.
 func New(cs kubernetes.Interface, opts Options, fn func(*corev1.ConfigMap)) (*Controller, informers.SharedInformerFactory, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(opts.Namespace))
+	c, err := On(factory, opts, fn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, factory, nil
+}
+
+// On wires a controller on the factory's ConfigMap informer, as New does:
+// controllers wired on one factory share its informer and cache, each with
+// a queue and workers of its own. opts.Namespace is the factory's.
+func On(factory informers.SharedInformerFactory, opts Options, fn func(*corev1.ConfigMap)) (*Controller, error) {
 	cms := factory.Core().V1().ConfigMaps()
 	c := &Controller{
 		informer: cms.Informer(),
@@ -50,7 +61,7 @@ func New(cs kubernetes.Interface, opts Options, fn func(*corev1.ConfigMap)) (*Co
 	}
 	if opts.StripManagedFields {
 		if err := c.informer.SetTransform(stripManagedFields); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -59,9 +70,9 @@ func New(cs kubernetes.Interface, opts Options, fn func(*corev1.ConfigMap)) (*Co
 		DeleteFunc: c.enqueue,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return c, factory, nil
+	return c, nil
 }
 
 func stripManagedFields(obj any) (any, error) {
@@ -82,7 +93,8 @@ func (c *Controller) enqueue(obj any) {
 func (c *Controller) HasSynced() bool { return c.informer.HasSynced() }
 
 // Run starts the informers and workers and blocks until ctx is done and the
-// workers have stopped.
+// workers have stopped. Controllers wired on one factory (On) each Run with
+// it; the factory starts its informer once.
 func (c *Controller) Run(ctx context.Context, factory informers.SharedInformerFactory) {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
