@@ -45,8 +45,9 @@
 //   - Unhindered: a cache's watch reads on while its controllers
 //     reconcile; a reconcile run on the goroutine that read its event (an
 //     idle controller's, while its reconciles end or send a request within
-//     1 ms) holds the reading for at most 10 ms, and only until it sends a
-//     request through the manager's clients.
+//     1 ms) holds the reading for 10 ms at most (as the runtime's timers
+//     fire), and only until it sends a request through the manager's
+//     clients.
 //   - Live first: a list's keys (initial, relist, takeover, resync) enter
 //     the queue a window at a time, so changes meanwhile go first.
 //   - Fresh: reconcile gets the latest cached object, the cache's own
