@@ -18,10 +18,31 @@ import (
 // reached through the file's current context; other and hidden files are
 // ignored. The directory is read every two seconds: a file added or
 // changed engages its member, a file removed disengages it. A file that
-// does not load, or whose name is not a DNS label, is logged and skipped
-// until it changes; of two files that name one member, the first in
-// lexical order serves it.
-func KubeconfigDir(dir string) Provider { return kubeconfigDir{provider.NewDir(dir, 2*time.Second)} }
+// does not load, is refused (see [KubeconfigOptions]), or whose name is
+// not a DNS label, is logged and skipped until it changes; of two files
+// that name one member, the first in lexical order serves it.
+//
+// Whoever may write to dir chooses the servers the controllers read from
+// and write to, with what they write: only the operator's administrator
+// should.
+func KubeconfigDir(dir string, opts KubeconfigOptions) Provider {
+	return kubeconfigDir{provider.NewDir(dir, 2*time.Second, opts.AllowExecAndFiles)}
+}
+
+// KubeconfigOptions say what [KubeconfigDir] and [KubeconfigSecrets]
+// accept in a kubeconfig.
+type KubeconfigOptions struct {
+	// AllowExecAndFiles honours what makes client-go run a command (exec
+	// plugins), call out for credentials (auth providers) or read this
+	// process's files (tokenFile, certificate-authority,
+	// client-certificate, client-key), so that whoever writes a kubeconfig
+	// can run code as the operator or send its files, such as its
+	// ServiceAccount token, to a server of theirs. Set it only where no
+	// one but the operator's administrator may write the kubeconfigs.
+	// Default: refused, the error naming the file or Secret and each
+	// field; inline data and tokens pass.
+	AllowExecAndFiles bool
+}
 
 type kubeconfigDir struct{ dir *provider.Dir }
 
@@ -39,17 +60,23 @@ func (f configFleet) Engage(name string, cfg *rest.Config) error {
 // KubeconfigSecrets returns a [Provider] of the member clusters whose
 // kubeconfigs are Secrets in the manager's own cluster: those in namespace
 // that match selector (nil: all), a member per Secret, named after it,
-// reached through its data key "kubeconfig". A Secret added or changed
-// engages its member; one deleted, or no longer matching, disengages it.
-// It watches the Secrets with a cache of the manager it is given to.
-func KubeconfigSecrets(namespace string, selector labels.Selector) Provider {
-	return &kubeconfigSecrets{namespace: namespace, selector: selector}
+// reached through its data key "kubeconfig", checked as opts say. A Secret
+// added or changed engages its member; one deleted, or no longer matching,
+// disengages it; one refused is logged. It watches the Secrets with a
+// cache of the manager it is given to.
+//
+// Whoever may create or update Secrets in namespace chooses the servers
+// the controllers read from and write to, with what they write (a label
+// selector keeps nobody out): grant that only to people trusted with it.
+func KubeconfigSecrets(namespace string, selector labels.Selector, opts KubeconfigOptions) Provider {
+	return &kubeconfigSecrets{namespace: namespace, selector: selector, trusted: opts.AllowExecAndFiles}
 }
 
 // kubeconfigSecrets follows the hub's cache of the members' Secrets.
 type kubeconfigSecrets struct {
 	namespace string
 	selector  labels.Selector
+	trusted   bool
 	fleet     Fleet
 	log       logr.Logger
 }
@@ -75,10 +102,10 @@ func (p *kubeconfigSecrets) Run(ctx context.Context, fleet Fleet) error {
 func (p *kubeconfigSecrets) changed(ev event[*corev1.Secret]) {
 	switch ev.kind {
 	case added, updated:
-		if ev.kind == updated && string(ev.old.Data["kubeconfig"]) == string(ev.obj.Data["kubeconfig"]) {
+		if ev.kind == updated && string(ev.old.Data[provider.SecretKey]) == string(ev.obj.Data[provider.SecretKey]) {
 			return
 		}
-		if err := provider.Engage(configFleet{p.fleet}, ev.obj.Name, ev.obj.Data["kubeconfig"]); err != nil {
+		if err := provider.EngageSecret(configFleet{p.fleet}, ev.obj.Namespace, ev.obj.Name, ev.obj.Data, p.trusted); err != nil {
 			p.log.Error(err, "skipping a kubeconfig Secret", "secret", ev.key)
 		}
 	case deleted, left, vanished, forgotten:

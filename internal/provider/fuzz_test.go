@@ -38,7 +38,7 @@ func FuzzKubeconfigDir(f *testing.F) {
 		fleet := &recordingFleet{}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // one read of the directory
-		if err := NewDir(dir, time.Hour).Run(ctx, fleet); err != nil {
+		if err := NewDir(dir, time.Hour, false).Run(ctx, fleet); err != nil {
 			t.Fatal(err)
 		}
 		calls := fleet.snapshot()
