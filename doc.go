@@ -140,7 +140,9 @@
 //     authenticates and authorizes, unless plain HTTP is chosen; HTTP/2
 //     only when asked; webhooks must be served for Start to succeed.
 //     Tokens not known to authenticate cost at most 10 TokenReviews a
-//     second (else 429), and never push a known token's answer out.
+//     second, 2 for one client address (else 429), so no one client keeps
+//     a new scraper out, and never push a known token's answer out;
+//     concurrent requests that need one review share it.
 //
 // # Reading objects
 //
