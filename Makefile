@@ -50,6 +50,7 @@ FUZZ_TARGETS := \
 	./internal/binding:FuzzStream \
 	./internal/webhook:FuzzAdmissionReview \
 	./internal/webhook:FuzzConversionReview \
+	./internal/webhook:FuzzReadBody \
 	./internal/provider:FuzzKubeconfigDir \
 	./internal/access:FuzzBearer
 fuzz:
