@@ -31,6 +31,12 @@
 // server cannot filter lists and watches by hash (the ShardedListAndWatch
 // feature), each object carries a label with its bucket or namespace,
 // written once by the member that serves it, and caches select on that.
+// The label steers caches only: a reconcile is admitted by the object's
+// UID or namespace. A label changed to another valid value (by a user, or
+// a GitOps tool applying an old manifest) moves the object into another
+// member's cache at once, while the member that serves it may be
+// reconciling it; judged by its label, both would act. So the other member
+// refuses it, and puts its label back.
 package shard
 
 import (
