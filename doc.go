@@ -66,7 +66,9 @@
 //     a failure counted. A patch, apply or delete that leaves after all
 //     (paused between its last check and the wire) carries the object's
 //     resourceVersion as this replica knew it, so the API server refuses
-//     it once another replica wrote the object. A replica that does not
+//     it once another replica wrote the object. A create carries none: its
+//     fence is the check alone, and a named object's second create fails
+//     with AlreadyExists ([Client.Create]). A replica that does not
 //     lead keeps its caches warm and queues nothing; on takeover it
 //     reconciles every cached object once.
 //   - One owner per object: with [Sharding], a replica reconciles an object
