@@ -21,10 +21,8 @@ import (
 // does not load, is refused (see [KubeconfigOptions]), or whose name is
 // not a DNS label, is logged and skipped until it changes; of two files
 // that name one member, the first in lexical order serves it.
-//
-// Whoever may write to dir chooses the servers the controllers read from
-// and write to, with what they write: only the operator's administrator
-// should.
+// Only those trusted with what the controllers read and write in members
+// may write to dir (README.md#many-clusters).
 func KubeconfigDir(dir string, opts KubeconfigOptions) Provider {
 	return kubeconfigDir{provider.NewDir(dir, 2*time.Second, opts.AllowExecAndFiles)}
 }
@@ -32,15 +30,12 @@ func KubeconfigDir(dir string, opts KubeconfigOptions) Provider {
 // KubeconfigOptions say what [KubeconfigDir] and [KubeconfigSecrets]
 // accept in a kubeconfig.
 type KubeconfigOptions struct {
-	// AllowExecAndFiles honours what makes client-go run a command (exec
-	// plugins), call out for credentials (auth providers) or read this
-	// process's files (tokenFile, certificate-authority,
-	// client-certificate, client-key), so that whoever writes a kubeconfig
-	// can run code as the operator or send its files, such as its
-	// ServiceAccount token, to a server of theirs. Set it only where no
-	// one but the operator's administrator may write the kubeconfigs.
-	// Default: refused, the error naming the file or Secret and each
-	// field; inline data and tokens pass.
+	// AllowExecAndFiles honours exec plugins, auth providers and files
+	// (tokenFile, certificate-authority, client-certificate, client-key),
+	// with which whoever writes a kubeconfig runs code as the operator or
+	// sends its files (its ServiceAccount token) to a server of theirs:
+	// only where no one but the operator's administrator writes them.
+	// Default: refused, naming the file or Secret and each field.
 	AllowExecAndFiles bool
 }
 
@@ -63,11 +58,9 @@ func (f configFleet) Engage(name string, cfg *rest.Config) error {
 // reached through its data key "kubeconfig", checked as opts say. A Secret
 // added or changed engages its member; one deleted, or no longer matching,
 // disengages it; one refused is logged. It watches the Secrets with a
-// cache of the manager it is given to.
-//
-// Whoever may create or update Secrets in namespace chooses the servers
-// the controllers read from and write to, with what they write (a label
-// selector keeps nobody out): grant that only to people trusted with it.
+// cache of the manager it is given to. Only those trusted with what the
+// controllers read and write in members may write Secrets in namespace,
+// whatever selector says (README.md#many-clusters).
 func KubeconfigSecrets(namespace string, selector labels.Selector, opts KubeconfigOptions) Provider {
 	return &kubeconfigSecrets{namespace: namespace, selector: selector, trusted: opts.AllowExecAndFiles}
 }

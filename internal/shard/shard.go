@@ -47,6 +47,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -89,6 +90,17 @@ func LabelPatch(rv, label, value string) []byte {
 		panic(err) // strings always marshal
 	}
 	return b
+}
+
+// TrimToName keeps of a namespace what the ring needs: its name.
+func TrimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
+}
+
+// TrimForLabeler keeps of an unlabeled object what labeling it needs.
+func TrimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
 }
 
 // Held returns the claim a member's Lease publishes.
