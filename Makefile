@@ -52,6 +52,7 @@ FUZZ_TARGETS := \
 	./internal/webhook:FuzzConversionReview \
 	./internal/webhook:FuzzReadBody \
 	./internal/provider:FuzzKubeconfigDir \
+	./internal/provider:FuzzKubeconfig \
 	./internal/access:FuzzBearer
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
