@@ -76,8 +76,8 @@
 //     object's part of the hash space, taken only after a quorum read finds
 //     no live replica claiming it, given up only once none of its
 //     reconciles runs; the part is that of its UID (or namespace), never
-//     of its shard label, which a replica puts back if someone changes it.
-//     A move is no deletion nor selector exit: no hook
+//     that of its shard label in label mode, which a replica puts back if
+//     someone changes it. A move is no deletion nor selector exit: no hook
 //     runs, the finalizer stays, and the next owner reconciles the object
 //     whatever its update filters. An ended membership is fenced as a lost
 //     leader is. The share of a replica that stopped is taken at once, of
