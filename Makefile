@@ -50,7 +50,9 @@ FUZZ_TARGETS := \
 	./internal/binding:FuzzStream \
 	./internal/webhook:FuzzAdmissionReview \
 	./internal/webhook:FuzzConversionReview \
+	./internal/webhook:FuzzReadBody \
 	./internal/provider:FuzzKubeconfigDir \
+	./internal/provider:FuzzKubeconfig \
 	./internal/access:FuzzBearer
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

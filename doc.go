@@ -72,14 +72,18 @@
 //     a failure counted. A patch, apply or delete that leaves after all
 //     (paused between its last check and the wire) carries the object's
 //     resourceVersion as this replica knew it, so the API server refuses
-//     it once another replica wrote the object. A replica that does not
+//     it once another replica wrote the object. A create carries none: its
+//     fence is the check alone, and a named object's second create fails
+//     with AlreadyExists ([Client.Create]). A replica that does not
 //     lead keeps its caches warm and queues nothing; on takeover it
 //     reconciles every cached object once.
 //   - One owner per object: with [Sharding], a replica reconciles an object
 //     (and runs its OnDelete and OnFinalize) only while it serves the
 //     object's part of the hash space, taken only after a quorum read finds
 //     no live replica claiming it, given up only once none of its
-//     reconciles runs. A move is no deletion nor selector exit: no hook
+//     reconciles runs; the part is that of its UID (or namespace), never
+//     that of its shard label in label mode, which a replica puts back if
+//     someone changes it. A move is no deletion nor selector exit: no hook
 //     runs, the finalizer stays, and the next owner reconciles the object
 //     whatever its update filters. An ended membership is fenced as a lost
 //     leader is. The share of a replica that stopped is taken at once, of
@@ -149,7 +153,9 @@
 //     authenticates and authorizes, unless plain HTTP is chosen; HTTP/2
 //     only when asked; webhooks must be served for Start to succeed.
 //     Tokens not known to authenticate cost at most 10 TokenReviews a
-//     second (else 429), and never push a known token's answer out.
+//     second, 2 for one client address (else 429), so no one client keeps
+//     a new scraper out, and never push a known token's answer out;
+//     concurrent requests that need one review share it.
 //
 // # Reading objects
 //

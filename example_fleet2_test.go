@@ -88,7 +88,7 @@ current-context: east
 	if err := os.WriteFile(filepath.Join(dir, "east.yaml"), []byte(kubeconfig), 0o600); err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), ClusterProvider: ctrl.KubeconfigDir(dir)})
+	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: fake.NewClientset(), ClusterProvider: ctrl.KubeconfigDir(dir, ctrl.KubeconfigOptions{})})
 	if err != nil {
 		panic(err)
 	}
@@ -195,7 +195,7 @@ current-context: east
 	member := map[string]string{"fleet.example.com/member": "true"}
 	cs := fake.NewClientset(secret("east", member), secret("west", nil))
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: cs,
-		ClusterProvider: ctrl.KubeconfigSecrets("fleet", labels.SelectorFromSet(member))})
+		ClusterProvider: ctrl.KubeconfigSecrets("fleet", labels.SelectorFromSet(member), ctrl.KubeconfigOptions{})})
 	if err != nil {
 		panic(err)
 	}

@@ -120,17 +120,7 @@ func (m *Manager) Engage(name string, c Member) error {
 
 // sameCluster reports whether a and b reach a cluster the same way.
 func sameCluster(a, b Member) bool {
-	if a.FakeClientset != b.FakeClientset || a.FakeDynamic != b.FakeDynamic || (a.Config == nil) != (b.Config == nil) {
-		return false
-	}
-	if a.Config == nil {
-		return true
-	}
-	x, y := rest.CopyConfig(a.Config), rest.CopyConfig(b.Config)
-	return x.Host == y.Host && x.BearerToken == y.BearerToken && x.BearerTokenFile == y.BearerTokenFile &&
-		string(x.CAData) == string(y.CAData) && x.CAFile == y.CAFile && string(x.CertData) == string(y.CertData) &&
-		x.CertFile == y.CertFile && string(x.KeyData) == string(y.KeyData) && x.KeyFile == y.KeyFile &&
-		x.Username == y.Username && x.Password == y.Password && x.Insecure == y.Insecure && x.ServerName == y.ServerName
+	return a.FakeClientset == b.FakeClientset && a.FakeDynamic == b.FakeDynamic && transport.Same(a.Config, b.Config)
 }
 
 // Disengage removes the member cluster name, if it is one: its caches

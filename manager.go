@@ -117,7 +117,8 @@ type Options struct {
 	// WebhookAddress serves the webhooks ([Validate], [Default], [Convert])
 	// over TLS as Options.TLS says, such as ":9443", and adds a TLS handshake
 	// check to /readyz. Start fails if webhooks are registered and neither
-	// this nor [Manager.WebhookHandler] serves them. Default: off.
+	// this nor [Manager.WebhookHandler] serves them. Connection limits and
+	// body size: README.md#admission-and-conversion-webhooks. Default: off.
 	WebhookAddress string
 	// WebhookCertDir holds the webhook certificate and key as tls.crt and
 	// tls.key. Start fails if they cannot be read; a changed pair is served

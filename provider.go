@@ -18,10 +18,26 @@ import (
 // reached through the file's current context; other and hidden files are
 // ignored. The directory is read every two seconds: a file added or
 // changed engages its member, a file removed disengages it. A file that
-// does not load, or whose name is not a DNS label, is logged and skipped
-// until it changes; of two files that name one member, the first in
-// lexical order serves it.
-func KubeconfigDir(dir string) Provider { return kubeconfigDir{provider.NewDir(dir, 2*time.Second)} }
+// does not load, is refused (see [KubeconfigOptions]), or whose name is
+// not a DNS label, is logged and skipped until it changes; of two files
+// that name one member, the first in lexical order serves it.
+// Only those trusted with what the controllers read and write in members
+// may write to dir (README.md#many-clusters).
+func KubeconfigDir(dir string, opts KubeconfigOptions) Provider {
+	return kubeconfigDir{provider.NewDir(dir, 2*time.Second, opts.AllowExecAndFiles)}
+}
+
+// KubeconfigOptions say what [KubeconfigDir] and [KubeconfigSecrets]
+// accept in a kubeconfig.
+type KubeconfigOptions struct {
+	// AllowExecAndFiles honours exec plugins, auth providers and files
+	// (tokenFile, certificate-authority, client-certificate, client-key),
+	// with which whoever writes a kubeconfig runs code as the operator or
+	// sends its files (its ServiceAccount token) to a server of theirs:
+	// only where no one but the operator's administrator writes them.
+	// Default: refused, naming the file or Secret and each field.
+	AllowExecAndFiles bool
+}
 
 type kubeconfigDir struct{ dir *provider.Dir }
 
@@ -39,17 +55,21 @@ func (f configFleet) Engage(name string, cfg *rest.Config) error {
 // KubeconfigSecrets returns a [Provider] of the member clusters whose
 // kubeconfigs are Secrets in the manager's own cluster: those in namespace
 // that match selector (nil: all), a member per Secret, named after it,
-// reached through its data key "kubeconfig". A Secret added or changed
-// engages its member; one deleted, or no longer matching, disengages it.
-// It watches the Secrets with a cache of the manager it is given to.
-func KubeconfigSecrets(namespace string, selector labels.Selector) Provider {
-	return &kubeconfigSecrets{namespace: namespace, selector: selector}
+// reached through its data key "kubeconfig", checked as opts say. A Secret
+// added or changed engages its member; one deleted, or no longer matching,
+// disengages it; one refused is logged. It watches the Secrets with a
+// cache of the manager it is given to. Only those trusted with what the
+// controllers read and write in members may write Secrets in namespace,
+// whatever selector says (README.md#many-clusters).
+func KubeconfigSecrets(namespace string, selector labels.Selector, opts KubeconfigOptions) Provider {
+	return &kubeconfigSecrets{namespace: namespace, selector: selector, trusted: opts.AllowExecAndFiles}
 }
 
 // kubeconfigSecrets follows the hub's cache of the members' Secrets.
 type kubeconfigSecrets struct {
 	namespace string
 	selector  labels.Selector
+	trusted   bool
 	fleet     Fleet
 	log       logr.Logger
 }
@@ -75,10 +95,10 @@ func (p *kubeconfigSecrets) Run(ctx context.Context, fleet Fleet) error {
 func (p *kubeconfigSecrets) changed(ev event[*corev1.Secret]) {
 	switch ev.kind {
 	case added, updated:
-		if ev.kind == updated && string(ev.old.Data["kubeconfig"]) == string(ev.obj.Data["kubeconfig"]) {
+		if ev.kind == updated && string(ev.old.Data[provider.SecretKey]) == string(ev.obj.Data[provider.SecretKey]) {
 			return
 		}
-		if err := provider.Engage(configFleet{p.fleet}, ev.obj.Name, ev.obj.Data["kubeconfig"]); err != nil {
+		if err := provider.EngageSecret(configFleet{p.fleet}, ev.obj.Namespace, ev.obj.Name, ev.obj.Data, p.trusted); err != nil {
 			p.log.Error(err, "skipping a kubeconfig Secret", "secret", ev.key)
 		}
 	case deleted, left, vanished, forgotten:

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -58,44 +57,24 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
-	m.mu.Unlock()
-	var notReady, optional []string
-	for _, c := range caches {
-		if why := c.notReady(); why != "" {
-			notReady = append(notReady, c.describe()+": "+why)
-		}
-		if line := c.waitingForCRD(); line != "" {
-			optional = append(optional, line)
-		}
-	}
-	if len(notReady) > 0 {
-		return false, fmt.Sprintf("not ready:\n%s\n", strings.Join(notReady, "\n"))
-	}
-	var w strings.Builder
-	fmt.Fprintln(&w, "ok")
-	if s := m.policy.State(); s != "" {
-		fmt.Fprintln(&w, s)
-	}
-	slices.Sort(optional)
-	for _, line := range optional {
-		fmt.Fprintln(&w, line)
-	}
-	// A cache that lists by watching works without list: reported only.
-	for _, c := range caches {
-		if warn := c.warning(); warn != "" {
-			fmt.Fprintf(&w, "%s: %s\n", c.describe(), warn)
-		}
-	}
-	// A member that is down is reported, not a reason to restart.
-	m.mu.Lock()
 	fleet := slices.Clone(m.fleetCaches)
 	m.mu.Unlock()
-	for _, fc := range fleet {
-		for _, line := range fc.memberStates() {
-			fmt.Fprintln(&w, line)
+	r := serve.Readiness{State: m.policy.State()}
+	for _, c := range caches {
+		if why := c.notReady(); why != "" {
+			r.NotReady = append(r.NotReady, c.describe()+": "+why)
+		}
+		if line := c.waitingForCRD(); line != "" {
+			r.Waiting = append(r.Waiting, line)
+		}
+		if warn := c.warning(); warn != "" { // a cache that lists by watching works without list
+			r.Notes = append(r.Notes, c.describe()+": "+warn)
 		}
 	}
-	return true, w.String()
+	for _, fc := range fleet { // a member that is down is no reason to restart
+		r.Notes = append(r.Notes, fc.memberStates()...)
+	}
+	return r.Body()
 }
 
 // Addresses are the addresses the manager's HTTP endpoints listen on, with

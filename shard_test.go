@@ -502,3 +502,123 @@ func (w *countedWatch) Stop() {
 	w.once.Do(w.stop)
 	w.Interface.Stop()
 }
+
+// TestShardLabelChangeMovesNoOwner runs two replicas of a ring on one fake
+// clientset (label mode). While replica a reconciles an object of its
+// share, the object's shard label is set to a bucket of b's, as a user or
+// a GitOps tool applying an old manifest might: b, whose cache now holds
+// the object, does not reconcile it (objects are placed by their UID, not
+// their label) and puts its label back, and a reconciles it again after.
+func TestShardLabelChangeMovesNoOwner(t *testing.T) {
+	cs := fake.NewClientset(ringObjects(40)...)
+	var mu sync.Mutex
+	running := map[string]int{}         // name -> reconciles running, on either replica
+	reconciled := map[string][]string{} // name -> the replicas that reconciled it, in order
+	var overlaps []string
+	var held atomic.Pointer[string] // the name whose reconcile on a waits for gate
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	replica := func(id string) (*ctrl.Manager, *ctrl.Controller[*corev1.ConfigMap]) {
+		mgr := newManager(t, ctrl.Options{FakeClientset: cs, Namespace: "default", Logger: testLog(t),
+			Sharding: ctrl.Sharding{Ring: "ring", LeaseOptions: ctrl.LeaseOptions{Identity: id, LeaseDuration: 15 * time.Second}}})
+		c, err := ctrl.NewController(mgr, "keeper", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+			mu.Lock()
+			running[cm.Name]++
+			if running[cm.Name] > 1 {
+				overlaps = append(overlaps, cm.Name+" on "+id)
+			}
+			reconciled[cm.Name] = append(reconciled[cm.Name], id)
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				running[cm.Name]--
+				mu.Unlock()
+			}()
+			if h := held.Load(); h != nil && *h == cm.Name && id == "a" && cm.Annotations["hold"] == "yes" {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-gate
+			}
+			return ctrl.Result{}, nil
+		}, ctrl.ControllerOptions{})
+		must(t, err)
+		return mgr, c
+	}
+	a, ca := replica("a")
+	start(t, a)
+	waitIdle(t, a)
+	b, cb := replica("b")
+	ctx := start(t, b)
+	// b takes its share from a.
+	for deadline := time.Now().Add(time.Minute); ; {
+		waitIdle(t, a)
+		waitIdle(t, b)
+		na, nb := len(ca.Cache().List("default", nil)), len(cb.Cache().List("default", nil))
+		if na+nb == 40 && na > 0 && nb > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, a caches %d objects and b %d, want 40 between them", na, nb)
+		}
+	}
+	mine, theirs := ca.Cache().List("default", nil)[0], cb.Cache().List("default", nil)[0]
+	label := shard.Label("ring")
+	home := mine.Labels[label]
+
+	// a reconciles the object, and holds on.
+	held.Store(&mine.Name)
+	_, err := cs.CoreV1().ConfigMaps("default").Patch(ctx, mine.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"hold":"yes"}}}`), metav1.PatchOptions{})
+	must(t, err)
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("a did not reconcile the object within a minute")
+	}
+	// Its label moves it to one of b's buckets.
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, theirs.Labels[label])
+	_, err = cs.CoreV1().ConfigMaps("default").Patch(ctx, mine.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
+	restored := func() bool {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, mine.Name, metav1.GetOptions{})
+		must(t, err)
+		return cm.Labels[label] == home
+	}
+	for deadline := time.Now().Add(time.Minute); !restored(); time.Sleep(10 * time.Millisecond) { // polling the object
+		mu.Lock()
+		n := len(overlaps)
+		mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	if len(overlaps) > 0 {
+		t.Errorf("reconciled on two replicas at once: %v", overlaps)
+	}
+	mu.Unlock()
+	if !restored() {
+		t.Errorf("the object's shard label is not back at %s, its UID's bucket", home)
+	}
+	mu.Lock()
+	before := len(reconciled[mine.Name])
+	mu.Unlock()
+	close(gate)
+	for deadline := time.Now().Add(time.Minute); ; {
+		waitIdle(t, a)
+		waitIdle(t, b)
+		mu.Lock()
+		got := slices.Clone(reconciled[mine.Name])
+		mu.Unlock()
+		if len(got) > before {
+			if slices.Contains(got, "b") {
+				t.Errorf("the object was reconciled by %v, want a alone", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the object back in a's cache was not reconciled again within a minute: %v", got)
+		}
+	}
+}

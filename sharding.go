@@ -106,16 +106,12 @@ func newSharding(m *Manager, opts Options) (*shard.Member, error) {
 		use[*coordinationv1.Lease]{handler: poker[*coordinationv1.Lease](member.Poke), private: "shard-ring", pin: true})
 	if err == nil && sh.ByNamespace {
 		namespaces, err = makeCache(m, CacheOptions{Resource: APIResource{Version: "v1", Resource: "namespaces", Kind: "Namespace"}},
-			use[*metav1.PartialObjectMetadata]{handler: poker[*metav1.PartialObjectMetadata](member.Poke), private: "shard-ring", trim: trimToName, pin: true})
+			use[*metav1.PartialObjectMetadata]{handler: poker[*metav1.PartialObjectMetadata](member.Poke), private: "shard-ring", trim: shard.TrimToName, pin: true})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: Sharding: %w", err)
 	}
 	return member, nil
-}
-
-func trimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
 }
 
 // shareOf asks the policy for a cache's share (related: of owned objects).
@@ -165,7 +161,7 @@ func newLabeler[T Object](m *Manager, c *Cache[T], req labels.Requirement, poke 
 	}
 	lc, err := makeCache(m, CacheOptions{Namespaces: namespaces, LabelSelector: sel.Add(req), FieldSelector: sc.Fields,
 		Resource: apiResource(c.b.Info), Optional: c.opt != nil},
-		use[*metav1.PartialObjectMetadata]{private: fmt.Sprintf("shard labels of %p", c), trim: trimForLabeler})
+		use[*metav1.PartialObjectMetadata]{private: fmt.Sprintf("shard labels of %p", c), trim: shard.TrimForLabeler})
 	if err != nil {
 		return nil, err
 	}
@@ -175,18 +171,7 @@ func newLabeler[T Object](m *Manager, c *Cache[T], req labels.Requirement, poke 
 	return l, nil
 }
 
-func trimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
-}
-
-func (l *labeler[T]) List() []metav1.Object {
-	var out []metav1.Object
-	for _, o := range l.cache.List("", nil) {
-		out = append(out, o)
-	}
-	return out
-}
+func (l *labeler[T]) List() []*metav1.PartialObjectMetadata { return l.cache.List("", nil) }
 
 // Patch labels obj through a client of T, so that WaitIdle waits for the
 // controller's cache to see the label.

@@ -62,7 +62,9 @@ func (c *Client[T]) checkObject(verb string, obj T) error {
 // object carries the annotation ctrl.dev/create-id, unique to the request:
 // a later Create through this manager that finds its own lost create
 // returns the object; anyone else's, other replicas' included, is
-// AlreadyExists. A create with generateName may create twice.
+// AlreadyExists. A create with generateName may create twice. A create
+// carries no resourceVersion to check: its fence against a replica that
+// lost leadership is the check before it is sent, alone (see One leader).
 func (c *Client[T]) Create(ctx context.Context, obj T) (T, error) {
 	if err := c.checkObject("create", obj); err != nil {
 		return obj, err

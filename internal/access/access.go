@@ -15,12 +15,16 @@
 //
 // Anyone who can reach the endpoint can send made-up tokens, and each
 // costs a TokenReview. So what an unauthenticated client can make the
-// manager spend is bounded:
+// manager spend is bounded, and no one client can spend it all:
 //   - tokens that never authenticated are reviewed at most reviewRate a
-//     second (reviewBurst at once); past that a request gets 429 with
-//     Retry-After, and the API server sees nothing;
+//     second (reviewBurst at once), and of those at most sourceRate a
+//     second (sourceBurst at once) for one client address; past that a
+//     request gets 429 with Retry-After, and the API server sees nothing.
+//     A flood from one address leaves the rest to new scrapers elsewhere;
 //   - a token that authenticated before is reviewed again whenever its
 //     answer expires, flood or not;
+//   - concurrent requests that need one review (a token's, or a user's
+//     access to a verb on a path) share it: one is sent, all wait for it;
 //   - good answers (authenticated, allowed) and bad ones are cached apart,
 //     each bounded, so bad ones never push good ones out.
 package access
@@ -31,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -57,6 +62,14 @@ const (
 	// a minute.
 	reviewRate  = 10
 	reviewBurst = 20
+	// sourceRate and sourceBurst bound those of one client address: a
+	// scraper needs one review per new token, and one address cannot take
+	// more than a fifth of reviewRate.
+	sourceRate  = 2
+	sourceBurst = 5
+	// maxSources bounds the client addresses tracked: an address whose
+	// bucket has refilled needs no entry.
+	maxSources = 4096
 )
 
 // Filter authenticates and authorizes requests through the API server
@@ -71,15 +84,25 @@ type Filter struct {
 	mu      sync.Mutex
 	tokens  answers[[sha256.Size]byte, *authenticationv1.UserInfo] // nil user: not authenticated
 	access  answers[string, bool]
-	reviews bucket // of tokens not known to authenticate
+	reviews limiter // of tokens not known to authenticate
 }
 
 // answers caches the answers of reviews: good ones (a user, an allowance)
 // and bad ones apart, so that a flood of bad ones leaves the good alone.
 // A good answer stays after it expires, until room is needed: its key is
-// known to have been good.
+// known to have been good. asking holds the reviews in flight, which
+// concurrent requests for the same key wait for instead of sending their
+// own.
 type answers[K comparable, V any] struct {
 	good, bad map[K]entry[V]
+	asking    map[K]*flight[V]
+}
+
+// flight is a review in flight; done is closed once value and err are set.
+type flight[V any] struct {
+	done  chan struct{}
+	value V
+	err   error
 }
 
 type entry[V any] struct {
@@ -88,7 +111,7 @@ type entry[V any] struct {
 }
 
 func newAnswers[K comparable, V any]() answers[K, V] {
-	return answers[K, V]{good: map[K]entry[V]{}, bad: map[K]entry[V]{}}
+	return answers[K, V]{good: map[K]entry[V]{}, bad: map[K]entry[V]{}, asking: map[K]*flight[V]{}}
 }
 
 // errTooMany refuses a token when the reviews of unknown tokens are used up.
@@ -104,7 +127,7 @@ func New(tokenReview func(context.Context, *authenticationv1.TokenReview) (*auth
 		tokenReview: tokenReview, accessReview: accessReview, log: log, now: time.Now,
 		tokens:  newAnswers[[sha256.Size]byte, *authenticationv1.UserInfo](),
 		access:  newAnswers[string, bool](),
-		reviews: bucket{rate: reviewRate, burst: reviewBurst},
+		reviews: limiter{all: bucket{rate: reviewRate, burst: reviewBurst}, sources: map[string]*bucket{}},
 	}
 }
 
@@ -118,7 +141,7 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 			http.Error(w, "Unauthorized: send a bearer token", http.StatusUnauthorized)
 			return
 		}
-		user, err := f.authenticate(r.Context(), token)
+		user, err := f.authenticate(r.Context(), token, clientAddress(r.RemoteAddr))
 		if errors.Is(err, errTooMany) {
 			f.log.V(1).Info("refused a request: too many new tokens", "path", r.URL.Path, "remote", r.RemoteAddr)
 			w.Header().Set("Retry-After", "1")
@@ -160,67 +183,102 @@ func bearer(header string) (string, bool) {
 	return token, ok && strings.EqualFold(scheme, "bearer") && token != ""
 }
 
+// clientAddress returns the address of a request's client, without its
+// port: one client opens connections from many ports.
+func clientAddress(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
+}
+
 // authenticate returns the user of token, or nil if the API server does not
 // recognize it, or errTooMany if the token is not known to authenticate and
-// no review is left for it. Only a digest of the token is kept.
-func (f *Filter) authenticate(ctx context.Context, token string) (*authenticationv1.UserInfo, error) {
-	key := sha256.Sum256([]byte(token))
-	f.mu.Lock()
-	user, ok, known := lookup(f.tokens, key, f.now())
-	if !ok && !known && !f.reviews.take(f.now()) {
-		f.mu.Unlock()
-		return nil, errTooMany
-	}
-	f.mu.Unlock()
-	if ok {
-		return user, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	review, err := f.tokenReview(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}})
-	if err != nil {
-		return nil, fmt.Errorf("TokenReview: %w", err)
-	}
-	user = nil
-	if review.Status.Authenticated {
-		user = &review.Status.User
-	}
-	ttl := authenticatedTTL
-	if user == nil {
-		ttl = deniedTTL
-	}
-	store(f, &f.tokens, key, user, user != nil, ttl)
-	return user, nil
+// no review is left for it and source, its client's address. Only a digest
+// of the token is kept.
+func (f *Filter) authenticate(ctx context.Context, token, source string) (*authenticationv1.UserInfo, error) {
+	admit := func(known bool, now time.Time) bool { return known || f.reviews.take(source, now) }
+	return ask(ctx, f, &f.tokens, sha256.Sum256([]byte(token)), admit,
+		func(ctx context.Context) (*authenticationv1.UserInfo, bool, time.Duration, error) {
+			review, err := f.tokenReview(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}})
+			if err != nil {
+				return nil, false, 0, fmt.Errorf("TokenReview: %w", err)
+			}
+			if !review.Status.Authenticated {
+				return nil, false, deniedTTL, nil
+			}
+			return &review.Status.User, true, authenticatedTTL, nil
+		})
 }
 
 // authorize reports whether user may use verb on path.
 func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo, verb, path string) (bool, error) {
-	key := accessKey(user, verb, path)
+	return ask(ctx, f, &f.access, accessKey(user, verb, path), nil, func(ctx context.Context) (bool, bool, time.Duration, error) {
+		extra := map[string]authorizationv1.ExtraValue{}
+		for k, v := range user.Extra {
+			extra[k] = authorizationv1.ExtraValue(v)
+		}
+		review, err := f.accessReview(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
+		}})
+		if err != nil {
+			return false, false, 0, fmt.Errorf("SubjectAccessReview: %w", err)
+		}
+		if !review.Status.Allowed {
+			return false, false, deniedTTL, nil
+		}
+		return true, true, allowedTTL, nil
+	})
+}
+
+// ask returns the answer of key: the cached one if it is live, else that
+// of the review in flight for key, else that of a new review, sent only if
+// admit (nil: always) allows it for a key known to have been good or not;
+// else errTooMany. The review answers every request waiting for it, so it
+// runs past the cancellation of the request that sent it, within
+// reviewTimeout. Its answer is cached for the ttl it returns, among the
+// good or the bad; an error is not cached.
+func ask[K comparable, V any](ctx context.Context, f *Filter, a *answers[K, V], key K, admit func(known bool, now time.Time) bool,
+	review func(context.Context) (value V, good bool, ttl time.Duration, err error)) (V, error) {
+	var zero V
 	f.mu.Lock()
-	allowed, ok, _ := lookup(f.access, key, f.now())
+	now := f.now()
+	value, ok, known := lookup(*a, key, now)
+	fl := a.asking[key]
+	switch {
+	case ok:
+		f.mu.Unlock()
+		return value, nil
+	case fl != nil:
+		f.mu.Unlock()
+		select {
+		case <-fl.done:
+			return fl.value, fl.err
+		case <-ctx.Done():
+			return zero, context.Cause(ctx)
+		}
+	case admit != nil && !admit(known, now):
+		f.mu.Unlock()
+		return zero, errTooMany
+	}
+	fl = &flight[V]{done: make(chan struct{}), err: errors.New("the review panicked")}
+	a.asking[key] = fl
 	f.mu.Unlock()
-	if ok {
-		return allowed, nil
-	}
-	extra := map[string]authorizationv1.ExtraValue{}
-	for k, v := range user.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(a.asking, key)
+		close(fl.done)
+	}()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 	defer cancel()
-	review, err := f.accessReview(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
-	}})
-	if err != nil {
-		return false, fmt.Errorf("SubjectAccessReview: %w", err)
+	value, good, ttl, err := review(rctx)
+	fl.value, fl.err = value, err
+	if err == nil {
+		store(f, a, key, value, good, ttl)
 	}
-	allowed, ttl := review.Status.Allowed, allowedTTL
-	if !allowed {
-		ttl = deniedTTL
-	}
-	store(f, &f.access, key, allowed, allowed, ttl)
-	return allowed, nil
+	return value, err
 }
 
 // accessKey names a user's access to a verb on a path: every field of the
@@ -281,6 +339,45 @@ func store[K comparable, V any](f *Filter, a *answers[K, V], key K, value V, goo
 	m[key] = entry[V]{value: value, expires: now.Add(ttl)}
 }
 
+// limiter bounds the reviews of tokens not known to authenticate: all of
+// them, and those of each client address.
+type limiter struct {
+	all     bucket
+	sources map[string]*bucket // by client address; absent: full
+}
+
+// take takes a review for source if both source and all have one left.
+// Called with f.mu held.
+func (l *limiter) take(source string, now time.Time) bool {
+	b, tracked := l.sources[source]
+	if !tracked {
+		b = &bucket{rate: sourceRate, burst: sourceBurst}
+	}
+	if !b.has(now) || !l.all.has(now) {
+		return false
+	}
+	b.tokens--
+	l.all.tokens--
+	if !tracked {
+		// Reached at most reviewRate a second, so the scan costs little.
+		// An address whose bucket refilled needs no entry; if every one is
+		// in use, they are many addresses, which all is there to bound:
+		// each starts again with a full bucket.
+		if len(l.sources) >= maxSources {
+			for k, o := range l.sources {
+				if o.has(now) && o.tokens >= o.burst {
+					delete(l.sources, k)
+				}
+			}
+			if len(l.sources) >= maxSources {
+				clear(l.sources)
+			}
+		}
+		l.sources[source] = b
+	}
+	return true
+}
+
 // bucket is a token bucket: rate tokens a second, burst at most.
 type bucket struct {
 	rate, burst float64
@@ -288,8 +385,8 @@ type bucket struct {
 	last        time.Time
 }
 
-// take takes a token if there is one. Called with f.mu held.
-func (b *bucket) take(now time.Time) bool {
+// has refills b up to now and reports whether it holds a token.
+func (b *bucket) has(now time.Time) bool {
 	if b.last.IsZero() {
 		b.tokens = b.burst
 	} else if d := now.Sub(b.last); d > 0 {
@@ -298,9 +395,5 @@ func (b *bucket) take(now time.Time) bool {
 	if now.After(b.last) {
 		b.last = now
 	}
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+	return b.tokens >= 1
 }

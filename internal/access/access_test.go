@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,7 +166,8 @@ func TestFilter(t *testing.T) {
 }
 
 // TestCacheBound checks that made-up tokens, reviewed as fast as the
-// filter allows, do not grow the cache past its bound, and do not push out
+// filter allows, each from a client address of its own, grow neither the
+// cache nor the addresses tracked past their bounds, and do not push out
 // the answer of a token that authenticates.
 func TestCacheBound(t *testing.T) {
 	s := &server{users: map[string]authenticationv1.UserInfo{"good": {Username: "alice"}}, allowed: map[string]bool{"alice get /metrics": true}}
@@ -173,8 +175,11 @@ func TestCacheBound(t *testing.T) {
 	now := time.Unix(1000, 0)
 	f.now = func() time.Time { return now }
 	h := f.Wrap(http.NotFoundHandler())
+	client := 0
 	do := func(token string) int {
+		client++
 		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.RemoteAddr = fmt.Sprintf("10.0.%d.%d:40000", client/256, client%256)
 		req.Header.Set("Authorization", "Bearer "+token)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -188,10 +193,13 @@ func TestCacheBound(t *testing.T) {
 		}
 	}
 	f.mu.Lock()
-	n := len(f.tokens.bad)
+	n, sources := len(f.tokens.bad), len(f.reviews.sources)
 	f.mu.Unlock()
 	if n > maxEntries {
 		t.Errorf("got %d cached tokens, want at most %d", n, maxEntries)
+	}
+	if sources > maxSources {
+		t.Errorf("got %d client addresses tracked, want at most %d", sources, maxSources)
 	}
 	reviews, _ := s.counts()
 	now = time.Unix(1000, 0).Add(authenticatedTTL - time.Second) // the good answer is still live

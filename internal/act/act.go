@@ -51,7 +51,7 @@ type Type struct {
 // Labeler is a watch of unlabeled objects and what labels them.
 type Labeler interface {
 	// List returns the objects watched now.
-	List() []metav1.Object
+	List() []*metav1.PartialObjectMetadata
 	// Patch writes a merge patch to obj.
 	Patch(ctx context.Context, obj metav1.Object, patch []byte) error
 	// Release stops the watch.

@@ -61,7 +61,7 @@ func TestFleetMembers(t *testing.T) {
 		Data:       map[string]string{"v": "1"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, ClusterProvider: ctrl.KubeconfigDir(dir)})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: env.Config(), Namespace: ns, ClusterProvider: ctrl.KubeconfigDir(dir, ctrl.KubeconfigOptions{})})
 	must(t, err)
 	configMaps := newClient[*corev1.ConfigMap](t, mgr)
 	mirror := labels.SelectorFromSet(labels.Set{"mirror": "yes"})

@@ -1,5 +1,12 @@
 // Package provider finds the member clusters of a fleet in kubeconfig
 // files: the machinery behind ctrl.KubeconfigDir and ctrl.KubeconfigSecrets.
+//
+// A kubeconfig can make client-go run a command (exec), call out for
+// credentials (auth-provider) or read a file (tokenFile, certificates and
+// keys): whoever writes one that this process loads runs code as it, or
+// sends its files, such as its ServiceAccount token, to a server of theirs.
+// So a kubeconfig is checked before it is used ([Check]), and honoured
+// beyond inline data and tokens only from a source its caller trusts.
 package provider
 
 import (
@@ -15,7 +22,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Fleet is what a provider tells about member clusters.
@@ -25,13 +31,17 @@ type Fleet interface {
 }
 
 // NewDir returns a provider of the members whose kubeconfig files are in
-// dir, read every every; see ctrl.KubeconfigDir.
-func NewDir(dir string, every time.Duration) *Dir { return &Dir{dir: dir, every: every} }
+// dir, read every every, honouring exec plugins, auth providers and files
+// in them only if trusted; see ctrl.KubeconfigDir.
+func NewDir(dir string, every time.Duration, trusted bool) *Dir {
+	return &Dir{dir: dir, every: every, trusted: trusted}
+}
 
 // Dir is the provider of a directory of kubeconfig files.
 type Dir struct {
-	dir   string
-	every time.Duration
+	dir     string
+	every   time.Duration
+	trusted bool
 }
 
 func (p *Dir) Run(ctx context.Context, fleet Fleet) error {
@@ -69,7 +79,7 @@ func (p *Dir) Run(ctx context.Context, fleet Fleet) error {
 				continue
 			}
 			seen[name] = sum
-			if err := Engage(fleet, name, data); err != nil {
+			if err := Engage(fleet, name, "kubeconfig file "+filepath.Join(p.dir, e.Name()), data, p.trusted); err != nil {
 				log.Error(err, "skipping a kubeconfig file", "file", e.Name())
 			}
 		}
@@ -105,14 +115,25 @@ func memberName(file string) (string, bool) {
 	return "", false
 }
 
-// Engage engages name with the current context of a kubeconfig.
-func Engage(fleet Fleet, name string, kubeconfig []byte) error {
+// SecretKey is the key of a kubeconfig Secret's data that holds the kubeconfig.
+const SecretKey = "kubeconfig"
+
+// EngageSecret engages the member a kubeconfig Secret names, from its data.
+func EngageSecret(fleet Fleet, namespace, name string, data map[string][]byte, trusted bool) error {
+	source := fmt.Sprintf("kubeconfig Secret %s/%s, key %q", namespace, name, SecretKey)
+	return Engage(fleet, name, source, data[SecretKey], trusted)
+}
+
+// Engage engages name with the current context of a kubeconfig read from
+// source (a file, or a Secret and its key, for errors). Unless trusted,
+// the kubeconfig must hold its credentials inline: see [Check].
+func Engage(fleet Fleet, name, source string, kubeconfig []byte, trusted bool) error {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return fmt.Errorf("member %q: the name must be a DNS label: %s", name, errs[0])
+		return fmt.Errorf("member %q (%s): the name must be a DNS label: %s", name, source, errs[0])
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cfg, err := Load(kubeconfig, trusted)
 	if err != nil {
-		return fmt.Errorf("member %q: %w", name, err)
+		return fmt.Errorf("member %q (%s): %w", name, source, err)
 	}
 	return fleet.Engage(name, cfg)
 }

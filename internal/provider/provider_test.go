@@ -66,7 +66,7 @@ func TestKubeconfigDirNames(t *testing.T) {
 		}
 	}
 	fleet := &recordingFleet{}
-	p := NewDir(dir, time.Millisecond)
+	p := NewDir(dir, time.Millisecond, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx, fleet) }()

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,6 +37,31 @@ func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.
 		fmt.Fprint(w, body)
 	})
 	return mux
+}
+
+// Readiness is what /readyz reports of a manager.
+type Readiness struct {
+	NotReady []string // why it is not ready: caches not synced, or forbidden
+	State    string   // its policy's line, or ""
+	Waiting  []string // optional kinds waiting for their CRD, in any order
+	Notes    []string // reported only: warnings, members that are down
+}
+
+// Body returns whether r is ready, and the text of /readyz: the reasons it
+// is not, or "ok" and the rest.
+func (r Readiness) Body() (bool, string) {
+	if len(r.NotReady) > 0 {
+		return false, fmt.Sprintf("not ready:\n%s\n", strings.Join(r.NotReady, "\n"))
+	}
+	var w strings.Builder
+	fmt.Fprintln(&w, "ok")
+	if r.State != "" {
+		fmt.Fprintln(&w, r.State)
+	}
+	for _, line := range slices.Concat(slices.Sorted(slices.Values(r.Waiting)), r.Notes) {
+		fmt.Fprintln(&w, line)
+	}
+	return true, w.String()
 }
 
 // handshake reports whether a TLS handshake with addr completes, as

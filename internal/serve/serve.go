@@ -88,6 +88,8 @@ func Listen(cfg Config) (*Servers, error) {
 		if tlsConfig != nil {
 			ln = tls.NewListener(ln, tlsConfig)
 		}
+		// The limits README.md#admission-and-conversion-webhooks states;
+		// the webhook server bounds a body's size itself.
 		srv := &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,

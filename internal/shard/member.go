@@ -138,6 +138,11 @@ type share struct {
 	t       act.Type
 	count   func() int
 	labeler act.Labeler // in label mode, once started
+	// misplaced holds, by namespace/name, the objects the cache holds
+	// whose shard label is not their UID's bucket (or namespace): a
+	// replica that holds one by its label puts its label back. Guarded by
+	// m.mu.
+	misplaced map[string]metav1.Object
 }
 
 // Share returns the share of the objects of t: for a controller's own
@@ -180,9 +185,20 @@ func (s *share) Serves(obj metav1.Object) bool {
 	if !ok {
 		return false
 	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return s.m.serving.Contains(p)
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	serves := m.serving.Contains(p)
+	if serves && !s.t.Related && m.modeIs(ModeLabels) {
+		if v, _ := m.labelFor(obj); obj.GetLabels()[m.label] != v {
+			if s.misplaced == nil {
+				s.misplaced = map[string]metav1.Object{}
+			}
+			s.misplaced[obj.GetNamespace()+"/"+obj.GetName()] = obj
+			m.Poke()
+		}
+	}
+	return serves
 }
 
 func (s *share) HoldsAll(ns string) bool {
@@ -197,12 +213,13 @@ func (s *share) HoldsAll(ns string) bool {
 	return s.m.serving.Contains(Hash(ns))
 }
 
+// Admit judges obj by its UID (or namespace), never by its shard label:
+// a label changed to another valid bucket while obj is reconciled here
+// moves obj to another replica's cache at once, and that replica must not
+// reconcile it too. The label only steers caches, and is put back
+// (misplaced).
 func (s *share) Admit(ctx context.Context, obj metav1.Object) (context.Context, func(), bool) {
-	p, ok := s.m.point(obj, s.t.Related)
-	if !ok {
-		return nil, nil, false
-	}
-	return s.m.enter(ctx, p)
+	return s.m.enter(ctx, s.m.home(obj))
 }
 
 func (s *share) Objects(count func() int) {
@@ -224,16 +241,22 @@ func (s *share) Release() {
 	m.Poke()
 }
 
+// home returns where obj belongs in the hash space: the hash of its UID,
+// or of its namespace.
+func (m *Member) home(obj metav1.Object) uint64 {
+	if m.cfg.ByNamespace {
+		return Hash(obj.GetNamespace())
+	}
+	return Hash(string(obj.GetUID()))
+}
+
 // point returns where obj is in the hash space, as a cache's selection
-// places it: by the hashed field where the server selects (and for
-// related caches), by the shard label in label mode. An object without a
-// valid label is nowhere.
+// places it: its home where the server selects (and for related caches),
+// by the shard label in label mode. An object without a valid label is
+// nowhere.
 func (m *Member) point(obj metav1.Object, related bool) (uint64, bool) {
 	if m.modeIs(ModeServer) || related {
-		if m.cfg.ByNamespace {
-			return Hash(obj.GetNamespace()), true
-		}
-		return Hash(string(obj.GetUID())), true
+		return m.home(obj), true
 	}
 	v, ok := obj.GetLabels()[m.label]
 	if !ok {
@@ -728,6 +751,45 @@ func (m *Member) labelUnlabeled(ctx context.Context) int {
 					m.cfg.Lease.Log.V(1).Info("cannot label an object for its shard; trying again", "object", key, "err", err.Error())
 					m.mu.Lock()
 					delete(m.labeled, key)
+					m.mu.Unlock()
+				}
+			})
+		}
+	}
+	// Put back the labels of the misplaced objects: conditional on the
+	// version seen, so an object changed or gone meanwhile is left alone
+	// (its next version is judged again).
+	for _, s := range shares {
+		m.mu.Lock()
+		l, misplaced := s.labeler, s.misplaced
+		if l != nil {
+			s.misplaced = nil
+		}
+		m.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		for key, o := range misplaced {
+			v, _ := m.labelFor(o)
+			n++
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				err := l.Patch(ctx, o, LabelPatch(o.GetResourceVersion(), m.label, v))
+				switch {
+				case err == nil:
+					m.cfg.Metrics.ShardLabels.WithLabelValues(m.cfg.Ring).Inc()
+					m.cfg.Lease.Log.Info("put back the shard label of an object: it was changed, and objects are placed by "+
+						strings.TrimPrefix(m.field, "object.metadata."), "object", key, "label", o.GetLabels()[m.label], "restored", v)
+				case ctx.Err() == nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+					m.cfg.Lease.Log.V(1).Info("cannot put back the shard label of an object; trying again", "object", key, "err", err.Error())
+					m.mu.Lock()
+					if _, newer := s.misplaced[key]; !newer && slices.Contains(m.shares, s) {
+						if s.misplaced == nil {
+							s.misplaced = map[string]metav1.Object{}
+						}
+						s.misplaced[key] = o
+					}
 					m.mu.Unlock()
 				}
 			})

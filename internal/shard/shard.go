@@ -31,6 +31,12 @@
 // server cannot filter lists and watches by hash (the ShardedListAndWatch
 // feature), each object carries a label with its bucket or namespace,
 // written once by the member that serves it, and caches select on that.
+// The label steers caches only: a reconcile is admitted by the object's
+// UID or namespace. A label changed to another valid value (by a user, or
+// a GitOps tool applying an old manifest) moves the object into another
+// member's cache at once, while the member that serves it may be
+// reconciling it; judged by its label, both would act. So the other member
+// refuses it, and puts its label back.
 package shard
 
 import (
@@ -41,6 +47,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/typedctrl/ctrl/internal/leader"
 )
@@ -83,6 +90,17 @@ func LabelPatch(rv, label, value string) []byte {
 		panic(err) // strings always marshal
 	}
 	return b
+}
+
+// TrimToName keeps of a namespace what the ring needs: its name.
+func TrimToName(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}}
+}
+
+// TrimForLabeler keeps of an unlabeled object what labeling it needs.
+func TrimForLabeler(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: o.Namespace, Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion, Labels: o.Labels}}
 }
 
 // Held returns the claim a member's Lease publishes.
