@@ -17,6 +17,7 @@ CONTROLLER_GEN := $(CURDIR)/bin/controller-gen
 test:
 	$(MAKE) --jobs=3 --output-sync=target controlplane check check-generated testbins
 	$(GO) test -race -short -count=1 -timeout 25m ./...
+	$(GO) test -C hack/apicheck -count=1 ./...
 
 ## explore: run every plan of the searches of ctrltest.Explore over the
 ## examples, and ctrltest's own test of the search (a few minutes).
@@ -30,10 +31,15 @@ testbins:
 	$(GO) test -race -c -o $(TESTBINS)/ ./...
 TESTBINS ?= $(or $(TMPDIR),/tmp)/ctrl-testbins
 
-## check: gofmt and go vet.
+## check: gofmt, go vet, and the API-compatibility gate: the exported API of
+## ctrl and ctrltest against the last release (hack/apicheck/baseline), which
+## fails on an incompatible change that CHANGELOG.md's Unreleased section does
+## not name in an entry marked **Breaking:**. `make test` also runs the gate's
+## own tests, which plant such a change.
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run -C hack/apicheck . -root ../..
 
 ## fuzz: run each fuzz target for FUZZTIME (10 minutes unless set, as in
 ## `make fuzz FUZZTIME=30s`), one after another. `make test` runs their
