@@ -32,9 +32,8 @@ var reasons = []Trigger{TriggerCreated, TriggerUpdated, TriggerDeleted, TriggerO
 // Cause is one trigger that queued a key, and the object whose change it was.
 type Cause struct {
 	Trigger Trigger
-	// Kind and Object name the object that changed, the reconciled one or
-	// an owned or watched one; both are empty for requeues, retries,
-	// resyncs and enqueues, Object for a list of owned or watched objects.
+	// Kind and Object name the object that changed, reconciled, owned or
+	// watched: both empty for requeues, retries, resyncs and enqueues, Object for a list.
 	Kind   string
 	Object Key
 }

@@ -228,8 +228,6 @@ func keyFrom(ctx context.Context, obj Object) Key {
 	return KeyOf(obj)
 }
 
-var _ Engager = (*Manager)(nil)
-
 // memberStates describes the members whose watches are not well, sorted.
 func (c *Cache[T]) memberStates() []string {
 	var out []string
