@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 # names, fetched from the module proxy like everything else.
 CONTROLLER_GEN := $(CURDIR)/bin/controller-gen
 
-.PHONY: test testbins check controlplane explore demo bench bench-faults bench-webhooks generate check-generated fuzz
+.PHONY: test testbins check controlplane explore demo bench bench-faults bench-webhooks generate check-generated fuzz test-skew
 
 ## test: build the control plane, vet, check that generated files are
 ## current, and run every test under -race, the integration suite against a
@@ -18,6 +18,16 @@ test:
 	$(MAKE) --jobs=3 --output-sync=target controlplane check check-generated testbins
 	$(GO) test -race -short -count=1 -timeout 25m ./...
 	$(GO) test -C hack/apicheck -count=1 ./...
+
+## test-skew: run the suites that start a real API server (internal/integration,
+## internal/production, internal/faults, ctrltest, examples) against each
+## supported Kubernetes release, 1.34 to 1.37, building each release's control
+## plane first (hack/skew.sh; README's "Supported Kubernetes versions"). Not part
+## of `make test`: it takes about an hour on 2 cores, most of it four runs of the
+## suites, plus several minutes per release whose kube-apiserver is not built yet.
+## SKEW_RELEASES="1.34" runs one.
+test-skew:
+	GO=$(GO) bash hack/skew.sh
 
 ## explore: run every plan of the searches of ctrltest.Explore over the
 ## examples, and ctrltest's own test of the search (a few minutes).
