@@ -6,42 +6,41 @@ import (
 	"strings"
 )
 
-// Reason says what queued a key: which watch saw a change, or which timer
-// or call asked for the key. The set is fixed, so it can label metrics.
-type Reason string
+// Trigger says what queued a key: a watch's change, a timer or a call. The
+// set is fixed, so it labels metrics; it is no Event's or condition's reason.
+type Trigger string
 
-// The reasons a key is queued.
+// The triggers that queue a key.
 const (
-	ReasonCreated   Reason = "created"   // the reconciled object appeared
-	ReasonUpdated   Reason = "updated"   // the reconciled object changed
-	ReasonDeleted   Reason = "deleted"   // the reconciled object is gone, or left the cache's selector
-	ReasonOwned     Reason = "owned"     // an object it controls changed ([Owns])
-	ReasonMapped    Reason = "mapped"    // a watched object mapped to it changed ([Watches])
-	ReasonListed    Reason = "listed"    // a list: the controller started, took over, or relisted
-	ReasonResync    Reason = "resync"    // ControllerOptions.ResyncPeriod passed
-	ReasonRequeue   Reason = "requeue"   // Result.RequeueAfter passed
-	ReasonRetry     Reason = "retry"     // an earlier reconcile failed
-	ReasonTriggered Reason = "triggered" // [Controller.Enqueue]
-	ReasonJoined    Reason = "joined"    // a member cluster of a watched fleet cache joined and was listed
+	TriggerCreated  Trigger = "created"  // the reconciled object appeared
+	TriggerUpdated  Trigger = "updated"  // the reconciled object changed
+	TriggerDeleted  Trigger = "deleted"  // the reconciled object is gone, or left the cache's selector
+	TriggerOwned    Trigger = "owned"    // an object it controls changed ([Owns])
+	TriggerMapped   Trigger = "mapped"   // a watched object mapped to it changed ([Watches])
+	TriggerListed   Trigger = "listed"   // a list: the controller started, took over, or relisted
+	TriggerResync   Trigger = "resync"   // ControllerOptions.ResyncPeriod passed
+	TriggerRequeue  Trigger = "requeue"  // Result.RequeueAfter passed
+	TriggerRetry    Trigger = "retry"    // an earlier reconcile failed
+	TriggerEnqueued Trigger = "enqueued" // [Controller.Enqueue]
+	TriggerJoined   Trigger = "joined"   // a member cluster of a watched fleet cache joined and was listed
 )
 
-// reasons lists every Reason, for metrics that are present at zero.
-var reasons = []Reason{ReasonCreated, ReasonUpdated, ReasonDeleted, ReasonOwned, ReasonMapped,
-	ReasonListed, ReasonResync, ReasonRequeue, ReasonRetry, ReasonTriggered, ReasonJoined}
+// reasons lists every Trigger, for metrics that are present at zero.
+var reasons = []Trigger{TriggerCreated, TriggerUpdated, TriggerDeleted, TriggerOwned, TriggerMapped,
+	TriggerListed, TriggerResync, TriggerRequeue, TriggerRetry, TriggerEnqueued, TriggerJoined}
 
-// Cause is one reason a key was queued, and the object whose change it was.
+// Cause is one trigger that queued a key, and the object whose change it was.
 type Cause struct {
-	Reason Reason
-	// Kind and Object name the object that changed, the reconciled one or
-	// an owned or watched one; both are empty for requeues, retries,
-	// resyncs and triggers, Object for a list of owned or watched objects.
+	Trigger Trigger
+	// Kind and Object name the object that changed, reconciled, owned or
+	// watched: both empty for requeues, retries, resyncs and enqueues, Object for a list.
 	Kind   string
 	Object Key
 }
 
-// String returns "reason", "reason Kind", or "reason Kind namespace/name".
+// String returns "trigger", "trigger Kind", or "trigger Kind namespace/name".
 func (c Cause) String() string {
-	s := string(c.Reason)
+	s := string(c.Trigger)
 	if c.Kind != "" {
 		s += " " + c.Kind
 	}
@@ -62,7 +61,7 @@ type Causes struct {
 	// Total counts every cause, including those not kept in First.
 	Total int
 
-	reasons uint32 // a bit per reason of every cause, kept or not
+	reasons uint32 // a bit per trigger of every cause, kept or not
 }
 
 // maxCauses bounds the causes kept per queued key.
@@ -70,7 +69,7 @@ const maxCauses = 4
 
 func (cs *Causes) add(c Cause) {
 	cs.Total++
-	if i := slices.Index(reasons, c.Reason); i >= 0 {
+	if i := slices.Index(reasons, c.Trigger); i >= 0 {
 		cs.reasons |= 1 << i
 	}
 	if len(cs.First) < maxCauses {

@@ -342,7 +342,7 @@ func (c *Controller[T]) OnDelete(fn func(ctx context.Context, obj T) error) erro
 }
 
 // Enqueue queues keys for reconciling, as if their objects had changed,
-// with cause ReasonTriggered: for triggers from outside the cluster. It is
+// with cause TriggerEnqueued: for triggers from outside the cluster. It is
 // safe for concurrent use, and [Manager.WaitIdle] counts the keys. Before
 // the controller runs (before Start, or while another replica leads) it
 // does nothing: the controller reconciles every object when it starts.
@@ -351,7 +351,7 @@ func (c *Controller[T]) Enqueue(keys ...Key) {
 		return
 	}
 	for _, k := range keys {
-		c.q.Add(k, Cause{Reason: ReasonTriggered})
+		c.q.Add(k, Cause{Trigger: TriggerEnqueued})
 	}
 	c.mgr.activity.Add(1)
 }

@@ -134,7 +134,7 @@ func (c *Controller[T]) activateLocked(reconcileCtx context.Context) {
 	// Activate first: a change dispatched from now on is queued, and one
 	// dispatched before is in the cache, so in the list below.
 	c.active.Store(true)
-	c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, Self: true})
+	c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Trigger: TriggerListed, Kind: c.cache.kind}, Self: true})
 	c.mgr.activity.Add(1)
 	c.startOnce.Do(func() {
 		for range c.opts.Workers {
@@ -157,7 +157,7 @@ func (c *Controller[T]) resync(d time.Duration) {
 		case <-t.C:
 		}
 		if c.active.Load() {
-			c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Reason: ReasonResync}})
+			c.q.AddBacklog(batch{Keys: c.cache.keys(), Cause: Cause{Trigger: TriggerResync}})
 			c.mgr.activity.Add(1)
 		}
 	}

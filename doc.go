@@ -24,7 +24,7 @@
 //   - [Cache] is a typed, indexed view of one type, fed by one shared watch.
 //   - [Client] reads from the cache and writes to the API server, typed.
 //   - [Controller] queues keys on changes and reconciles them with workers.
-//   - [Validate], [Default] and [Convert] register admission and conversion
+//   - [Validate], [Mutate] and [Convert] register admission and conversion
 //     webhooks, served by the manager over TLS.
 //   - [Machine] declares the phases an object's status moves through;
 //     [NewMachine] runs it as a controller.

@@ -221,7 +221,7 @@ func TestTerminalOnDelete(t *testing.T) {
 // TestResyncThroughBacklog checks that ResyncPeriod belongs to the
 // controller: two controllers that differ only in it share one cache, and
 // each reconciles every object again at its own period, with the cause
-// ReasonResync.
+// TriggerResync.
 func TestResyncThroughBacklog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset(configMap("ns", "a"), configMap("ns", "b"))})
@@ -233,7 +233,7 @@ func TestResyncThroughBacklog(t *testing.T) {
 				defer mu.Unlock()
 				counts[name+"/"+cm.Name]++
 				for _, c := range ctrl.RequestFrom(ctx).Causes.First {
-					counts[name+":"+string(c.Reason)]++
+					counts[name+":"+string(c.Trigger)]++
 				}
 				return ctrl.Result{}, nil
 			}
@@ -318,8 +318,8 @@ func TestCauses(t *testing.T) {
 			t.Errorf("%d causes kept, want at most 4", len(cs.First))
 		}
 		for _, c := range cs.First {
-			if c.Reason != ctrl.ReasonUpdated && c.Reason != ctrl.ReasonTriggered {
-				t.Errorf("cause %v, want updated or triggered", c)
+			if c.Trigger != ctrl.TriggerUpdated && c.Trigger != ctrl.TriggerEnqueued {
+				t.Errorf("cause %v, want updated or enqueued", c)
 			}
 		}
 	}

@@ -200,12 +200,12 @@ func ExampleController_Enqueue() {
 	}
 	// Output:
 	// reconcile default/settings: listed ConfigMap default/settings
-	// reconcile default/settings: triggered
+	// reconcile default/settings: enqueued
 }
 
 // Why is this reconcile running? The causes say which change queued the key;
 // the reconcile's log line carries them too, and the metric
-// ctrl_reconcile_causes_total counts them by reason.
+// ctrl_reconcile_causes_total counts them by trigger, in its reason label.
 func ExampleRequestFrom() {
 	clientset := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}})
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeClientset: clientset})
@@ -214,7 +214,7 @@ func ExampleRequestFrom() {
 	}
 	_, err = ctrl.NewController(mgr, "why", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		causes := ctrl.RequestFrom(ctx).Causes
-		fmt.Printf("%s: %d cause(s), first %s\n", cm.Name, causes.Total, causes.First[0].Reason)
+		fmt.Printf("%s: %d cause(s), first %s\n", cm.Name, causes.Total, causes.First[0].Trigger)
 		return ctrl.Result{}, nil
 	}, ctrl.ControllerOptions{})
 	if err != nil {

@@ -60,12 +60,12 @@ func ExampleValidate() {
 
 // A defaulting webhook: the function sets fields on the object, and ctrl
 // answers with a JSON patch of the changes.
-func ExampleDefault() {
+func ExampleMutate() {
 	mgr, err := ctrl.NewManager(ctrl.Options{FakeDynamic: newWidgetFake()})
 	if err != nil {
 		panic(err)
 	}
-	err = ctrl.Default(mgr, func(ctx context.Context, w *Widget) error {
+	err = ctrl.Mutate(mgr, func(ctx context.Context, w *Widget) error {
 		if w.Spec.Size == 0 {
 			w.Spec.Size = 1
 		}
@@ -171,7 +171,7 @@ func ExampleManager_WebhookConfigurations() {
 	if err := ctrl.Validate(mgr, ctrl.Validator[*Widget]{Create: validate}); err != nil {
 		panic(err)
 	}
-	if err := ctrl.Default(mgr, validate); err != nil {
+	if err := ctrl.Mutate(mgr, validate); err != nil {
 		panic(err)
 	}
 	err = ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil })

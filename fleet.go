@@ -34,8 +34,8 @@ type Member struct {
 	FakeDynamic   dynamic.Interface
 }
 
-// Fleet is what a [Provider] tells about member clusters; *Manager is one.
-type Fleet interface {
+// Engager is what a [Provider] tells about member clusters; *Manager is one.
+type Engager interface {
 	// Engage adds the member cluster name, or replaces its configuration.
 	Engage(name string, c Member) error
 	// Disengage removes the member cluster name, if it is a member.
@@ -47,7 +47,7 @@ type Fleet interface {
 // goes, until ctx is done. [Manager.Start] runs the provider of
 // Options.ClusterProvider; an error from Run other than ctx's stops the manager.
 type Provider interface {
-	Run(ctx context.Context, fleet Fleet) error
+	Run(ctx context.Context, e Engager) error
 }
 
 // member is an engaged member cluster.
@@ -217,8 +217,6 @@ func keyFrom(ctx context.Context, obj Object) Key {
 	}
 	return KeyOf(obj)
 }
-
-var _ Fleet = (*Manager)(nil)
 
 // memberStates describes the members whose watches are not well, sorted.
 func (c *Cache[T]) memberStates() []string {

@@ -23,7 +23,7 @@ func (c *Controller[T]) changed(ev event[T]) {
 	cause := Cause{Kind: c.cache.kind, Object: ev.key}
 	switch ev.kind {
 	case added:
-		cause.Reason = ReasonCreated
+		cause.Trigger = TriggerCreated
 	case updated:
 		held, waited := c.awaited(ev.key)
 		if ev.obj.GetDeletionTimestamp() == nil && !waited && !passes(c.updatePass, ev.old, ev.obj, c.log) {
@@ -32,12 +32,12 @@ func (c *Controller[T]) changed(ev event[T]) {
 		if held != nil {
 			c.q.Merge(ev.key, held) // the causes of the reconcile that waited
 		}
-		cause.Reason = ReasonUpdated
+		cause.Trigger = TriggerUpdated
 	default:
 		if !c.remember(ev) {
 			return
 		}
-		cause.Reason = ReasonDeleted
+		cause.Trigger = TriggerDeleted
 	}
 	c.add(ev, cause)
 	c.mgr.activity.Add(1)
@@ -52,7 +52,7 @@ func (c *Controller[T]) listed(evs []event[T]) {
 	for i, ev := range evs {
 		keys[i] = ev.key
 	}
-	c.q.AddBacklog(batch{Keys: keys, Cause: Cause{Reason: ReasonListed, Kind: c.cache.kind}, Self: true})
+	c.q.AddBacklog(batch{Keys: keys, Cause: Cause{Trigger: TriggerListed, Kind: c.cache.kind}, Self: true})
 	c.mgr.activity.Add(1)
 }
 

@@ -126,6 +126,7 @@ func (f *feed[T]) watch(ctx context.Context) {
 				toShared.Inc()
 			}
 		},
+		OnListMode: func(streaming bool) { c.mgr.metrics.SetListMode(f.labels, streaming) },
 		Inline:     f.inliner(),
 		LastEvent:  func() time.Time { return time.Unix(0, f.lastEvent.Load()) },
 		Resume:     f.resume,
@@ -236,6 +237,7 @@ func (f *feed[T]) forgetMetrics() {
 	ms.WatchConnected.DeleteLabelValues(f.labels...)
 	ms.Blind.DeleteLabelValues(f.labels...)
 	ms.Relists.DeleteLabelValues(f.labels...)
+	ms.ForgetListMode(f.labels)
 	for _, conn := range []string{"own", "shared"} {
 		ms.WatchMoves.DeleteLabelValues(append(slices.Clone(f.labels), conn)...)
 	}

@@ -114,7 +114,7 @@ type Options struct {
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
-	// WebhookAddress serves the webhooks ([Validate], [Default], [Convert])
+	// WebhookAddress serves the webhooks ([Validate], [Mutate], [Convert])
 	// over TLS as Options.TLS says, such as ":9443", and adds a TLS handshake
 	// check to /readyz. Start fails if webhooks are registered and neither
 	// this nor [Manager.WebhookHandler] serves them. Connection limits and

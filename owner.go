@@ -116,13 +116,13 @@ func (h *ownerHandler[O]) owner(key Key, obj O) (Key, bool) {
 
 func (h *ownerHandler[O]) changed(ev event[O]) {
 	if ev.kind == joined {
-		h.to.enqueueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		h.to.enqueueAll(Cause{Trigger: TriggerJoined, Object: ev.key})
 		return
 	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
 		return // out of reach, or filtered
 	}
-	cause := Cause{Reason: ReasonOwned, Kind: h.srcKind, Object: ev.key}
+	cause := Cause{Trigger: TriggerOwned, Kind: h.srcKind, Object: ev.key}
 	k, ok := h.owner(ev.key, ev.obj)
 	if ok {
 		h.to.enqueue(k, cause)
@@ -141,7 +141,7 @@ func (h *ownerHandler[O]) listed(evs []event[O]) {
 			keys = append(keys, k)
 		}
 	}
-	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+	h.to.enqueueListed(keys, Cause{Trigger: TriggerListed, Kind: h.srcKind})
 }
 
 // SetControllerReference adds to obj an ownerReference to owner with

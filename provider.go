@@ -41,15 +41,15 @@ type KubeconfigOptions struct {
 
 type kubeconfigDir struct{ dir *provider.Dir }
 
-func (p kubeconfigDir) Run(ctx context.Context, fleet Fleet) error {
-	return p.dir.Run(ctx, configFleet{fleet})
+func (p kubeconfigDir) Run(ctx context.Context, e Engager) error {
+	return p.dir.Run(ctx, configEngager{e})
 }
 
-// configFleet engages members reached by their rest.Config.
-type configFleet struct{ Fleet }
+// configEngager engages members reached by their rest.Config.
+type configEngager struct{ Engager }
 
-func (f configFleet) Engage(name string, cfg *rest.Config) error {
-	return f.Fleet.Engage(name, Member{Config: cfg})
+func (e configEngager) Engage(name string, cfg *rest.Config) error {
+	return e.Engager.Engage(name, Member{Config: cfg})
 }
 
 // KubeconfigSecrets returns a [Provider] of the member clusters whose
@@ -70,16 +70,16 @@ type kubeconfigSecrets struct {
 	namespace string
 	selector  labels.Selector
 	trusted   bool
-	fleet     Fleet
+	members   Engager
 	log       logr.Logger
 }
 
-func (p *kubeconfigSecrets) Run(ctx context.Context, fleet Fleet) error {
-	m, ok := fleet.(*Manager)
+func (p *kubeconfigSecrets) Run(ctx context.Context, e Engager) error {
+	m, ok := e.(*Manager)
 	if !ok {
-		return fmt.Errorf("KubeconfigSecrets: its fleet must be a *ctrl.Manager, got %T", fleet)
+		return fmt.Errorf("KubeconfigSecrets: its Engager must be a *ctrl.Manager, got %T", e)
 	}
-	p.fleet = m
+	p.members = m
 	p.log = logr.FromContextOrDiscard(ctx).WithValues("provider", "kubeconfig Secrets", "namespace", p.namespace)
 	c, err := makeCache(m, CacheOptions{Namespaces: []string{p.namespace}, LabelSelector: p.selector}, use[*corev1.Secret]{handler: p, pin: true})
 	if err != nil {
@@ -98,11 +98,11 @@ func (p *kubeconfigSecrets) changed(ev event[*corev1.Secret]) {
 		if ev.kind == updated && string(ev.old.Data[provider.SecretKey]) == string(ev.obj.Data[provider.SecretKey]) {
 			return
 		}
-		if err := provider.EngageSecret(configFleet{p.fleet}, ev.obj.Namespace, ev.obj.Name, ev.obj.Data, p.trusted); err != nil {
+		if err := provider.EngageSecret(configEngager{p.members}, ev.obj.Namespace, ev.obj.Name, ev.obj.Data, p.trusted); err != nil {
 			p.log.Error(err, "skipping a kubeconfig Secret", "secret", ev.key)
 		}
 	case deleted, left, vanished, forgotten:
-		p.fleet.Disengage(ev.obj.Name)
+		p.members.Disengage(ev.obj.Name)
 	}
 }
 

@@ -36,6 +36,6 @@ func newQueue(name string, workers int, members func() int, limiter RateLimiter,
 		Merge:   (*Causes).merge,
 		Count:   func(cs *Causes) int { return cs.Total },
 		Self:    func(c Cause, k Key) Cause { c.Object = k; return c },
-		Retry:   Cause{Reason: ReasonRetry},
+		Retry:   Cause{Trigger: TriggerRetry},
 	})
 }

@@ -63,7 +63,7 @@ func (h *mapHandler[O]) mapped(key Key, obj O) (keys []Key) {
 
 func (h *mapHandler[O]) changed(ev event[O]) {
 	if ev.kind == joined {
-		h.to.enqueueAll(Cause{Reason: ReasonJoined, Object: ev.key})
+		h.to.enqueueAll(Cause{Trigger: TriggerJoined, Object: ev.key})
 		return
 	}
 	if ev.kind == forgotten || ev.kind == updated && !passes(h.filters, ev.old, ev.obj, h.log) {
@@ -74,7 +74,7 @@ func (h *mapHandler[O]) changed(ev event[O]) {
 		// The old object's keys too, each once: they may have lost a dependency.
 		keys = union(h.mapped(ev.key, ev.old), keys)
 	}
-	cause := Cause{Reason: ReasonMapped, Kind: h.srcKind, Object: ev.key}
+	cause := Cause{Trigger: TriggerMapped, Kind: h.srcKind, Object: ev.key}
 	for _, k := range keys {
 		h.to.enqueue(k, cause)
 	}
@@ -97,7 +97,7 @@ func (h *mapHandler[O]) listed(evs []event[O]) {
 	for _, ev := range evs {
 		keys = append(keys, h.mapped(ev.key, ev.obj)...)
 	}
-	h.to.enqueueListed(keys, Cause{Reason: ReasonListed, Kind: h.srcKind})
+	h.to.enqueueListed(keys, Cause{Trigger: TriggerListed, Kind: h.srcKind})
 }
 
 func (h *mapHandler[O]) user() string { return h.to.name() }

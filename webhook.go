@@ -47,7 +47,7 @@ func Validate[T Object](m *Manager, v Validator[T], opts ...WebhookOptions) erro
 type WebhookOptions struct {
 	// Path is the URL path of the webhook. Default:
 	// /validate-<group with dashes>-<version>-<kind> for [Validate],
-	// /mutate-... for [Default], as kubebuilder names them.
+	// /mutate-... for [Mutate], as kubebuilder names them.
 	Path string
 	// Name is the webhook's name in its configuration: a DNS subdomain of at
 	// least three segments, such as "vwidget.kb.io", unique in it. Default:
@@ -55,15 +55,15 @@ type WebhookOptions struct {
 	Name string
 }
 
-// Default registers f as the defaulting (mutating) webhook of T, called on
-// creates and updates to change the object in place; the API server gets a
-// JSON patch, which leaves fields T does not know alone. Errors deny as for
-// a [Validator]. It returns errors as [Validate] does.
-func Default[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
+// Mutate registers f as the mutating webhook of T, called on creates and
+// updates to change the object in place, as to set defaults; the API server
+// gets a JSON patch, which leaves fields T does not know alone. Errors deny
+// as for a [Validator]. It returns errors as [Validate] does.
+func Mutate[T Object](m *Manager, f func(ctx context.Context, obj T) error, opts ...WebhookOptions) error {
 	if f == nil {
-		return fmt.Errorf("ctrl: Default %T: the function is nil", *new(T))
+		return fmt.Errorf("ctrl: Mutate %T: the function is nil", *new(T))
 	}
-	return addAdmission(m, "Default", &webhook.Admission[T]{Default: f}, opts)
+	return addAdmission(m, "Mutate", &webhook.Admission[T]{Default: f}, opts)
 }
 
 func addAdmission[T Object](m *Manager, verb string, a *webhook.Admission[T], opts []WebhookOptions) error {
@@ -104,7 +104,7 @@ func Convert[A, B Object](m *Manager, toB func(ctx context.Context, src A, dst B
 }
 
 // AdmissionWarning adds msg to the warnings of the admission request of ctx
-// (kubectl prints them), from a [Validator] or [Default] function;
+// (kubectl prints them), from a [Validator] or [Mutate] function;
 // elsewhere it logs msg to ctx's logger at V(1).
 func AdmissionWarning(ctx context.Context, msg string) {
 	if !webhook.Warn(ctx, msg) {
@@ -201,7 +201,7 @@ type WebhookTarget struct {
 type WebhookConfigurations struct {
 	// Validating has a webhook per [Validate]d type, or is nil.
 	Validating *admissionregistrationv1.ValidatingWebhookConfiguration
-	// Mutating has a webhook per [Default]ed type, or is nil.
+	// Mutating has a webhook per [Mutate]d type, or is nil.
 	Mutating *admissionregistrationv1.MutatingWebhookConfiguration
 	// Conversions holds, by CRD name ("widgets.example.com"), the
 	// spec.conversion of each resource with [Convert]ed versions.

@@ -30,7 +30,7 @@ func TestWebhookWiringErrors(t *testing.T) {
 	ok := func(context.Context, *Widget) error { return nil }
 	secretOK := func(context.Context, *corev1.Secret) error { return nil }
 	must(t, ctrl.Validate(mgr, ctrl.Validator[*Widget]{Create: ok}))
-	must(t, ctrl.Default(mgr, ok))
+	must(t, ctrl.Mutate(mgr, ok))
 	must(t, ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }))
 	tests := []struct {
 		name string
@@ -43,8 +43,8 @@ func TestWebhookWiringErrors(t *testing.T) {
 			"ctrl: Validate: a validating webhook for *ctrl_test.Widget (widgets.example.com/v1) is already registered at /validate-example-com-v1-widget"},
 		{"no function", ctrl.Validate(mgr, ctrl.Validator[*corev1.ConfigMap]{}),
 			"ctrl: Validate: validating webhook for *v1.ConfigMap (configmaps): set Create, Update or Delete"},
-		{"second defaulter", ctrl.Default(mgr, ok), "ctrl: Default: a mutating webhook for *ctrl_test.Widget"},
-		{"nil defaulter", ctrl.Default[*corev1.ConfigMap](mgr, nil), "ctrl: Default *v1.ConfigMap: the function is nil"},
+		{"second defaulter", ctrl.Mutate(mgr, ok), "ctrl: Mutate: a mutating webhook for *ctrl_test.Widget"},
+		{"nil defaulter", ctrl.Mutate[*corev1.ConfigMap](mgr, nil), "ctrl: Mutate *v1.ConfigMap: the function is nil"},
 		{"second conversion", ctrl.Convert(mgr, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }),
 			"already registered"},
 		{"conversion of a built-in type", ctrl.Convert(mgr, func(context.Context, *corev1.ConfigMap, *Widget) error { return nil }, func(context.Context, *Widget, *corev1.ConfigMap) error { return nil }),
@@ -75,7 +75,7 @@ func TestWebhookWiringErrors(t *testing.T) {
 	waitIdle(t, mgr)
 	for name, err := range map[string]error{
 		"Validate": ctrl.Validate(mgr, ctrl.Validator[*corev1.ConfigMap]{Create: func(context.Context, *corev1.ConfigMap) error { return nil }}),
-		"Default":  ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }),
+		"Mutate":   ctrl.Mutate(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }),
 		"Convert":  ctrl.Convert(mgr, func(context.Context, *WidgetV1alpha1, *Widget) error { return nil }, func(context.Context, *Widget, *WidgetV1alpha1) error { return nil }),
 	} {
 		if !errors.Is(err, ctrl.ErrStarted) {
@@ -217,7 +217,7 @@ func TestWebhookConfigurations(t *testing.T) {
 		Create: func(context.Context, *Widget) error { return nil },
 		Update: func(context.Context, *Widget, *Widget) error { return nil },
 	}))
-	must(t, ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }))
+	must(t, ctrl.Mutate(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }))
 
 	if _, err := mgr.WebhookConfigurations("x", ctrl.WebhookTarget{}); err == nil {
 		t.Error("no target: got nil error")
@@ -287,7 +287,7 @@ func TestWebhooksNeedAServer(t *testing.T) {
 	validator := ctrl.Validator[*corev1.ConfigMap]{Create: func(context.Context, *corev1.ConfigMap) error { return nil }}
 	mgr := newManager(t, ctrl.Options{FakeClientset: fake.NewClientset()})
 	must(t, ctrl.Validate(mgr, validator))
-	must(t, ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Path: "/default-cm"}))
+	must(t, ctrl.Mutate(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Path: "/default-cm"}))
 	err := mgr.Start(context.Background())
 	want := `ctrl: Start: webhooks are registered (/default-cm, /validate--v1-configmap) but nothing serves them: set Options.WebhookAddress, such as ":9443", or serve Manager.WebhookHandler yourself`
 	if err == nil || err.Error() != want {
@@ -309,7 +309,7 @@ func TestWebhookOptions(t *testing.T) {
 	must(t, ctrl.Validate(mgr, ctrl.Validator[*corev1.ConfigMap]{
 		Create: func(context.Context, *corev1.ConfigMap) error { return errors.New("no") },
 	}, ctrl.WebhookOptions{Path: "/validate-v1-configmap", Name: "vconfigmap.kb.io"}))
-	must(t, ctrl.Default(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Name: "mconfigmap.kb.io"}))
+	must(t, ctrl.Mutate(mgr, func(context.Context, *corev1.ConfigMap) error { return nil }, ctrl.WebhookOptions{Name: "mconfigmap.kb.io"}))
 	configs, err := mgr.WebhookConfigurations("hooks", ctrl.WebhookTarget{URL: "https://127.0.0.1:9443"})
 	must(t, err)
 	v, m := configs.Validating.Webhooks[0], configs.Mutating.Webhooks[0]

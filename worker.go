@@ -155,7 +155,7 @@ func (c *Controller[T]) process(ctx context.Context, key Key, item queued, y wat
 		c.metrics.RequeueAfter.Inc()
 		c.q.Forget(key)
 		c.failures.Done(key)
-		c.q.AddAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), Cause{Reason: ReasonRequeue})
+		c.q.AddAfter(key, jitter(res.RequeueAfter, c.opts.RequeueJitter), Cause{Trigger: TriggerRequeue})
 	default:
 		c.metrics.Success.Inc()
 		c.q.Forget(key)

@@ -70,7 +70,7 @@ func SetupWebhooks(mgr *ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	return ctrl.Default(mgr, func(ctx context.Context, w *Widget) error {
+	return ctrl.Mutate(mgr, func(ctx context.Context, w *Widget) error {
 		if w.Spec.Message == "" {
 			w.Spec.Message = "hello"
 			logr.FromContextOrDiscard(ctx).Info("defaulted the message", "widget", w.Name, "message", w.Spec.Message)

@@ -205,7 +205,7 @@ func TestRelistLiveFirst(t *testing.T) {
 		mu      sync.Mutex
 		after   bool // the partition healed
 		order   []string
-		reasons = map[ctrl.Reason]int{}
+		reasons = map[ctrl.Trigger]int{}
 		entered = make(chan struct{})
 		release = make(chan struct{})
 	)
@@ -217,7 +217,7 @@ func TestRelistLiveFirst(t *testing.T) {
 		}
 		order = append(order, cm.Name)
 		for _, c := range ctrl.RequestFrom(ctx).Causes.First {
-			reasons[c.Reason]++
+			reasons[c.Trigger]++
 		}
 		first := len(order) == 1
 		mu.Unlock()

@@ -151,7 +151,7 @@ func TestAdmissionWebhooks(t *testing.T) {
 			return nil
 		},
 	}))
-	must(t, ctrl.Default(mgr, func(ctx context.Context, w *Widget) error {
+	must(t, ctrl.Mutate(mgr, func(ctx context.Context, w *Widget) error {
 		if w.Spec.Size == 0 {
 			w.Spec.Size = 1
 			metav1.SetMetaDataLabel(&w.ObjectMeta, "example.com/defaulted", "true")

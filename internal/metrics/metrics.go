@@ -49,6 +49,7 @@ type Set struct {
 	WatchMoves      *prometheus.CounterVec
 	Blind           *prometheus.HistogramVec
 	WaitingForCRD   *prometheus.GaugeVec
+	listMode        *prometheus.GaugeVec
 }
 
 // New registers a manager's metrics with reg. Collectors already there
@@ -188,6 +189,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Help:    "How long the cache went without a working list or watch, per outage.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
 		}, cacheLabels),
+		listMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ctrl_cache_list_mode",
+			Help: "How the cache lists: mode \"streaming\" (a watch that sends the objects first, where the API server allows it) or \"paged\" (a list in pages), 1 for the mode of its last list.",
+		}, append(slices.Clone(cacheLabels), "mode")),
 		WaitingForCRD: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ctrl_cache_waiting_for_crd",
 			Help: "Whether an optional kind waits for its CustomResourceDefinition (1) or is served (0), by resource: the CRD's name.",
@@ -202,7 +207,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		&m.reconcileTotal, &m.reconcileErrors, &m.terminalErrors, &m.reconcilePanics, &m.reconcileTime,
 		&m.maxConcurrent, &m.activeWorkers, &m.depth, &m.adds, &m.latency, &m.workDuration, &m.unfinished,
 		&m.longestRunning, &m.retries, &m.causes, &m.waiting, &m.released, &m.recoveryWait,
-		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.WatchMoves, &m.Blind,
+		&m.LeaderStatus, &m.ShardObjects, &m.ShardShare, &m.ShardMembers, &m.ShardMode, &m.ShardHandovers, &m.ShardLabels, &m.WatchConnected, &m.Relists, &m.WatchMoves, &m.Blind, &m.listMode,
 		&m.timeouts, &m.sharedChanges, &m.WaitingForCRD,
 	} {
 		switch c := c.(type) {
@@ -280,6 +285,27 @@ func (m *Set) Controller(name string, workers int, reasons []string) Controller 
 		WaitAfterRecovery: m.recoveryWait.WithLabelValues(name),
 		Timeouts:          m.timeouts.WithLabelValues(name),
 		SharedChanges:     m.sharedChanges.WithLabelValues(name),
+	}
+}
+
+// SetListMode records how the cache of the labels cacheLabels names made its
+// last list: streaming or in pages.
+func (m *Set) SetListMode(labels []string, streaming bool) {
+	set := func(mode string, on bool) {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		m.listMode.WithLabelValues(append(slices.Clone(labels), mode)...).Set(v)
+	}
+	set("streaming", streaming)
+	set("paged", !streaming)
+}
+
+// ForgetListMode deletes the list mode series of a cache's feed that stopped.
+func (m *Set) ForgetListMode(labels []string) {
+	for _, mode := range []string{"streaming", "paged"} {
+		m.listMode.DeleteLabelValues(append(slices.Clone(labels), mode)...)
 	}
 }
 

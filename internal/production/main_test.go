@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/typedctrl/ctrl/ctrltest"
@@ -37,16 +39,22 @@ func TestMain(m *testing.M) {
 
 // gated is a second control plane, started by the first test that needs
 // it, whose API server selects lists and watches by hash
-// (ShardedListAndWatch, alpha in Kubernetes 1.37).
+// (ShardedListAndWatch, alpha since Kubernetes 1.36).
 var gated struct {
 	once sync.Once
 	env  *ctrltest.Env
 	err  error
 }
 
-// gatedEnv returns the control plane with ShardedListAndWatch on.
-func gatedEnv(t *testing.T) *ctrltest.Env {
+// gatedEnv returns the control plane with ShardedListAndWatch on, and
+// true; or, where the API server's release has no such feature (before
+// 1.36: `make test-skew`), the default one, where rings fall back to
+// label mode, and false.
+func gatedEnv(t *testing.T) (*ctrltest.Env, bool) {
 	t.Helper()
+	if serverMinor(t, env) < 36 {
+		return env, false
+	}
 	gated.once.Do(func() {
 		gated.env, gated.err = ctrltest.New(ctrltest.Options{GenerateCRDs: true,
 			APIServerFlags: []string{"--feature-gates=ShardedListAndWatch=true"}})
@@ -54,7 +62,21 @@ func gatedEnv(t *testing.T) *ctrltest.Env {
 	if gated.err != nil {
 		t.Fatal(gated.err)
 	}
-	return gated.env
+	return gated.env, true
+}
+
+// serverMinor returns the minor version of e's API server.
+func serverMinor(t *testing.T, e *ctrltest.Env) int {
+	t.Helper()
+	info, err := discovery.NewDiscoveryClientForConfigOrDie(e.Config()).ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := version.ParseGeneric(info.GitVersion)
+	if err != nil {
+		t.Fatalf("the API server's version: %v", err)
+	}
+	return int(v.Minor())
 }
 
 // namespace creates a namespace for one test.

@@ -886,17 +886,24 @@ func TestShardingControllersOfOneType(t *testing.T) {
 // TestShardingServer: a ring where the API server selects by hash. Sharding
 // writes nothing to the objects; reconciles, finalizers and OnDelete of
 // an object never overlap between replicas; every move runs no cleanup,
-// and every deletion runs it once.
+// and every deletion runs it once. On a release without the feature
+// (before 1.36) the ring finds that the server does not select by hash
+// and falls back to label mode: each object labeled once.
 func TestShardingServer(t *testing.T) {
-	e := gatedEnv(t)
-	rec, children, ns := testDeaths(t, e, false, "stamp,finalizer", 600)
-	if !strings.HasPrefix(mustLease(t, e, ns, "r2").Annotations[shard.ModeAnnotation], "server") {
-		t.Fatalf("the ring runs in mode %q, want server", mustLease(t, e, ns, "r2").Annotations[shard.ModeAnnotation])
+	e, gated := gatedEnv(t)
+	const n = 600
+	rec, children, ns := testDeaths(t, e, !gated, "stamp,finalizer", n)
+	mode, labeled := "server", 0
+	if !gated {
+		mode, labeled = "labels", n
 	}
-	if n := len(rec.labelWrites()); n != 0 {
-		t.Errorf("%d objects got a shard label, want none", n)
+	if got := mustLease(t, e, ns, "r2").Annotations[shard.ModeAnnotation]; !strings.HasPrefix(got, mode) {
+		t.Fatalf("the ring runs in mode %q, want %s", got, mode)
 	}
-	testCleanup(t, e, ns, children, 600)
+	if got := len(rec.labelWrites()); got != labeled {
+		t.Errorf("%d objects got a shard label, want %d", got, labeled)
+	}
+	testCleanup(t, e, ns, children, n)
 }
 
 func mustLease(t *testing.T, e *ctrltest.Env, ns, id string) *coordinationv1.Lease {
@@ -1024,9 +1031,15 @@ func TestShardingPausedReplica(t *testing.T) {
 // Owns made, and in a cache made Sharded (as for Watches); the other
 // replicas' caches do not hold the namespace. The replicas' shares of all
 // the cluster's namespaces differ by one namespace at most. A replica that
-// stops cleanly hands its namespaces over at once.
+// stops cleanly hands its namespaces over at once. Before 1.36 the server
+// cannot select: the ring runs in label mode, where the ConfigMaps are
+// split as well and the Secrets, related objects, are whole everywhere.
 func TestShardingByNamespace(t *testing.T) {
-	e := gatedEnv(t)
+	e, gated := gatedEnv(t)
+	mode := "server"
+	if !gated { // before 1.36: the ring falls back to label mode
+		mode = "labels"
+	}
 	cs := kubernetes.NewForConfigOrDie(e.Config())
 	leaseNS := namespaceIn(t, e.Config())
 	const perNS = 10
@@ -1119,10 +1132,13 @@ func TestShardingByNamespace(t *testing.T) {
 					m.mu.Lock()
 					seen := m.seen[ns]
 					m.mu.Unlock()
+					// In label mode (before 1.36) the Secrets are whole on
+					// every replica: only where the server selects are
+					// related caches split by namespace.
 					switch {
-					case n == perNS && secrets == perNS && err == nil && seen == perNS:
+					case n == perNS && seen == perNS && (!gated || secrets == perNS && err == nil):
 						owners++
-					case n != 0 || secrets != 0 || err == nil:
+					case n != 0 || gated && (secrets != 0 || err == nil):
 						why = fmt.Sprintf("%s: %s holds %d ConfigMaps and %d Secrets, a reconcile listed %d, its client's list: %v", ns, id, n, secrets, seen, err)
 						return false
 					}
@@ -1173,12 +1189,12 @@ func TestShardingByNamespace(t *testing.T) {
 	fair("a", "b", "c")
 	for _, id := range []string{"a", "b", "c"} {
 		share := gauge(t, members[id].mgr.Registry(), `ctrl_shard_share{ring="byns"}`)
-		mode := gauge(t, members[id].mgr.Registry(), `ctrl_shard_mode{mode="server",ring="byns"}`)
-		t.Logf("%s serves %.3f of the space, mode server %v", id, share, mode)
-		if mode != 1 {
-			t.Errorf("%s: ctrl_shard_mode{mode=server} = %v, want 1", id, mode)
+		inMode := gauge(t, members[id].mgr.Registry(), `ctrl_shard_mode{mode="`+mode+`",ring="byns"}`)
+		t.Logf("%s serves %.3f of the space, mode %s %v", id, share, mode, inMode)
+		if inMode != 1 {
+			t.Errorf("%s: ctrl_shard_mode{mode=%s} = %v, want 1", id, mode, inMode)
 		}
-		if body := scrape(t, "http://"+members[id].mgr.Addresses().Health+"/readyz"); !strings.Contains(body, "ring byns: mode server, serving") {
+		if body := scrape(t, "http://"+members[id].mgr.Addresses().Health+"/readyz"); !strings.Contains(body, "ring byns: mode "+mode+", serving") {
 			t.Errorf("%s: /readyz says %q, want a line naming the ring's mode", id, body)
 		}
 	}

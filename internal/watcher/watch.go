@@ -49,6 +49,9 @@ type reflector struct {
 	// report is told of each error that ends a watch: one of its stream,
 	// or an event of the wrong type.
 	report func(error)
+	// listMode is told how each list was made, and the error of a
+	// streamed list the server refused.
+	listMode func(streaming bool, refused error)
 
 	useWatchList  bool
 	quiet         time.Duration  // > 0: busy watches read from a connection of their own (conn.go)
@@ -195,11 +198,17 @@ func (r *reflector) wait(ctx context.Context) bool {
 // could not list.
 func (r *reflector) listAndWatch(ctx context.Context) error {
 	var w events
+	var refused error
 	if r.useWatchList {
 		var err error
 		w, err = r.watchList(ctx)
 		if w == nil && err == nil {
 			return nil // stopped
+		}
+		if noStreaming(err) {
+			// The server does not stream lists (its WatchList feature is
+			// off): asking on every relist would only fail again.
+			r.useWatchList, refused = false, err
 		}
 		if err != nil {
 			r.log.V(4).Info("cannot stream the initial list; listing instead", "err", err.Error())
@@ -211,7 +220,21 @@ func (r *reflector) listAndWatch(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.listMode != nil {
+		r.listMode(w != nil, refused)
+	}
 	return r.watch(ctx, w)
+}
+
+// noStreaming reports whether err is an API server's refusal of a streamed
+// list: 422 Invalid naming sendInitialEvents, where its WatchList feature
+// is off. It is an answer, not an outage.
+func noStreaming(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(st.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "sendInitialEvents" })
 }
 
 // retriable reports whether a watch that could not start is retried

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -224,5 +226,80 @@ func TestReflectorFallsBackToList(t *testing.T) {
 	defer mu.Unlock()
 	if want := []string{`rv="" initial=true`, `rv="7" initial=false`}; len(watches) < 2 || !slices.Equal(watches[:2], want) {
 		t.Errorf("watches %v, want %v first", watches, want)
+	}
+}
+
+// TestReflectorServerRefusesStreaming checks a server whose WatchList
+// feature is off, which answers a streamed list with 422 Invalid naming
+// sendInitialEvents: the reflector says so in one log line, lists in
+// pages, reports that mode after each list, and never asks to stream
+// again, not after a 410 either; the refusal is an answer, not an outage
+// nor an error of the watch.
+func TestReflectorServerRefusesStreaming(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	var requests []string
+	var first *watch.FakeWatcher
+	store := &recorder{}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			requests = append(requests, fmt.Sprintf("list rv=%q", opts.ResourceVersion))
+			rv := fmt.Sprint(7 + len(requests))
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: []corev1.ConfigMap{*cm("a", "5")}}, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			requests = append(requests, fmt.Sprintf("watch rv=%q initial=%v", opts.ResourceVersion, opts.SendInitialEvents != nil))
+			if opts.SendInitialEvents != nil { // as kube-apiserver's ValidateListOptions answers
+				return nil, apierrors.NewInvalid(schema.GroupKind{Group: "meta.k8s.io", Kind: "ListOptions"}, "", field.ErrorList{
+					field.Forbidden(field.NewPath("sendInitialEvents"), "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")})
+			}
+			w := watch.NewFakeWithChanSize(10, false)
+			if first == nil {
+				first = w
+				w.Error(&apierrors.NewGone("too old resource version").ErrStatus) // the watch cannot resume: relist
+			} else {
+				w.Modify(cm("a", "9"))
+			}
+			return w, nil
+		},
+	}
+	var log lines
+	var modes []bool
+	var errs []error
+	var connected []bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{Name: "configmaps", ListerWatch: lw, Store: store, Logger: log.logger(),
+			OnListMode:  func(streaming bool) { mu.Lock(); modes = append(modes, streaming); mu.Unlock() },
+			OnError:     func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+			OnConnected: func(ok bool, _ time.Duration) { mu.Lock(); connected = append(connected, ok); mu.Unlock() },
+		})
+	}()
+	waitFor(t, "the second watch's event", func() bool { return slices.Contains(store.all(), "update a@9") })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{`watch rv="" initial=true`, `list rv="0"`, `watch rv="9" initial=false`, `list rv="9"`, `watch rv="11" initial=false`}
+	if len(requests) < len(want) || !slices.Equal(requests[:len(want)], want) {
+		t.Errorf("requests %q, want %q first", requests, want)
+	}
+	if !slices.Equal(modes, []bool{false, false}) {
+		t.Errorf("list modes %v, want [false false]: paged, after each of the two lists", modes)
+	}
+	if len(errs) > 0 {
+		t.Errorf("OnError got %v, want nothing: a refused stream is an answer", errs)
+	}
+	if !slices.Equal(connected, []bool{true}) {
+		t.Errorf("OnConnected got %v, want [true]: no outage", connected)
+	}
+	if n := log.count("the API server does not stream lists; listing in pages"); n != 1 {
+		t.Errorf("%d log lines say the server does not stream lists, want 1:\n%s", n, strings.Join(log.all, "\n"))
 	}
 }

@@ -73,6 +73,12 @@ type Config struct {
 	// connection: own true when it moved to a connection of its own
 	// (busy), false when it moved back to the shared one (quiet).
 	OnMove func(own bool)
+	// OnListMode, if set, is called after each list with how it was made:
+	// streaming (a watch that sends the objects first, client-go's
+	// WatchList) or in pages, where the client or the API server does not
+	// stream. A server that refuses a streamed list is logged once, and
+	// listed in pages from then on.
+	OnListMode func(streaming bool)
 	// Resume is set for a store that already holds objects: its first
 	// list is not older than ResumeFrom, or, with ResumeFrom empty, a
 	// consistent read. A fresh reflector lists at "0", which a lagging
@@ -148,6 +154,14 @@ func Run(ctx context.Context, cfg Config) {
 	// The reflector's own logging is detail: demote it one level.
 	r := newReflector(cfg.Name, lw, cfg.Store, cfg.Logger.V(1).WithName(cfg.Name), Backoff, cfg.OwnConnection)
 	r.onMove = cfg.OnMove
+	r.listMode = func(streaming bool, refused error) {
+		if refused != nil {
+			cfg.Logger.Info("the API server does not stream lists; listing in pages", "err", refused.Error())
+		}
+		if cfg.OnListMode != nil {
+			cfg.OnListMode(streaming)
+		}
+	}
 	r.types, r.gvk = cfg.Types, cfg.GVK
 	r.report = func(err error) {
 		if cfg.OnError != nil && !lw.reported(err) {
@@ -294,7 +308,11 @@ func (t *tracking) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 		}
 	}
 	w, err := cache.ToWatcherWithContext(t.ListerWatcher).WatchWithContext(withStreamReporter(ctx, t.streamFailed), opts)
-	t.record(ctx, err)
+	if noStreaming(err) {
+		t.record(ctx, nil) // the server answered; the reflector lists instead
+	} else {
+		t.record(ctx, err)
+	}
 	return w, err
 }
 

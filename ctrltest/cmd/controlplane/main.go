@@ -27,6 +27,10 @@
 //	-module dir  build from the tools module in dir, writing it there first
 //	             if dir has no go.mod; always builds. ctrl's own
 //	             `make controlplane` builds hack/controlplane this way.
+//	-release v   build Kubernetes release v (v1.X.Y) instead of the one that
+//	             matches k8s.io/client-go, to test against the older API
+//	             servers your users run; ctrl's `make test-skew` builds
+//	             hack/controlplane-1.X this way.
 package main
 
 import (
@@ -41,25 +45,27 @@ import (
 func main() {
 	out := flag.String("o", "", "install the binaries into `dir` (default: $"+binaries.BinDirEnv+", else the user cache directory)")
 	module := flag.String("module", "", "build from the tools module in `dir`, written there first if it has no go.mod")
+	release := flag.String("release", "", "build Kubernetes `v1.X.Y` (default: the release of the module's k8s.io/client-go)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*out, *module); err != nil {
+	if err := run(*out, *module, *release); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, module string) error {
+func run(out, module, kube string) error {
 	if out == "" {
 		out = os.Getenv(binaries.BinDirEnv)
 	}
 	_, err := os.Stat(filepath.Join(module, "go.mod"))
 	generate := module == "" || os.IsNotExist(err)
-	var kube string // the release of the current module's k8s.io/client-go
-	if out == "" || generate {
+	// kube is the release to build: -release, else the release of the
+	// current module's k8s.io/client-go.
+	if kube == "" && (out == "" || generate) {
 		if kube, err = currentRelease(); err != nil {
 			return err
 		}
