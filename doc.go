@@ -35,8 +35,9 @@
 // is in README.md#why-it-works-this-way.
 //
 //   - Typed: a wiring mistake (unknown type, unregistered custom resource,
-//     a scope or status subresource discovery contradicts) is an error
-//     when wiring, naming the Go type.
+//     a scope or status subresource its CRD or discovery contradicts) is an
+//     error when wiring, naming the Go type. Wiring asks the API server
+//     only about custom resources registered with neither CRD nor scope.
 //   - Stingy: a key is never reconciled twice at once, nor more than
 //     ControllerOptions.Workers keys at once (an idle controller's
 //     reconcile on the goroutine that read its event counts as one); a key

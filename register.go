@@ -1,20 +1,24 @@
 package ctrl
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/crd"
 )
 
 // APIResource says where the API server serves a type (group, version,
 // plural resource, kind) and what tests cannot discover (scope, status
 // subresource): for [Register], CacheOptions.Resource and
-// ClientOptions.Resource. With Options.Config, unset scope and status are
-// learned from discovery; a set value the server contradicts is an error
-// naming the field and the answer. Fakes and fleet members have no discovery.
+// ClientOptions.Resource. With CRD, the manifest says it all and wiring
+// needs no API server. Otherwise, with Options.Config, unset scope and
+// status are learned from discovery when the type is first wired; a set
+// value the server contradicts is an error naming the field and the
+// answer. Fakes and fleet members have no discovery.
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
@@ -31,25 +35,58 @@ type APIResource struct {
 	// from discovery; without it, whether the Go type has a status field
 	// (always for unstructured).
 	Status bool
+	// CRD is the type's CustomResourceDefinition manifest, YAML or JSON as
+	// controller-gen writes it: Group, Resource, Kind, the scope and the
+	// status subresource of Version (default: its only served version) come
+	// from it, and a field set beside it that it contradicts is an error.
+	// ctrltest.Manifests writes it out. Default: none.
+	CRD []byte
 }
 
-func (r APIResource) info(t reflect.Type) binding.Info {
-	return binding.Info{
+// info returns what r says of the type t, or nil if r is the zero value.
+func (r APIResource) info(t reflect.Type) (*binding.Info, error) {
+	if r.Group == "" && r.Version == "" && r.Resource == "" && r.Kind == "" && !r.Namespaced && !r.ClusterScoped && !r.Status && r.CRD == nil {
+		return nil, nil
+	}
+	gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
+	if r.Namespaced && r.ClusterScoped {
+		return nil, fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", gr)
+	}
+	i := &binding.Info{
 		Type:          t,
-		GVR:           schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
+		GVR:           gr.WithVersion(r.Version),
 		Kind:          r.Kind,
 		Namespaced:    r.Namespaced,
 		ScopeUnknown:  !r.Namespaced && !r.ClusterScoped,
 		Status:        r.Status,
 		StatusUnknown: !r.Status,
 	}
-}
-
-func (r APIResource) check() error {
-	if r.Namespaced && r.ClusterScoped {
-		return fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", schema.GroupResource{Group: r.Group, Resource: r.Resource})
+	if r.CRD == nil {
+		return i, nil
 	}
-	return nil
+	kind := r.Kind
+	if kind == "" && t.Kind() == reflect.Pointer {
+		kind = t.Elem().Name()
+	}
+	v, err := crd.Read(r.CRD, kind, r.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s: APIResource.CRD: %w", t, err)
+	}
+	scope := map[bool]string{true: "namespaced", false: "cluster-scoped"}
+	switch {
+	case r.Group != "" && r.Group != v.Group:
+		return nil, fmt.Errorf("%s: APIResource.Group is %q, but CRD %s is of group %q", t, r.Group, v.Name, v.Group)
+	case r.Resource != "" && r.Resource != v.Plural:
+		return nil, fmt.Errorf("%s: APIResource.Resource is %q, but CRD %s names the plural %q", t, r.Resource, v.Name, v.Plural)
+	case !i.ScopeUnknown && r.Namespaced != v.Namespaced:
+		return nil, fmt.Errorf("%s: APIResource.Namespaced or ClusterScoped is set, but CRD %s is %s", t, v.Name, scope[v.Namespaced])
+	case r.Status && !v.Status:
+		return nil, fmt.Errorf("%s: APIResource.Status is set, but CRD %s has no status subresource in version %s", t, v.Name, v.Version)
+	}
+	i.GVR = schema.GroupVersionResource{Group: v.Group, Version: v.Version, Resource: v.Plural}
+	i.Kind, i.Namespaced, i.Status = v.Kind, v.Namespaced, v.Status
+	i.ScopeUnknown, i.StatusUnknown = false, false
+	return i, nil
 }
 
 func apiResource(i binding.Info) APIResource {
@@ -86,10 +123,14 @@ func resolve[T Object](m *Manager) (binding.Info, error) {
 // T, such as in an init function. Registering T again with the same r does
 // nothing; with another r, or for a built-in type, it returns an error.
 func Register[T Object](r APIResource) error {
-	if err := r.check(); err != nil {
+	info, err := r.info(reflect.TypeFor[T]())
+	if err == nil && info == nil {
+		err = errors.New("the APIResource is empty")
+	}
+	if err != nil {
 		return fmt.Errorf("ctrl: Register %s: %w", reflect.TypeFor[T](), err)
 	}
-	if err := binding.Register(r.info(reflect.TypeFor[T]())); err != nil {
+	if err := binding.Register(*info, r.CRD); err != nil {
 		return fmt.Errorf("ctrl: %w", err)
 	}
 	return nil
