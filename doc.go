@@ -110,8 +110,9 @@
 //     ([Options.MemoryLimit]), not by twice the heap.
 //   - Told: a list or watch the server forbids is reported at once, in a
 //     log line and /readyz, naming the RBAC rule to add, and holds up only
-//     the controllers using that cache. [Manager.RBACRules] lists the
-//     manager's own needs. A watch event of another type than the cache's
+//     the controllers using that cache; any other request it forbids is
+//     too, in /readyz until allowed (or unasked for 10 minutes), without
+//     failing it. [Manager.RBACRules] lists the manager's needs. A watch event of another type than the cache's
 //     ends its watch with an error naming both types, which
 //     [Cache.SetWatchErrorHandler] gets, and the cache relists.
 //   - Shared: a change to a shared cached object is caught, and the object

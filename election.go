@@ -37,7 +37,8 @@ type LeaderElection struct {
 // holds, for [LeaderElection] and [Sharding] alike. The zero value takes
 // the defaults, which are controller-runtime's.
 type LeaseOptions struct {
-	// Namespace of the Lease. Default: Options.Namespace, or "default".
+	// Namespace of the Lease. Default: Options.Namespace, or in a pod its
+	// namespace (as its service account's token says), or "default".
 	Namespace string
 	// Identity of this replica in the Lease, unique among the replicas
 	// running at once (a DNS label, with Sharding); see [Manager.Identity].
@@ -58,7 +59,7 @@ type LeaseOptions struct {
 
 // lease resolves o for the Lease named name(identity); what is for errors.
 func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
-	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, "default")
+	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, leader.PodNamespace(), "default")
 	if o.Identity == "" {
 		host, _ := os.Hostname()
 		host = strings.ToLower(strings.Trim(host, "-."))

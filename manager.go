@@ -23,6 +23,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/denied"
 	"github.com/typedctrl/ctrl/internal/events"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
@@ -109,8 +110,9 @@ type Options struct {
 	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
 	// HealthAddress serves /healthz and /readyz (every cache synced, every
-	// required kind served; optional kinds waiting for their CRD listed),
-	// such as ":8081", over plain HTTP to anyone. Default: off.
+	// required kind served; optional kinds waiting for their CRD and
+	// requests the server forbids listed), such as ":8081", over plain
+	// HTTP to anyone. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
@@ -172,6 +174,7 @@ type Manager struct {
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
 	grants      rbac.Grants    // RBAC verbs the manager's own work needs
+	refusals    denied.Requests
 }
 
 type managedCache interface {
@@ -250,7 +253,10 @@ func NewManager(opts Options) (*Manager, error) {
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
 	binding.LikeServer(opts.FakeClientset)
 	binding.LikeServer(opts.FakeDynamic)
+	m.refusals.Log = opts.Logger
 	if cfg := opts.Config; cfg != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(m.refusals.Wrap)
 		if m.clients.Config, m.clients.HTTP, m.conns, err = transport.New(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}

@@ -53,8 +53,9 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is /readyz: a line per cache not synced or forbidden. Synced
-// caches stay ready through an outage: a restart would not help.
+// readiness is /readyz: a line per cache not synced or forbidden, and per
+// request refused. Synced caches stay ready through an outage: a restart
+// would not help.
 func (m *Manager) readiness() (ready bool, body string) {
 	m.mu.Lock()
 	caches := append([]managedCache(nil), m.cacheList...)
@@ -85,6 +86,10 @@ func (m *Manager) readiness() (ready bool, body string) {
 		if warn := c.warning(); warn != "" {
 			fmt.Fprintf(&w, "%s: %s\n", c.describe(), warn)
 		}
+	}
+	// So is a write or read the server refuses (caches report their own).
+	for _, line := range m.refusals.Lines() {
+		fmt.Fprintln(&w, line)
 	}
 	// A member that is down is reported, not a reason to restart.
 	m.mu.Lock()
