@@ -35,7 +35,7 @@ func TestRequestsNameTheRule(t *testing.T) {
 		{"PATCH", "/api/v1/namespaces/ns", `forbidden to patch namespaces: add the rule {apiGroups: [""], resources: ["namespaces"], verbs: ["patch"]} to a ClusterRole bound to the manager's identity`},
 		{"PUT", "/api/v1/namespaces/ns/finalize", `forbidden to update namespaces/finalize: add the rule {apiGroups: [""], resources: ["namespaces/finalize"], verbs: ["update"]} to a ClusterRole bound to the manager's identity`},
 		{"DELETE", "/api/v1/namespaces/ns/pods", `forbidden to deletecollection pods in namespace "ns": add the rule {apiGroups: [""], resources: ["pods"], verbs: ["deletecollection"]} to a Role in namespace "ns", or a ClusterRole, bound to the manager's identity`},
-		{"GET", "/api/v1/namespaces/ns/configmaps", ""},         // a list: its cache reports it
+		{"GET", "/api/v1/namespaces/ns/configmaps", ""},        // a list: its cache reports it
 		{"GET", "/apis/example.com/v1/widgets?watch=true", ""}, // a watch
 		{"GET", "/apis/example.com/v1", ""},                    // discovery
 		{"GET", "/version", ""},
