@@ -201,9 +201,11 @@ type errorsTB struct {
 	errs []string
 }
 
-func (e *errorsTB) Errorf(format string, args ...any) { e.errs = append(e.errs, fmt.Sprintf(format, args...)) }
-func (e *errorsTB) Helper()                           {}
-func (e *errorsTB) errors() string                    { return strings.Join(e.errs, "\n") }
+func (e *errorsTB) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+func (e *errorsTB) Helper()        {}
+func (e *errorsTB) errors() string { return strings.Join(e.errs, "\n") }
 
 // TestManifestsSecretAndNamespace writes the webhook certificate as a
 // Secret, kept by the next run, and the rules of a manager restricted to a
