@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
@@ -60,12 +57,7 @@ type LeaseOptions struct {
 // lease resolves o for the Lease named name(identity); what is for errors.
 func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
 	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, leader.PodNamespace(), "default")
-	if o.Identity == "" {
-		host, _ := os.Hostname()
-		host = strings.ToLower(strings.Trim(host, "-."))
-		host = strings.Trim(strings.ReplaceAll(host[:min(len(host), 40)], ".", "-"), "-")
-		o.Identity = strings.TrimLeft(host+"-"+rand.String(8), "-")
-	}
+	o.Identity = cmp.Or(o.Identity, leader.NewIdentity())
 	b, err := bind[*coordinationv1.Lease](m, APIResource{})
 	if err != nil {
 		return leader.Config{}, nil, fmt.Errorf("ctrl: NewManager: %s: %w", what, err)

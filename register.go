@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/typedctrl/ctrl/internal/binding"
-	"github.com/typedctrl/ctrl/internal/crd"
 )
 
 // APIResource says where the API server serves a type (group, version,
@@ -45,48 +44,23 @@ type APIResource struct {
 
 // info returns what r says of the type t, or nil if r is the zero value.
 func (r APIResource) info(t reflect.Type) (*binding.Info, error) {
-	if r.Group == "" && r.Version == "" && r.Resource == "" && r.Kind == "" && !r.Namespaced && !r.ClusterScoped && !r.Status && r.CRD == nil {
+	if reflect.ValueOf(r).IsZero() {
 		return nil, nil
 	}
 	gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
 	if r.Namespaced && r.ClusterScoped {
 		return nil, fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", gr)
 	}
-	i := &binding.Info{
-		Type:          t,
-		GVR:           gr.WithVersion(r.Version),
-		Kind:          r.Kind,
-		Namespaced:    r.Namespaced,
-		ScopeUnknown:  !r.Namespaced && !r.ClusterScoped,
-		Status:        r.Status,
-		StatusUnknown: !r.Status,
+	i := binding.Info{Type: t, GVR: gr.WithVersion(r.Version), Kind: r.Kind,
+		Namespaced: r.Namespaced, ScopeUnknown: !r.Namespaced && !r.ClusterScoped,
+		Status: r.Status, StatusUnknown: !r.Status}
+	if r.CRD != nil {
+		var err error
+		if i, err = i.FromCRD(r.CRD); err != nil {
+			return nil, err
+		}
 	}
-	if r.CRD == nil {
-		return i, nil
-	}
-	kind := r.Kind
-	if kind == "" && t.Kind() == reflect.Pointer {
-		kind = t.Elem().Name()
-	}
-	v, err := crd.Read(r.CRD, kind, r.Version)
-	if err != nil {
-		return nil, fmt.Errorf("%s: APIResource.CRD: %w", t, err)
-	}
-	scope := map[bool]string{true: "namespaced", false: "cluster-scoped"}
-	switch {
-	case r.Group != "" && r.Group != v.Group:
-		return nil, fmt.Errorf("%s: APIResource.Group is %q, but CRD %s is of group %q", t, r.Group, v.Name, v.Group)
-	case r.Resource != "" && r.Resource != v.Plural:
-		return nil, fmt.Errorf("%s: APIResource.Resource is %q, but CRD %s names the plural %q", t, r.Resource, v.Name, v.Plural)
-	case !i.ScopeUnknown && r.Namespaced != v.Namespaced:
-		return nil, fmt.Errorf("%s: APIResource.Namespaced or ClusterScoped is set, but CRD %s is %s", t, v.Name, scope[v.Namespaced])
-	case r.Status && !v.Status:
-		return nil, fmt.Errorf("%s: APIResource.Status is set, but CRD %s has no status subresource in version %s", t, v.Name, v.Version)
-	}
-	i.GVR = schema.GroupVersionResource{Group: v.Group, Version: v.Version, Resource: v.Plural}
-	i.Kind, i.Namespaced, i.Status = v.Kind, v.Namespaced, v.Status
-	i.ScopeUnknown, i.StatusUnknown = false, false
-	return i, nil
+	return &i, nil
 }
 
 func apiResource(i binding.Info) APIResource {

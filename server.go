@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,54 +52,29 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is /readyz: a line per cache not synced or forbidden, and per
-// request refused. Synced caches stay ready through an outage: a restart
-// would not help.
-func (m *Manager) readiness() (ready bool, body string) {
+// readiness is /readyz: a line per cache not synced or forbidden, and what
+// is reported without failing it. Synced caches stay ready through an
+// outage: a restart would not help.
+func (m *Manager) readiness() serve.Readiness {
 	m.mu.Lock()
-	caches := append([]managedCache(nil), m.cacheList...)
+	caches, fleet := slices.Clone(m.cacheList), slices.Clone(m.fleetCaches)
 	m.mu.Unlock()
-	var notReady, optional []string
+	r := serve.Readiness{Policy: m.policy.State(), Refused: m.refusals.Lines()}
 	for _, c := range caches {
 		if why := c.notReady(); why != "" {
-			notReady = append(notReady, c.describe()+": "+why)
+			r.NotReady = append(r.NotReady, c.describe()+": "+why)
 		}
 		if line := c.waitingForCRD(); line != "" {
-			optional = append(optional, line)
+			r.Optional = append(r.Optional, line)
 		}
-	}
-	if len(notReady) > 0 {
-		return false, fmt.Sprintf("not ready:\n%s\n", strings.Join(notReady, "\n"))
-	}
-	var w strings.Builder
-	fmt.Fprintln(&w, "ok")
-	if s := m.policy.State(); s != "" {
-		fmt.Fprintln(&w, s)
-	}
-	slices.Sort(optional)
-	for _, line := range optional {
-		fmt.Fprintln(&w, line)
-	}
-	// A cache that lists by watching works without list: reported only.
-	for _, c := range caches {
 		if warn := c.warning(); warn != "" {
-			fmt.Fprintf(&w, "%s: %s\n", c.describe(), warn)
+			r.Warnings = append(r.Warnings, c.describe()+": "+warn)
 		}
 	}
-	// So is a write or read the server refuses (caches report their own).
-	for _, line := range m.refusals.Lines() {
-		fmt.Fprintln(&w, line)
-	}
-	// A member that is down is reported, not a reason to restart.
-	m.mu.Lock()
-	fleet := slices.Clone(m.fleetCaches)
-	m.mu.Unlock()
 	for _, fc := range fleet {
-		for _, line := range fc.memberStates() {
-			fmt.Fprintln(&w, line)
-		}
+		r.Members = append(r.Members, fc.memberStates()...)
 	}
-	return true, w.String()
+	return r
 }
 
 // Addresses are the addresses the manager's HTTP endpoints listen on, with

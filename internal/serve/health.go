@@ -5,13 +5,15 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
 // healthHandler serves /healthz, which says the process is alive, and
 // /readyz, which says what ready says and, with a webhook server, that it
 // completes a TLS handshake.
-func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.Handler {
+func (s *Servers) healthHandler(ready func() Readiness, webhook bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -19,10 +21,10 @@ func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		ok, body := ready()
-		if !ok {
+		state := ready()
+		if len(state.NotReady) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, body)
+			fmt.Fprintf(w, "not ready:\n%s\n", strings.Join(state.NotReady, "\n"))
 			return
 		}
 		if webhook {
@@ -32,9 +34,28 @@ func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.
 				return
 			}
 		}
-		fmt.Fprint(w, body)
+		fmt.Fprintln(w, "ok")
+		slices.Sort(state.Optional)
+		for _, lines := range [][]string{{state.Policy}, state.Optional, state.Warnings, state.Refused, state.Members} {
+			for _, line := range lines {
+				if line != "" {
+					fmt.Fprintln(w, line)
+				}
+			}
+		}
 	})
 	return mux
+}
+
+// Readiness is what /readyz reports: it fails while anything is NotReady;
+// otherwise it answers "ok" and the rest, a line each, for people to read.
+type Readiness struct {
+	NotReady []string // why the manager is not ready: caches not synced, forbidden, their CRD gone
+	Policy   string   // who acts: leadership or the shard served
+	Optional []string // optional kinds waiting for their CRD, sorted here
+	Warnings []string // what ready caches are refused
+	Refused  []string // other requests the server refuses
+	Members  []string // fleet members down
 }
 
 // handshake reports whether a TLS handshake with addr completes, as

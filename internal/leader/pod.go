@@ -3,6 +3,8 @@ package leader
 import (
 	"os"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/rand"
 )
 
 // namespaceFile is where a pod finds its namespace, beside its service
@@ -18,4 +20,14 @@ func PodNamespace() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// NewIdentity returns an identity for a replica in a Lease: its host name
+// (a pod's name), cut to fit a DNS label, and a random suffix, so that a
+// restarted process is not taken for the one before it.
+func NewIdentity() string {
+	host, _ := os.Hostname()
+	host = strings.ToLower(strings.Trim(host, "-."))
+	host = strings.Trim(strings.ReplaceAll(host[:min(len(host), 40)], ".", "-"), "-")
+	return strings.TrimLeft(host+"-"+rand.String(8), "-")
 }
