@@ -200,9 +200,12 @@ func projectName(module string) string {
 	return name
 }
 
-// render executes the template name with d into dir/file, formatting Go
-// source; it refuses to overwrite a file.
-func render(dir, file, name string, d data) error {
+// files are rendered templates by path, written all at once, so that a
+// template that fails leaves no file behind.
+type files map[string][]byte
+
+// render executes the template name with d as file, formatting Go source.
+func (fs files) render(file, name string, d data) error {
 	t, err := template.ParseFS(templates, "templates/"+name)
 	if err != nil {
 		return err
@@ -217,14 +220,27 @@ func render(dir, file, name string, d data) error {
 			return fmt.Errorf("%s: %w", file, err)
 		}
 	}
-	p := filepath.Join(dir, filepath.FromSlash(file))
-	if _, err := os.Stat(p); err == nil {
-		return fmt.Errorf("%s exists already", file)
+	fs[file] = out
+	return nil
+}
+
+// write writes the files into dir, none if one exists already.
+func (fs files) write(dir string) error {
+	for file := range fs {
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(file))); err == nil {
+			return fmt.Errorf("%s exists already", file)
+		}
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
+	for file, data := range fs {
+		p := filepath.Join(dir, filepath.FromSlash(file))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
 	}
-	return os.WriteFile(p, out, 0o644)
+	return nil
 }
 
 // Init writes a new module for k in dir, which must hold no Go module and
@@ -253,10 +269,11 @@ func Init(dir, module string, k Kind, c Ctrl, run Runner) error {
 	if c.Replace != "" {
 		goMod += fmt.Sprintf("\n// Until ctrl is published, the checkout it is built from.\nreplace github.com/typedctrl/ctrl => %s\n", c.Replace)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(goMod), 0o644); err != nil {
-		return err
-	}
 	d := dataFor(module, k)
+	fs := files{
+		"go.mod":       []byte(goMod),
+		"api/crd.yaml": nil, // controller-gen writes it; the embedding package needs it to exist
+	}
 	for _, f := range []struct{ file, tmpl string }{
 		{"Makefile", "Makefile.tmpl"},
 		{"Dockerfile", "Dockerfile.tmpl"},
@@ -268,12 +285,11 @@ func Init(dir, module string, k Kind, c Ctrl, run Runner) error {
 		{"cmd/manifests_test.go", "manifests_test.go.tmpl"},
 		{"internal/controller/setup.go", "setup.go.tmpl"},
 	} {
-		if err := render(dir, f.file, f.tmpl, d); err != nil {
+		if err := fs.render(f.file, f.tmpl, d); err != nil {
 			return err
 		}
 	}
-	// controller-gen writes it; the embedding package needs it to exist.
-	if err := os.WriteFile(filepath.Join(dir, "api", "crd.yaml"), nil, 0o644); err != nil {
+	if err := fs.write(dir); err != nil {
 		return err
 	}
 	if err := addKind(dir, d); err != nil {
@@ -301,12 +317,13 @@ func AddKind(dir string, k Kind, run Runner) error {
 }
 
 func addKind(dir string, d data) error {
+	fs := files{}
 	gv := filepath.Join(dir, "api", d.Version, "groupversion.go")
 	if src, err := os.ReadFile(gv); err == nil {
 		if m := regexp.MustCompile(`\+groupName=(\S+)`).FindSubmatch(src); m == nil || string(m[1]) != d.Group {
 			return fmt.Errorf("api/%s holds the kinds of another group than %s: this layout has one group per version", d.Version, d.Group)
 		}
-	} else if err := render(dir, "api/"+d.Version+"/groupversion.go", "groupversion.go.tmpl", d); err != nil {
+	} else if err := fs.render("api/"+d.Version+"/groupversion.go", "groupversion.go.tmpl", d); err != nil {
 		return err
 	}
 	for _, f := range []struct{ file, tmpl string }{
@@ -315,9 +332,12 @@ func addKind(dir string, d data) error {
 		{"internal/controller/" + d.Lower + "_test.go", "controller_test.go.tmpl"},
 		{"internal/controller/" + d.Lower + "_explore_test.go", "explore_test.go.tmpl"},
 	} {
-		if err := render(dir, f.file, f.tmpl, d); err != nil {
+		if err := fs.render(f.file, f.tmpl, d); err != nil {
 			return err
 		}
+	}
+	if err := fs.write(dir); err != nil {
+		return err
 	}
 	return addSetup(dir, "Setup"+d.Kind)
 }
@@ -358,13 +378,17 @@ func AddWebhook(dir, kind, version string, run Runner) error {
 		return err
 	}
 	d := dataFor(module, k)
+	fs := files{}
 	for _, f := range []struct{ file, tmpl string }{
 		{"internal/controller/" + d.Lower + "_webhook.go", "webhook.go.tmpl"},
 		{"internal/controller/" + d.Lower + "_webhook_test.go", "webhook_test.go.tmpl"},
 	} {
-		if err := render(dir, f.file, f.tmpl, d); err != nil {
+		if err := fs.render(f.file, f.tmpl, d); err != nil {
 			return err
 		}
+	}
+	if err := fs.write(dir); err != nil {
+		return err
 	}
 	if err := addSetup(dir, "Setup"+d.Kind+"Webhooks"); err != nil {
 		return err
