@@ -139,7 +139,7 @@ func dataFor(module string, k Kind) data {
 		Alias:   strings.NewReplacer("-", "").Replace(strings.Split(k.Group, ".")[0]) + k.Version,
 		Article: "a",
 	}
-	if strings.ContainsRune("AEIOU", rune(k.Kind[0])) {
+	if strings.ContainsRune("AEIO", rune(k.Kind[0])) { // "a User", "a URL"
 		d.Article = "an"
 	}
 	// The names must not shadow what the files use.
