@@ -8,9 +8,7 @@
 // It installs the binaries into $CTRL_CONTROLPLANE_BIN or, by default, into
 // <user cache dir>/ctrl/controlplane/v1.X.Y (~/.cache/... on Linux,
 // ~/Library/Caches/... on macOS), where ctrltest looks for them, and prints
-// that directory. Run from a checkout of ctrl (a module that replaces ctrl
-// with it) whose `make controlplane` built the release, it prints that
-// checkout's bin directory instead, where ctrltest finds them too. The first build takes several minutes, most of them
+// that directory. The first build takes several minutes, most of them
 // compiling kube-apiserver; when the binaries are in place the command
 // returns at once, and Go's module and build caches make a rebuild of the
 // same release take seconds.
@@ -36,8 +34,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 
 	"github.com/typedctrl/ctrl/internal/binaries"
 )
@@ -60,7 +56,6 @@ func run(out, module string) error {
 	if out == "" {
 		out = os.Getenv(binaries.BinDirEnv)
 	}
-	explicit := out != ""
 	_, err := os.Stat(filepath.Join(module, "go.mod"))
 	generate := module == "" || os.IsNotExist(err)
 	var kube string // the release of the current module's k8s.io/client-go
@@ -79,12 +74,6 @@ func run(out, module string) error {
 	}
 
 	if module == "" {
-		if dir := checkoutBin(); !explicit && dir != "" && binaries.Installed(dir, kube) {
-			// A module that replaces ctrl with a checkout: ctrltest finds them there.
-			fmt.Fprintf(os.Stderr, "controlplane: kube-apiserver and etcd %s are in the checkout of ctrl this command is built from\n", kube)
-			fmt.Println(dir)
-			return nil
-		}
 		if binaries.Installed(out, kube) {
 			fmt.Fprintf(os.Stderr, "controlplane: kube-apiserver and etcd %s are in place\n", kube)
 			fmt.Println(out)
@@ -126,18 +115,4 @@ func currentRelease() (string, error) {
 		return "", fmt.Errorf("%w\nrun %s in the directory of a module that requires k8s.io/client-go, directly or through github.com/typedctrl/ctrl", err, binaries.Command)
 	}
 	return binaries.KubernetesVersion(clientGo)
-}
-
-// checkoutBin returns the bin directory of the checkout of ctrl this
-// command is compiled from, or "" (a module cache's copy has none).
-func checkoutBin() string {
-	_, file, _, _ := runtime.Caller(0)
-	if !filepath.IsAbs(file) {
-		return ""
-	}
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	if data, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil || !strings.HasPrefix(string(data), "module github.com/typedctrl/ctrl\n") {
-		return ""
-	}
-	return filepath.Join(root, "bin")
 }
