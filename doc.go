@@ -32,7 +32,7 @@
 // # Guarantees
 //
 // Each guarantee is stated here once; other docs link to it. The reasoning
-// is in README.md#why-it-works-this-way.
+// is in docs/why.md.
 //
 //   - Typed: a wiring mistake (unknown type, unregistered custom resource,
 //     a scope or status subresource its CRD or discovery contradicts) is an

@@ -40,7 +40,7 @@ import (
 type Options struct {
 	// Config reaches the manager's own cluster (a fleet's hub; where Leases
 	// live). A positive QPS (with Burst) limits all the manager's requests;
-	// zero: no client-side limit (README.md#no-client-side-rate-limit). A
+	// zero: no client-side limit (docs/why.md#no-client-side-rate-limit). A
 	// manager with only fleet caches may leave it and the fakes unset, and
 	// then cannot elect or shard.
 	Config *rest.Config
@@ -74,18 +74,18 @@ type Options struct {
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
 	// Compression asks the API server to gzip its responses
-	// (README.md#compression-off-by-default). Default: off.
+	// (docs/why.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
 	// without answering: ctrl pings a connection silent for a third of it
 	// and closes it if the ping takes the rest, retrying its requests on a
-	// new one (README.md#connection-checks). Negative: client-go's
+	// new one (docs/why.md#connection-checks). Negative: client-go's
 	// defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
 	// limit, with proportional GC pacing off unless GOGC is set
-	// (README.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
+	// (docs/why.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
 	// alone. Default: with Options.Config and no fakes, four fifths of the
 	// container's smallest cgroup memory limit, if any.
 	MemoryLimit int64

@@ -93,7 +93,7 @@ func resolve[T Object](m *Manager) (binding.Info, error) {
 // Register records that the API server serves the custom resource type T
 // as r. T is a pointer to a struct that embeds metav1.TypeMeta and
 // metav1.ObjectMeta with JSON tags and implements DeepCopyObject (see
-// README.md#a-custom-resource). Call it before creating managers that use
+// docs/custom-resources.md). Call it before creating managers that use
 // T, such as in an init function. Registering T again with the same r does
 // nothing; with another r, or for a built-in type, it returns an error.
 func Register[T Object](r APIResource) error {
