@@ -27,7 +27,7 @@ import (
 
 // Header starts every file written, so that a later run knows its own
 // files from the user's.
-const Header = "# Written by ctrltest.Manifests from the manager's wiring: change the wiring\n# and run `make manifests`, rather than editing this file.\n"
+const Header = "# Written by ctrltest.Manifests from the manager's wiring: change the wiring and\n# write it again (make manifests, or CTRL_MANIFESTS=write go test -run TestManifests).\n"
 
 // Wiring is what the manifests are made of.
 type Wiring struct {
