@@ -1,7 +1,8 @@
 // Package docs_test keeps the code of README.md and the guides in docs/
 // true: every Go block is a file of the repository, or a part of one,
-// which the build compiles and the tests run. A block says which, in an
-// HTML comment on the line before it (GitHub does not show it):
+// which the build compiles and the tests run, and so is every YAML block
+// that says where it is from. A block says which, in an HTML comment on
+// the line before it (GitHub does not show it):
 //
 //	<!-- file: examples/widget/widget.go -->     the whole file
 //	<!-- excerpt: docs/snippets_test.go -->       lines of it, indented alike
@@ -31,7 +32,7 @@ func docs(t *testing.T) []string {
 }
 
 var (
-	fence  = regexp.MustCompile("^([ \t]*)```go$")
+	fence  = regexp.MustCompile("^([ \t]*)```(go|yaml)$")
 	marker = regexp.MustCompile(`^\s*<!-- (file|excerpt|checked): (\S+) -->$`)
 )
 
@@ -60,6 +61,9 @@ func TestCode(t *testing.T) {
 			}
 			where := doc + ":" + strconv.Itoa(start)
 			mk := marker.FindStringSubmatch(lines[start-2])
+			if mk == nil && m[2] == "yaml" {
+				continue // YAML is checked when it says where it is from
+			}
 			if mk == nil {
 				t.Errorf("%s: a Go block without a marker saying which file holds it (%s)", where, "<!-- file|excerpt|checked: path -->")
 				continue
@@ -79,7 +83,9 @@ func TestCode(t *testing.T) {
 			switch {
 			case mk[1] == "file" && string(src) != code.String():
 				t.Errorf("%s: the block differs from %s: copy the file into it", where, mk[2])
-			case mk[1] == "excerpt" && !containsIndented(string(src), code.String()):
+			case mk[1] == "excerpt" && m[2] == "yaml" && !strings.Contains(string(src), code.String()):
+				t.Errorf("%s: the block is not in %s: copy it there, or from there\n%s", where, mk[2], code.String())
+			case mk[1] == "excerpt" && m[2] == "go" && !containsIndented(string(src), code.String()):
 				t.Errorf("%s: the block is not in %s (indented alike): copy it there, or from there\n%s", where, mk[2], code.String())
 			}
 		}
