@@ -292,3 +292,56 @@ func (s *stopTB) Fatalf(format string, args ...any) {
 	panic(s)
 }
 func (s *stopTB) Helper() {}
+
+// Gizmo has two versions, converted by a webhook: the manifests give its
+// CRD a conversion through the webhook Service, its CA from cert-manager.
+type (
+	Gizmo   struct{ Backup }
+	GizmoV2 struct{ Backup }
+)
+
+const gizmoCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gizmos.example.com
+spec:
+  group: example.com
+  names: {kind: Gizmo, listKind: GizmoList, plural: gizmos, singular: gizmo}
+  scope: Namespaced
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}
+  - {name: v2, served: true, storage: false, schema: {openAPIV3Schema: {type: object}}}
+`
+
+func init() {
+	ctrl.MustRegister[*Gizmo](ctrl.APIResource{Version: "v1", Kind: "Gizmo", CRD: []byte(gizmoCRD)})
+	ctrl.MustRegister[*GizmoV2](ctrl.APIResource{Version: "v2", Kind: "Gizmo", CRD: []byte(gizmoCRD)})
+}
+
+func TestManifestsConversion(t *testing.T) {
+	dir := t.TempDir()
+	d := backupDeployment()
+	d.Setup = func(mgr *ctrl.Manager) error {
+		return ctrl.Convert(mgr,
+			func(context.Context, *Gizmo, *GizmoV2) error { return nil },
+			func(context.Context, *GizmoV2, *Gizmo) error { return nil })
+	}
+	t.Setenv("CTRL_MANIFESTS", "write")
+	ctrltest.Manifests(t, dir, d)
+	got, err := os.ReadFile(filepath.Join(dir, "crd/bases/example.com_gizmos.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"    cert-manager.io/inject-ca-from: backup-operator-system/backup-operator-serving-cert\n",
+		"  conversion:\n    strategy: Webhook\n    webhook:\n      clientConfig:\n        service:\n          name: backup-operator-webhook\n          namespace: backup-operator-system\n          path: /convert\n",
+		"      conversionReviewVersions:\n      - v1\n",
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("the CRD:\n%s\nwant it to contain:\n%s", got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "webhook/manifests.yaml")); err == nil {
+		t.Error("got webhook configurations, want none for a conversion alone")
+	}
+}
