@@ -244,7 +244,7 @@ func TestManifestsSecretAndNamespace(t *testing.T) {
 // TestManifestsErrors wires what cannot be deployed as it is.
 func TestManifestsErrors(t *testing.T) {
 	type unknownScope struct{ Backup }
-	ctrl.MustRegister[*unknownScope](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "unknownscopes", Kind: "Backup"})
+	ctrl.MustRegister[*unknownScope](ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "unknownscopes", Kind: "UnknownScope"})
 	for _, tt := range []struct {
 		name string
 		d    func(*ctrltest.Deployment)
