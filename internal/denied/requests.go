@@ -39,21 +39,27 @@ type request struct {
 }
 
 // Wrap returns rt, noting the answers it gets.
-func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if err == nil {
-			if q, ok := parse(req); ok {
-				r.note(q, resp.StatusCode)
-			}
-		}
-		return resp, err
-	})
+func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper { return noting{rt, r} }
+
+// noting notes the answers of the requests it sends.
+type noting struct {
+	rt http.RoundTripper
+	r  *Requests
 }
 
-type roundTripper func(*http.Request) (*http.Response, error)
+func (n noting) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := n.rt.RoundTrip(req)
+	if err == nil {
+		if q, ok := parse(req); ok {
+			n.r.note(q, resp.StatusCode)
+		}
+	}
+	return resp, err
+}
 
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+// WrappedRoundTripper lets client-go, and the connection check, find the
+// transport below.
+func (n noting) WrappedRoundTripper() http.RoundTripper { return n.rt }
 
 func (r *Requests) note(q request, status int) {
 	if status != http.StatusForbidden && (status < 200 || status > 299) {

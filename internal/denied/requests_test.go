@@ -59,3 +59,14 @@ func TestRequestsNameTheRule(t *testing.T) {
 		})
 	}
 }
+
+// TestWrapIsTransparent lets the connection check find the transport below
+// the wrapper, as client-go's wrappers do.
+func TestWrapIsTransparent(t *testing.T) {
+	var r Requests
+	base := &http.Transport{}
+	w, ok := r.Wrap(base).(interface{ WrappedRoundTripper() http.RoundTripper })
+	if !ok || w.WrappedRoundTripper() != base {
+		t.Errorf("got %T, want a wrapper of the transport", r.Wrap(base))
+	}
+}

@@ -61,6 +61,7 @@ var backups = schema.GroupVersionResource{Group: group, Version: "v1", Resource:
 // ConfigMap; a scraper whose ServiceAccount is bound to the metrics
 // reader's ClusterRole gets /metrics. Then the rules are exactly enough:
 // with each rule of the manager's roles removed in turn, /readyz names it.
+// Last, it adds a cluster-scoped kind and webhooks, whose tests pass too.
 func TestScaffold(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -148,6 +149,34 @@ func TestScaffold(t *testing.T) {
 			})
 		}
 	}
+
+	// The other two commands: a cluster-scoped kind, and webhooks. What
+	// they write passes vet and its own tests, and config/ follows.
+	t.Run("kind and webhook", func(t *testing.T) {
+		step := time.Now()
+		if err := scaffold.AddKind(dir, scaffold.Kind{Group: group, Version: "v1", Kind: "Schedule", Namespaced: false}, runEnv); err != nil {
+			t.Fatal(err)
+		}
+		if err := scaffold.AddWebhook(dir, "Backup", "", runEnv); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("scaffold kind, webhook: %s", time.Since(step).Round(100*time.Millisecond))
+		for _, f := range []string{"config/crd/bases/backup.example.com_schedules.yaml", "config/webhook/manifests.yaml", "config/certmanager/certificate.yaml"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Error(err)
+			}
+		}
+		for _, args := range [][]string{
+			{"go", "vet", "./..."},
+			{"go", "test", "-race", "-short", "-count=1", "-run", "Schedule|Webhooks|Manifests", "./..."},
+		} {
+			step := time.Now()
+			if err := runEnv(scaffold.Command{Dir: dir, Args: args}); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %s", strings.Join(args, " "), time.Since(step).Round(100*time.Millisecond))
+		}
+	})
 	t.Logf("in all: %s", time.Since(began).Round(time.Second))
 }
 
