@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,8 +22,9 @@ import (
 type Requests struct {
 	Log logr.Logger // receives a refusal when it starts, and every Reminder while it lasts
 
-	mu sync.Mutex
-	m  map[request]*denial
+	any atomic.Bool // m has a refusal: only then is a success looked at
+	mu  sync.Mutex
+	m   map[request]*denial
 }
 
 // Forget is how long a refusal is reported after the last one: a request
@@ -49,7 +51,7 @@ type noting struct {
 
 func (n noting) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := n.rt.RoundTrip(req)
-	if err == nil {
+	if err == nil && (resp.StatusCode == http.StatusForbidden || n.r.any.Load()) {
 		if q, ok := parse(req); ok {
 			n.r.note(q, resp.StatusCode)
 		}
@@ -73,6 +75,7 @@ func (r *Requests) note(q request, status int) {
 	case status != http.StatusForbidden:
 		if d != nil {
 			delete(r.m, q)
+			r.any.Store(len(r.m) > 0)
 			r.Log.Info("allowed now", "verb", q.verb, "resource", q.resource.String(), "namespace", q.namespace)
 		}
 	case d == nil:
@@ -80,6 +83,7 @@ func (r *Requests) note(q request, status int) {
 			r.m = map[request]*denial{}
 		}
 		r.m[q] = &denial{since: now, logged: now, count: 1}
+		r.any.Store(true)
 		r.Log.Error(nil, q.String()+": grant the RBAC rule")
 	default:
 		d.count++
@@ -100,6 +104,7 @@ func (r *Requests) Lines() []string {
 	for q, d := range r.m {
 		if time.Since(d.since) > Forget {
 			delete(r.m, q)
+			r.any.Store(len(r.m) > 0)
 			continue
 		}
 		out = append(out, q.String())
