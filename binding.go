@@ -23,13 +23,9 @@ func bind[T Object](m *Manager, res APIResource) (*binding.Binding[T], error) {
 
 // bindWith resolves T against clients, once per bindingID; m.mu guards bindings.
 func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.Clients, res APIResource) (*binding.Binding[T], error) {
-	var info *binding.Info
-	if res != (APIResource{}) {
-		if err := res.check(); err != nil {
-			return nil, fmt.Errorf("ctrl: %w", err)
-		}
-		i := res.info(reflect.TypeFor[T]())
-		info = &i
+	info, err := res.info(reflect.TypeFor[T]())
+	if err != nil {
+		return nil, fmt.Errorf("ctrl: %w", err)
 	}
 	id := bindingID{typ: reflect.TypeFor[T]()}
 	if info != nil {
@@ -41,9 +37,10 @@ func bindWith[T Object](m *Manager, bindings map[bindingID]any, clients binding.
 		return b.(*binding.Binding[T]), nil
 	}
 	b, err := binding.For[T](clients, info)
-	if errors.Is(err, binding.ErrNotServed) {
-		// Its CRD is not installed yet: a declared scope binds it with the
-		// fakes' defaults, not kept, so the next bind asks discovery again.
+	if errors.Is(err, binding.ErrNotServed) || errors.Is(err, binding.ErrOffline) {
+		// Its CRD is not installed yet, or there is no server: a declared
+		// scope binds it with the fakes' defaults, not kept, so the next
+		// bind asks discovery again.
 		clients.Discover = nil
 		if guess, gerr := binding.For[T](clients, info); gerr == nil && !guess.ScopeUnknown {
 			return guess, nil

@@ -35,12 +35,11 @@ func makeCache[T Object](m *Manager, opts CacheOptions, u use[T]) (*Cache[T], er
 	var err error
 	if opts.Fleet {
 		var res *binding.Info
-		if opts.Resource != (APIResource{}) {
-			i := opts.Resource.info(reflect.TypeFor[T]())
-			res = &i
-		}
 		var info binding.Info
-		if info, err = binding.InfoFor[T](res); err != nil {
+		if res, err = opts.Resource.info(reflect.TypeFor[T]()); err == nil {
+			info, err = binding.InfoFor[T](res)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("ctrl: %w", err)
 		}
 		b = &binding.Binding[T]{Info: info}

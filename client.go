@@ -51,10 +51,9 @@ func NewClient[T Object](m *Manager, opts ClientOptions) (*Client[T], error) {
 	if err == nil {
 		return &Client[T]{m: m, b: b}, nil
 	}
-	var res *binding.Info
-	if opts.Resource != (APIResource{}) {
-		i := opts.Resource.info(reflect.TypeFor[T]())
-		res = &i
+	res, ierr := opts.Resource.info(reflect.TypeFor[T]())
+	if ierr != nil {
+		return nil, err
 	}
 	info, ierr := binding.InfoFor[T](res)
 	if ierr != nil || m.opts.ClusterProvider == nil && len(m.Clusters()) == 0 {

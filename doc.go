@@ -32,11 +32,12 @@
 // # Guarantees
 //
 // Each guarantee is stated here once; other docs link to it. The reasoning
-// is in README.md#why-it-works-this-way.
+// is in docs/why.md.
 //
 //   - Typed: a wiring mistake (unknown type, unregistered custom resource,
-//     a scope or status subresource discovery contradicts) is an error
-//     when wiring, naming the Go type.
+//     a scope or status subresource its CRD or discovery contradicts) is an
+//     error when wiring, naming the Go type. Wiring asks the API server
+//     only about custom resources registered with neither CRD nor scope.
 //   - Stingy: a key is never reconciled twice at once, nor more than
 //     ControllerOptions.Workers keys at once (an idle controller's
 //     reconcile on the goroutine that read its event counts as one); a key
@@ -119,8 +120,9 @@
 //     ([Options.MemoryLimit]), not by twice the heap.
 //   - Told: a list or watch the server forbids is reported at once, in a
 //     log line and /readyz, naming the RBAC rule to add, and holds up only
-//     the controllers using that cache. [Manager.RBACRules] lists the
-//     manager's own needs. A watch event of another type than the cache's
+//     the controllers using that cache; any other request it forbids is
+//     too, in /readyz until allowed (or unasked for 10 minutes), without
+//     failing it. [Manager.RBACRules] lists the manager's needs. A watch event of another type than the cache's
 //     ends its watch with an error naming both types, which
 //     [Cache.SetWatchErrorHandler] gets, and the cache relists.
 //   - Shared: a checked reconcile (its finalize and OnDelete too) gets a

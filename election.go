@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/typedctrl/ctrl/internal/binding"
 	"github.com/typedctrl/ctrl/internal/leader"
@@ -37,7 +34,8 @@ type LeaderElection struct {
 // holds, for [LeaderElection] and [Sharding] alike. The zero value takes
 // the defaults, which are controller-runtime's.
 type LeaseOptions struct {
-	// Namespace of the Lease. Default: Options.Namespace, or "default".
+	// Namespace of the Lease. Default: Options.Namespace, or in a pod its
+	// namespace (as its service account's token says), or "default".
 	Namespace string
 	// Identity of this replica in the Lease, unique among the replicas
 	// running at once (a DNS label, with Sharding); see [Manager.Identity].
@@ -58,13 +56,8 @@ type LeaseOptions struct {
 
 // lease resolves o for the Lease named name(identity); what is for errors.
 func (o LeaseOptions) lease(m *Manager, opts Options, what string, name func(identity string) string) (leader.Config, *binding.Binding[*coordinationv1.Lease], error) {
-	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, "default")
-	if o.Identity == "" {
-		host, _ := os.Hostname()
-		host = strings.ToLower(strings.Trim(host, "-."))
-		host = strings.Trim(strings.ReplaceAll(host[:min(len(host), 40)], ".", "-"), "-")
-		o.Identity = strings.TrimLeft(host+"-"+rand.String(8), "-")
-	}
+	o.Namespace = cmp.Or(o.Namespace, opts.Namespace, leader.PodNamespace(), "default")
+	o.Identity = cmp.Or(o.Identity, leader.NewIdentity())
 	b, err := bind[*coordinationv1.Lease](m, APIResource{})
 	if err != nil {
 		return leader.Config{}, nil, fmt.Errorf("ctrl: NewManager: %s: %w", what, err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/typedctrl/ctrl/internal/act"
 	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/denied"
 	"github.com/typedctrl/ctrl/internal/events"
 	"github.com/typedctrl/ctrl/internal/leader"
 	"github.com/typedctrl/ctrl/internal/lostcreate"
@@ -39,7 +40,7 @@ import (
 type Options struct {
 	// Config reaches the manager's own cluster (a fleet's hub; where Leases
 	// live). A positive QPS (with Burst) limits all the manager's requests;
-	// zero: no client-side limit (README.md#no-client-side-rate-limit). A
+	// zero: no client-side limit (docs/why.md#no-client-side-rate-limit). A
 	// manager with only fleet caches may leave it and the fakes unset, and
 	// then cannot elect or shard.
 	Config *rest.Config
@@ -73,18 +74,18 @@ type Options struct {
 	// for running reconciles to return. Default: 30 seconds.
 	ShutdownTimeout time.Duration
 	// Compression asks the API server to gzip its responses
-	// (README.md#compression-off-by-default). Default: off.
+	// (docs/why.md#compression-off-by-default). Default: off.
 	Compression bool
 	// ConnectionCheck is how long a connection to the API server may go
 	// without answering: ctrl pings a connection silent for a third of it
 	// and closes it if the ping takes the rest, retrying its requests on a
-	// new one (README.md#connection-checks). Negative: client-go's
+	// new one (docs/why.md#connection-checks). Negative: client-go's
 	// defaults, every watch shared. Default: 3 seconds.
 	ConnectionCheck time.Duration
 
 	// MemoryLimit, in bytes, is set by Start as the Go runtime's soft memory
 	// limit, with proportional GC pacing off unless GOGC is set
-	// (README.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
+	// (docs/why.md#memory-limit). GOMEMLIMIT wins; negative leaves the runtime
 	// alone. Default: with Options.Config and no fakes, four fifths of the
 	// container's smallest cgroup memory limit, if any.
 	MemoryLimit int64
@@ -109,8 +110,9 @@ type Options struct {
 	// MetricsServing says how MetricsAddress serves; see [MetricsServing].
 	MetricsServing MetricsServing
 	// HealthAddress serves /healthz and /readyz (every cache synced, every
-	// required kind served; optional kinds waiting for their CRD listed),
-	// such as ":8081", over plain HTTP to anyone. Default: off.
+	// required kind served; optional kinds waiting for their CRD and
+	// requests the server forbids listed), such as ":8081", over plain
+	// HTTP to anyone. Default: off.
 	HealthAddress string
 	// PprofAddress serves Go's profiles at /debug/pprof/. Default: off.
 	PprofAddress string
@@ -173,6 +175,7 @@ type Manager struct {
 	activity    atomic.Uint64  // bumped by every change the idle check reads
 	webhooks    webhooks       // the webhook server, made on first use
 	grants      rbac.Grants    // RBAC verbs the manager's own work needs
+	refusals    denied.Requests
 }
 
 type managedCache interface {
@@ -251,7 +254,10 @@ func NewManager(opts Options) (*Manager, error) {
 	m.clients = binding.Clients{Clientset: opts.FakeClientset, Dynamic: opts.FakeDynamic}
 	binding.LikeServer(opts.FakeClientset)
 	binding.LikeServer(opts.FakeDynamic)
+	m.refusals.Log = opts.Logger
 	if cfg := opts.Config; cfg != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(m.refusals.Wrap)
 		if m.clients.Config, m.clients.HTTP, m.conns, err = transport.New(cfg, opts.ConnectionCheck, opts.Compression); err != nil {
 			return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 		}

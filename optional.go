@@ -121,7 +121,7 @@ func (c *Cache[T]) follow(ctx context.Context, log logr.Logger) {
 		def, _ := o.crds.Get(Key{Name: o.crd})
 		served, why := crd.State(def, o.version)
 		if serving != "" && (!served || def.GetUID() != serving) {
-			// A removed CRD's objects were deleted first (README.md#optional-kinds).
+			// A removed CRD's objects were deleted first (docs/why.md#optional-kinds).
 			gone := forgotten
 			if def == nil || def.GetUID() != serving {
 				gone, why = deleted, "deleted"

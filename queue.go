@@ -16,7 +16,7 @@ type RateLimiter = workqueue.TypedRateLimiter[Key]
 // ControllerOptions.RateLimiter is set, controller-runtime's: the larger of
 // a per-key exponential backoff from 5 ms to 1000 s and a token bucket of
 // 10 retries per second, burst 100. Outage failures skip it and conflicts
-// get the backoff alone (README.md#retries).
+// get the backoff alone (docs/why.md#retries).
 func DefaultRateLimiter() RateLimiter {
 	return workqueue.DefaultTypedControllerRateLimiter[Key]()
 }

@@ -1,6 +1,7 @@
 package ctrl
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -12,9 +13,11 @@ import (
 // APIResource says where the API server serves a type (group, version,
 // plural resource, kind) and what tests cannot discover (scope, status
 // subresource): for [Register], CacheOptions.Resource and
-// ClientOptions.Resource. With Options.Config, unset scope and status are
-// learned from discovery; a set value the server contradicts is an error
-// naming the field and the answer. Fakes and fleet members have no discovery.
+// ClientOptions.Resource. With CRD, the manifest says it all and wiring
+// needs no API server. Otherwise, with Options.Config, unset scope and
+// status are learned from discovery when the type is first wired; a set
+// value the server contradicts is an error naming the field and the
+// answer. Fakes and fleet members have no discovery.
 type APIResource struct {
 	Group    string // "example.com"; "" for the core group
 	Version  string // "v1"
@@ -31,25 +34,33 @@ type APIResource struct {
 	// from discovery; without it, whether the Go type has a status field
 	// (always for unstructured).
 	Status bool
+	// CRD is the type's CustomResourceDefinition manifest, YAML or JSON as
+	// controller-gen writes it: Group, Resource, Kind, the scope and the
+	// status subresource of Version (default: its only served version) come
+	// from it, and a field set beside it that it contradicts is an error.
+	// ctrltest.Manifests writes it out. Default: none.
+	CRD []byte
 }
 
-func (r APIResource) info(t reflect.Type) binding.Info {
-	return binding.Info{
-		Type:          t,
-		GVR:           schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
-		Kind:          r.Kind,
-		Namespaced:    r.Namespaced,
-		ScopeUnknown:  !r.Namespaced && !r.ClusterScoped,
-		Status:        r.Status,
-		StatusUnknown: !r.Status,
+// info returns what r says of the type t, or nil if r is the zero value.
+func (r APIResource) info(t reflect.Type) (*binding.Info, error) {
+	if reflect.ValueOf(r).IsZero() {
+		return nil, nil
 	}
-}
-
-func (r APIResource) check() error {
+	gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
 	if r.Namespaced && r.ClusterScoped {
-		return fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", schema.GroupResource{Group: r.Group, Resource: r.Resource})
+		return nil, fmt.Errorf("%s: set APIResource.Namespaced or ClusterScoped, not both", gr)
 	}
-	return nil
+	i := binding.Info{Type: t, GVR: gr.WithVersion(r.Version), Kind: r.Kind,
+		Namespaced: r.Namespaced, ScopeUnknown: !r.Namespaced && !r.ClusterScoped,
+		Status: r.Status, StatusUnknown: !r.Status}
+	if r.CRD != nil {
+		var err error
+		if i, err = i.FromCRD(r.CRD); err != nil {
+			return nil, err
+		}
+	}
+	return &i, nil
 }
 
 func apiResource(i binding.Info) APIResource {
@@ -82,14 +93,18 @@ func resolve[T Object](m *Manager) (binding.Info, error) {
 // Register records that the API server serves the custom resource type T
 // as r. T is a pointer to a struct that embeds metav1.TypeMeta and
 // metav1.ObjectMeta with JSON tags and implements DeepCopyObject (see
-// README.md#a-custom-resource). Call it before creating managers that use
+// docs/custom-resources.md). Call it before creating managers that use
 // T, such as in an init function. Registering T again with the same r does
 // nothing; with another r, or for a built-in type, it returns an error.
 func Register[T Object](r APIResource) error {
-	if err := r.check(); err != nil {
+	info, err := r.info(reflect.TypeFor[T]())
+	if err == nil && info == nil {
+		err = errors.New("the APIResource is empty")
+	}
+	if err != nil {
 		return fmt.Errorf("ctrl: Register %s: %w", reflect.TypeFor[T](), err)
 	}
-	if err := binding.Register(r.info(reflect.TypeFor[T]())); err != nil {
+	if err := binding.Register(*info, r.CRD); err != nil {
 		return fmt.Errorf("ctrl: %w", err)
 	}
 	return nil

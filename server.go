@@ -52,29 +52,29 @@ func (m *Manager) gatherer() (prometheus.Gatherer, error) {
 	return nil, errors.New("ctrl: Start: Options.MetricsAddress needs an Options.Registerer that is also a prometheus.Gatherer")
 }
 
-// readiness is /readyz: a line per cache not synced or forbidden. Synced
-// caches stay ready through an outage: a restart would not help.
-func (m *Manager) readiness() (ready bool, body string) {
+// readiness is /readyz: a line per cache not synced or forbidden, and what
+// is reported without failing it. Synced caches stay ready through an
+// outage: a restart would not help.
+func (m *Manager) readiness() serve.Readiness {
 	m.mu.Lock()
-	caches := append([]managedCache(nil), m.cacheList...)
-	fleet := slices.Clone(m.fleetCaches)
+	caches, fleet := slices.Clone(m.cacheList), slices.Clone(m.fleetCaches)
 	m.mu.Unlock()
-	r := serve.Readiness{State: m.policy.State()}
+	r := serve.Readiness{Policy: m.policy.State(), Refused: m.refusals.Lines()}
 	for _, c := range caches {
 		if why := c.notReady(); why != "" {
 			r.NotReady = append(r.NotReady, c.describe()+": "+why)
 		}
 		if line := c.waitingForCRD(); line != "" {
-			r.Waiting = append(r.Waiting, line)
+			r.Optional = append(r.Optional, line)
 		}
-		if warn := c.warning(); warn != "" { // a cache that lists by watching works without list
-			r.Notes = append(r.Notes, c.describe()+": "+warn)
+		if warn := c.warning(); warn != "" {
+			r.Warnings = append(r.Warnings, c.describe()+": "+warn)
 		}
 	}
-	for _, fc := range fleet { // a member that is down is no reason to restart
-		r.Notes = append(r.Notes, fc.memberStates()...)
+	for _, fc := range fleet {
+		r.Members = append(r.Members, fc.memberStates()...)
 	}
-	return r.Body()
+	return r
 }
 
 // Addresses are the addresses the manager's HTTP endpoints listen on, with

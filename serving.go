@@ -36,7 +36,7 @@ type TLSOptions struct {
 	// tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256; Go does not let TLS
 	// 1.3's be chosen. Default: Go's.
 	CipherSuites []uint16
-	// HTTP2 offers HTTP/2 (README.md#http2-off-by-default). Default: off.
+	// HTTP2 offers HTTP/2 (docs/why.md#http2-off-by-default). Default: off.
 	HTTP2 bool
 }
 

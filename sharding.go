@@ -18,7 +18,7 @@ import (
 
 // Sharding splits the objects of a program's controllers among its
 // replicas, each reconciling and caching about 1/N of them, with a
-// membership Lease each and no coordinator (README.md#sharding; see the
+// membership Lease each and no coordinator (docs/why.md#sharding; see the
 // package's guarantees: One owner per object).
 //
 // Objects are placed by the FNV-1a hash of their UID, or namespace with

@@ -79,6 +79,18 @@
 //
 // [Search] returns the findings instead, for a test that expects some.
 //
+// # Manifests
+//
+// [Manifests] writes, from a program's own options and setup function and
+// with no API server, the manifests that deploy it in kubebuilder's config/
+// layout: its CRDs, ServiceAccount and exactly the RBAC rules its wiring
+// needs, its Deployment and Services, and its webhooks' configurations and
+// certificate. A test keeps them: it fails while they are stale.
+//
+//	func TestManifests(t *testing.T) {
+//		ctrltest.Manifests(t, "../config", ctrltest.Deployment{Name: "backup-operator", Options: options(defaults), Setup: controller.Setup})
+//	}
+//
 // # Guarantees
 //
 //   - Real: the API server is kube-apiserver of the release, on etcd, with

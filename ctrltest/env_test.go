@@ -106,7 +106,7 @@ func init() {
 		{Type: reflect.TypeFor[*gizmoV2alpha1](), GVR: gizmoV2GVR, Kind: "Gizmo", Status: true},
 		{Type: reflect.TypeFor[*registeredWidget](), GVR: widgetGVR, Kind: "Widget", Namespaced: true},
 	} {
-		if err := binding.Register(info); err != nil {
+		if err := binding.Register(info, nil); err != nil {
 			panic(err)
 		}
 	}

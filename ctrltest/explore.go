@@ -63,8 +63,10 @@ type Exploration struct {
 	// resumption refused) at the start of a step, and, with Serial, the API
 	// server restarted at the start of a step.
 	Faults bool
-	// Serial runs one plan at a time, for workloads that write
-	// cluster-scoped objects, which runs in parallel would share. Default:
+	// Serial runs one plan at a time, and the two reference runs one after
+	// the other, for workloads that write cluster-scoped objects, which runs
+	// in parallel would share (such a workload deletes them before it
+	// ends, for the next run to create them again). Default:
 	// plans run in parallel, as many as go test's -parallel allows
 	// ([Search]: two).
 	Serial bool
@@ -345,10 +347,15 @@ func newSearch(env *Env, x Exploration) (*search, error) {
 func (s *search) reference(ctx context.Context) ([]plan, error) {
 	var a, b *result
 	var errA, errB error
-	var wg sync.WaitGroup
-	wg.Go(func() { a, errA = s.run(ctx, plan{id: "reference"}, nil) })
-	wg.Go(func() { b, errB = s.run(ctx, plan{id: "reference"}, nil) })
-	wg.Wait()
+	if s.x.Serial { // cluster-scoped objects: the second run would meet the first's
+		a, errA = s.run(ctx, plan{id: "reference"}, nil)
+		b, errB = s.run(ctx, plan{id: "reference"}, nil)
+	} else {
+		var wg sync.WaitGroup
+		wg.Go(func() { a, errA = s.run(ctx, plan{id: "reference"}, nil) })
+		wg.Go(func() { b, errB = s.run(ctx, plan{id: "reference"}, nil) })
+		wg.Wait()
+	}
 	for _, r := range []struct {
 		res *result
 		err error

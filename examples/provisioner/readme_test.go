@@ -8,21 +8,15 @@ import (
 	"testing"
 )
 
-// TestReadmeStateMachines keeps README.md's "State machines" section true
+// TestReadmeStateMachines keeps docs/state-machines.md true
 // to the files here: each code block in it is a part of the file it follows
 // (indented one or more levels less), and the line counts are the files'.
 func TestReadmeStateMachines(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/state-machines.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(data)
-	start := strings.Index(readme, "## State machines\n")
-	if start < 0 {
-		t.Fatal("README.md has no section State machines")
-	}
-	section := readme[start:]
-	section = section[:strings.Index(section[1:], "\n## ")+1]
+	section := string(data)
 	files := map[string]string{}
 	for _, name := range []string{"machine.go", "plain.go"} {
 		src, err := os.ReadFile(name)
@@ -32,12 +26,12 @@ func TestReadmeStateMachines(t *testing.T) {
 		files[name] = string(src)
 		lines := strings.Count(string(src), "\n")
 		if row := fmt.Sprintf("| `examples/provisioner/%s`", name); !regexp.MustCompile(regexp.QuoteMeta(row) + `[^|]*\| ` + fmt.Sprint(lines) + ` \|`).MatchString(section) {
-			t.Errorf("README.md: the row of %s does not say %d lines", name, lines)
+			t.Errorf("docs/state-machines.md: the row of %s does not say %d lines", name, lines)
 		}
 	}
-	blocks := regexp.MustCompile("(?s)\\(examples/provisioner/([a-z]+\\.go)\\).*?```go\n(.*?)```\n").FindAllStringSubmatch(section, -1)
+	blocks := regexp.MustCompile("(?s)\\(\\.\\./examples/provisioner/([a-z]+\\.go)\\).*?```go\n(.*?)```\n").FindAllStringSubmatch(section, -1)
 	if len(blocks) != 2 {
-		t.Fatalf("README.md: got %d code blocks after links to the files, want 2", len(blocks))
+		t.Fatalf("docs/state-machines.md: got %d code blocks after links to the files, want 2", len(blocks))
 	}
 	for _, b := range blocks {
 		name, block := b[1], b[2]
@@ -45,7 +39,7 @@ func TestReadmeStateMachines(t *testing.T) {
 			block = strings.Replace(block, "machine := ctrl.Machine", "return ctrl.Machine", 1)
 		}
 		if !containsIndented(files[name], block) {
-			t.Errorf("README.md's excerpt of %s is not in the file: copy it again\n%s", name, block)
+			t.Errorf("docs/state-machines.md's excerpt of %s is not in the file: copy it again\n%s", name, block)
 		}
 	}
 }

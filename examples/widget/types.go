@@ -63,7 +63,7 @@ type Status struct {
 var CRD []byte
 
 func init() {
-	// The group, version and resource are all ctrl needs: the manager
-	// learns the scope and the status subresource from the API server.
-	ctrl.MustRegister[*Widget](ctrl.APIResource{Group: "example.ctrl.dev", Version: "v1", Resource: "widgets"})
+	// The CRD says where the API server serves Widgets, their scope and
+	// their status subresource: wiring a manager asks the server nothing.
+	ctrl.MustRegister[*Widget](ctrl.APIResource{CRD: CRD})
 }

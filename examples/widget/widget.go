@@ -9,6 +9,7 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,8 +48,17 @@ func Setup(mgr *ctrl.Manager) error {
 	if err := c.OnFinalize(Finalizer, r.finalize); err != nil {
 		return err
 	}
-	_, err = ctrl.Owns[*corev1.ConfigMap](c)
-	return err
+	if _, err := ctrl.Owns[*corev1.ConfigMap](c); err != nil {
+		return err
+	}
+	// What the reconcile writes, which the wiring cannot see: with what the
+	// wiring needs, mgr.RBACRules returns them, and ctrltest.Manifests
+	// writes them into the roles.
+	mgr.AddRBACRules(
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{"example.ctrl.dev"}, Resources: []string{"widgets/status"}, Verbs: []string{"update"}},
+	)
+	return nil
 }
 
 // SetupWebhooks registers the Widget's admission webhooks with mgr: a

@@ -73,12 +73,15 @@ func (i Info) String() string {
 	return fmt.Sprintf("%s (%s)", i.Type, r)
 }
 
-var registry sync.Map // reflect.Type -> Info
+var (
+	registry sync.Map // reflect.Type -> Info
+	crds     sync.Map // reflect.Type -> []byte, the CRD manifest it was registered with
+)
 
-// Register records where a custom resource type is served. Registering the
-// same type again with the same Info is a no-op; with a different one, an
-// error.
-func Register(info Info) error {
+// Register records where a custom resource type is served, and the CRD
+// manifest that said so, if any. Registering the same type again with the
+// same Info is a no-op; with a different one, an error.
+func Register(info Info, crd []byte) error {
 	t := info.Type
 	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("register %s: the type must be a pointer to a struct", t)
@@ -100,7 +103,17 @@ func Register(info Info) error {
 	if prev, loaded := registry.LoadOrStore(t, info); loaded && prev.(Info) != info {
 		return fmt.Errorf("register %s: already registered as %s %s", t, prev.(Info).GVR, prev.(Info).Kind)
 	}
+	if crd != nil {
+		crds.LoadOrStore(t, crd)
+	}
 	return nil
+}
+
+// CRD returns the CRD manifest the type t was registered with, or nil.
+func CRD(t reflect.Type) []byte {
+	crd, _ := crds.Load(t)
+	b, _ := crd.([]byte)
+	return b
 }
 
 // Lookup returns the Info of T, or an error that names the type.

@@ -60,10 +60,10 @@ type unregistered struct{ widget }
 
 func TestLookup(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: "example.dev", Version: "v1", Resource: "widgets"}
-	if err := Register(Info{Type: reflect.TypeFor[*widget](), GVR: gvr, Namespaced: true}); err != nil {
+	if err := Register(Info{Type: reflect.TypeFor[*widget](), GVR: gvr, Namespaced: true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := Register(Info{Type: reflect.TypeFor[*widget](), GVR: gvr, Namespaced: true}); err != nil {
+	if err := Register(Info{Type: reflect.TypeFor[*widget](), GVR: gvr, Namespaced: true}, nil); err != nil {
 		t.Errorf("registering the same type twice: %v", err)
 	}
 	tests := []struct {
@@ -79,7 +79,7 @@ func TestLookup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Register(tt.info)
+			err := Register(tt.info, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
 			}

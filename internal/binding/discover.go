@@ -126,6 +126,17 @@ func discover(cfg *rest.Config, hc *http.Client, gv schema.GroupVersion) ([]meta
 // its CustomResourceDefinition is not installed, or not yet.
 var ErrNotServed = errors.New("the API server does not serve the resource (is its CustomResourceDefinition installed?)")
 
+// ErrOffline says that a manager wired without an API server (for
+// manifests) cannot learn what a registration left unsaid.
+var ErrOffline = errors.New("there is no API server to ask: the manager is wired offline")
+
+// Offline is the transport of a manager wired offline: every request fails
+// with ErrOffline.
+type Offline struct{}
+
+// RoundTrip fails with ErrOffline.
+func (Offline) RoundTrip(*http.Request) (*http.Response, error) { return nil, ErrOffline }
+
 // learn fills in what info leaves unsaid from the server's discovery, and
 // checks what it declares against it.
 func (i Info) learn(d Discover) (Info, error) {
@@ -134,6 +145,10 @@ func (i Info) learn(d Discover) (Info, error) {
 		list, err := d(i.GVR.GroupVersion(), fresh)
 		if apierrors.IsNotFound(err) {
 			list, err = nil, nil // the server serves nothing of the group and version
+		}
+		if errors.Is(err, ErrOffline) {
+			return i, fmt.Errorf("%s: its scope and status subresource are unknown, and %w: "+
+				"register it with its CRD (APIResource.CRD), or declare APIResource.Namespaced or ClusterScoped", i, ErrOffline)
 		}
 		if err != nil {
 			return i, fmt.Errorf("%s: learning its scope and subresources from the API server's discovery (is its CustomResourceDefinition installed?): %w", i, err)

@@ -16,7 +16,7 @@ func TestRegistered(t *testing.T) {
 		{Type: reflect.TypeFor[*gadgetV2](), GVR: schema.GroupVersionResource{Group: "registered.dev", Version: "v2", Resource: "gadgets"}, Kind: "Gadget", Status: true},
 		{Type: reflect.TypeFor[*gadget](), GVR: schema.GroupVersionResource{Group: "registered.dev", Version: "v1", Resource: "gadgets"}, Kind: "Gadget", Status: true},
 	} {
-		if err := Register(info); err != nil {
+		if err := Register(info, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

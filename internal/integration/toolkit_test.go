@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -787,7 +788,7 @@ func TestToolkitUnstructured(t *testing.T) {
 	ns := newNamespace(t)
 	mgr := newManager(t, ns)
 	res := widgetResource(t, mgr)
-	if want := (ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Status: true}); res != want {
+	if want := (ctrl.APIResource{Group: "example.com", Version: "v1", Resource: "widgets", Kind: "Widget", Namespaced: true, Status: true}); !reflect.DeepEqual(res, want) {
 		t.Fatalf("resource from the CRD: got %+v, want %+v", res, want)
 	}
 	objects, err := ctrl.NewClient[*unstructured.Unstructured](mgr, ctrl.ClientOptions{Resource: res})

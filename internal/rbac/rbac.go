@@ -5,6 +5,7 @@ package rbac
 import (
 	"cmp"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,27 @@ import (
 type Grants struct {
 	mu    sync.Mutex
 	verbs map[schema.GroupResource]map[string]bool
+	other []rbacv1.PolicyRule // of resource names or non-resource URLs, as given
+}
+
+// Add adds rules: those of resources as verbs by resource, the others
+// (resource names, non-resource URLs) as they are.
+func (g *Grants) Add(rules ...rbacv1.PolicyRule) {
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			g.mu.Lock()
+			if !slices.ContainsFunc(g.other, func(o rbacv1.PolicyRule) bool { return reflect.DeepEqual(o, r) }) {
+				g.other = append(g.other, *r.DeepCopy())
+			}
+			g.mu.Unlock()
+			continue
+		}
+		for _, group := range r.APIGroups {
+			for _, res := range r.Resources {
+				g.Need(schema.GroupResource{Group: group, Resource: res}, r.Verbs...)
+			}
+		}
+	}
 }
 
 // Need adds verbs on gr.
@@ -36,7 +58,7 @@ func (g *Grants) Need(gr schema.GroupResource, verbs ...string) {
 }
 
 // Rules returns one rule per resource, sorted by group and resource, each
-// with its verbs sorted.
+// with its verbs sorted, then the other rules added, in order.
 func (g *Grants) Rules() []rbacv1.PolicyRule {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -51,5 +73,8 @@ func (g *Grants) Rules() []rbacv1.PolicyRule {
 	slices.SortFunc(rules, func(a, b rbacv1.PolicyRule) int {
 		return cmp.Or(strings.Compare(a.APIGroups[0], b.APIGroups[0]), strings.Compare(a.Resources[0], b.Resources[0]))
 	})
+	for _, r := range g.other {
+		rules = append(rules, *r.DeepCopy())
+	}
 	return rules
 }

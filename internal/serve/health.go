@@ -13,7 +13,7 @@ import (
 // healthHandler serves /healthz, which says the process is alive, and
 // /readyz, which says what ready says and, with a webhook server, that it
 // completes a TLS handshake.
-func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.Handler {
+func (s *Servers) healthHandler(ready func() Readiness, webhook bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -21,10 +21,10 @@ func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		ok, body := ready()
-		if !ok {
+		state := ready()
+		if len(state.NotReady) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, body)
+			fmt.Fprintf(w, "not ready:\n%s\n", strings.Join(state.NotReady, "\n"))
 			return
 		}
 		if webhook {
@@ -34,34 +34,28 @@ func (s *Servers) healthHandler(ready func() (bool, string), webhook bool) http.
 				return
 			}
 		}
-		fmt.Fprint(w, body)
+		fmt.Fprintln(w, "ok")
+		slices.Sort(state.Optional)
+		for _, lines := range [][]string{{state.Policy}, state.Optional, state.Warnings, state.Refused, state.Members} {
+			for _, line := range lines {
+				if line != "" {
+					fmt.Fprintln(w, line)
+				}
+			}
+		}
 	})
 	return mux
 }
 
-// Readiness is what /readyz reports of a manager.
+// Readiness is what /readyz reports: it fails while anything is NotReady;
+// otherwise it answers "ok" and the rest, a line each, for people to read.
 type Readiness struct {
-	NotReady []string // why it is not ready: caches not synced, or forbidden
-	State    string   // its policy's line, or ""
-	Waiting  []string // optional kinds waiting for their CRD, in any order
-	Notes    []string // reported only: warnings, members that are down
-}
-
-// Body returns whether r is ready, and the text of /readyz: the reasons it
-// is not, or "ok" and the rest.
-func (r Readiness) Body() (bool, string) {
-	if len(r.NotReady) > 0 {
-		return false, fmt.Sprintf("not ready:\n%s\n", strings.Join(r.NotReady, "\n"))
-	}
-	var w strings.Builder
-	fmt.Fprintln(&w, "ok")
-	if r.State != "" {
-		fmt.Fprintln(&w, r.State)
-	}
-	for _, line := range slices.Concat(slices.Sorted(slices.Values(r.Waiting)), r.Notes) {
-		fmt.Fprintln(&w, line)
-	}
-	return true, w.String()
+	NotReady []string // why the manager is not ready: caches not synced, forbidden, their CRD gone
+	Policy   string   // who acts: leadership or the shard served
+	Optional []string // optional kinds waiting for their CRD, sorted here
+	Warnings []string // what ready caches are refused
+	Refused  []string // other requests the server refuses
+	Members  []string // fleet members down
 }
 
 // handshake reports whether a TLS handshake with addr completes, as

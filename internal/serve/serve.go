@@ -35,8 +35,8 @@ type Config struct {
 	Metrics Metrics
 	// HealthAddress serves /healthz and /readyz.
 	HealthAddress string
-	// Ready says whether /readyz answers 200, and with what text.
-	Ready func() (ready bool, body string)
+	// Ready says what /readyz answers.
+	Ready func() Readiness
 	// PprofAddress serves Go's profiles at /debug/pprof/.
 	PprofAddress string
 	// Webhook is the webhook endpoint.

@@ -240,7 +240,7 @@ func (res *results) ratioTables() string {
 		fmt.Fprintf(&b, "(HeapAlloc) does not. ctrl-copy's heap after updates is %s raw-strip's and raw-strip-copy's %s, against ctrl's %s.\n",
 			res.ratioString("ctrl-copy", "raw-strip", mHeapUpd), res.ratioString("raw-strip-copy", "raw-strip", mHeapUpd), res.ratioString("ctrl", "raw-strip", mHeapUpd))
 		b.WriteString("ctrl hands reconcile the cache's object itself and checks, on a sample, that the reconcile left it as it was\n")
-		b.WriteString("(README.md#shared-objects); `ControllerOptions.CopyObject` brings the copy back.\n")
+		b.WriteString("(docs/why.md#shared-objects); `ControllerOptions.CopyObject` brings the copy back.\n")
 	}
 	return b.String()
 }

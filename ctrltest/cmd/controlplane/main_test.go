@@ -13,11 +13,11 @@ import (
 	"github.com/typedctrl/ctrl/internal/binaries"
 )
 
-// TestUserModule does what README.md's "Testing your controller" tells a
+// TestUserModule does what docs/testing.md tells a
 // user to do, in a fresh module outside this checkout: it holds a copy of
-// the Widget controller, with its generated files, and the README's two
+// the Widget controller, with its generated files, and the guide's two
 // test files, requires ctrl (replaced by this checkout), builds the
-// binaries with the README's command into an empty user cache directory,
+// binaries with the guide's command into an empty user cache directory,
 // and runs go test, which must find them there. It needs the module proxy, or a module cache that has
 // what `make controlplane` and ctrl's own build downloaded, and shares the
 // Go build cache, which holds kube-apiserver after `make controlplane`.
@@ -53,7 +53,7 @@ func TestUserModule(t *testing.T) {
 	}
 	command(t, module, env, "go", "mod", "tidy")
 
-	documented := strings.Fields(binaries.Command) // README.md shows it (examples/widget's TestReadmeTesting)
+	documented := strings.Fields(binaries.Command) // docs/testing.md shows it (examples/widget's TestReadmeTesting)
 	began := time.Now()
 	out := command(t, module, env, documented...)
 	t.Logf("%s: %s", binaries.Command, time.Since(began).Round(100*time.Millisecond))

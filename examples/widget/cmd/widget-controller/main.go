@@ -1,10 +1,12 @@
-// Command widget-controller runs the Widget controller in a cluster: with
-// leader election, metrics and health endpoints, and a clean shutdown on
-// SIGTERM.
+// Command widget-controller runs the Widget controller in a cluster, as
+// the Deployment in examples/widget/config does: with leader election,
+// metrics served over HTTPS to whom RBAC allows, health probes, and a
+// clean shutdown on SIGTERM.
 package main
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -16,49 +18,73 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file; default: in-cluster config, then $KUBECONFIG or ~/.kube/config")
-	namespace := flag.String("namespace", "", "watch one namespace; default: all")
-	metricsAddr := flag.String("metrics-address", ":8443", "address of /metrics; empty: off")
-	metricsSecure := flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to clients RBAC allows to get it; false: plain HTTP to anyone")
-	metricsCertDir := flag.String("metrics-cert-dir", "", "directory of the metrics certificate (tls.crt, tls.key); default: self-signed")
-	enableHTTP2 := flag.Bool("enable-http2", false, "offer HTTP/2 on the metrics and webhook servers")
-	healthAddr := flag.String("health-address", ":8081", "address of /healthz and /readyz; empty: off")
-	leaderElect := flag.Bool("leader-elect", true, "run the controller only in the replica holding the Lease")
-	leaseNamespace := flag.String("lease-namespace", "", "namespace of the Lease; default: the watched namespace, or default")
+	var f flags
+	f.register(flag.CommandLine)
 	flag.Parse()
-
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(f, log); err != nil {
+		log.Error(err, "exiting")
+		os.Exit(1)
+	}
+}
+
+// flags are the program's command line; their defaults are production's.
+type flags struct {
+	kubeconfig     string
+	namespace      string
+	metricsAddress string
+	metricsSecure  bool
+	metricsCertDir string
+	healthAddress  string
+	leaderElect    bool
+	leaseNamespace string
+	enableHTTP2    bool
+}
+
+func (f *flags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster config, then $KUBECONFIG or ~/.kube/config")
+	fs.StringVar(&f.namespace, "namespace", "", "watch one namespace; default: all")
+	fs.StringVar(&f.metricsAddress, "metrics-address", ":8443", "address of /metrics; empty: off")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to clients RBAC allows to get it; false: plain HTTP to anyone")
+	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory of the metrics certificate (tls.crt, tls.key); default: self-signed")
+	fs.StringVar(&f.healthAddress, "health-address", ":8081", "address of /healthz and /readyz; empty: off")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "run the controller only in the replica holding the Lease")
+	fs.StringVar(&f.leaseNamespace, "lease-namespace", "", "namespace of the Lease; default: -namespace, else the pod's own")
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "offer HTTP/2 on the metrics and webhook servers")
+}
+
+// options are the manager's options for f: the program runs with them, and
+// TestManifests writes the manifests from them.
+func options(f flags) ctrl.Options {
+	opts := ctrl.Options{
+		Namespace:      f.namespace,
+		FieldManager:   "widget-controller",
+		MetricsAddress: f.metricsAddress,
+		MetricsServing: ctrl.MetricsServing{Insecure: !f.metricsSecure, CertDir: f.metricsCertDir},
+		HealthAddress:  f.healthAddress,
+		TLS:            ctrl.TLSOptions{HTTP2: f.enableHTTP2},
+	}
+	if f.leaderElect {
+		opts.LeaderElection = ctrl.LeaderElection{Name: "widget-controller", LeaseOptions: ctrl.LeaseOptions{Namespace: f.leaseNamespace}}
+	}
+	return opts
+}
+
+func run(f flags, log logr.Logger) error {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
+	rules.ExplicitPath = f.kubeconfig
 	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 	if err != nil {
-		log.Error(err, "loading the client configuration")
-		os.Exit(1)
+		return fmt.Errorf("loading the client configuration: %w", err)
 	}
-	opts := ctrl.Options{
-		Config:         config,
-		Namespace:      *namespace,
-		Logger:         log,
-		FieldManager:   "widget-controller",
-		MetricsAddress: *metricsAddr,
-		MetricsServing: ctrl.MetricsServing{Insecure: !*metricsSecure, CertDir: *metricsCertDir},
-		HealthAddress:  *healthAddr,
-		TLS:            ctrl.TLSOptions{HTTP2: *enableHTTP2},
-	}
-	if *leaderElect {
-		opts.LeaderElection = ctrl.LeaderElection{Name: "widget-controller", LeaseOptions: ctrl.LeaseOptions{Namespace: *leaseNamespace}}
-	}
+	opts := options(f)
+	opts.Config, opts.Logger = config, log
 	mgr, err := ctrl.NewManager(opts)
 	if err != nil {
-		log.Error(err, "creating the manager")
-		os.Exit(1)
+		return err
 	}
 	if err := widget.Setup(mgr); err != nil {
-		log.Error(err, "wiring the controller")
-		os.Exit(1)
+		return fmt.Errorf("wiring the controller: %w", err)
 	}
-	if err := mgr.Start(ctrl.SignalContext()); err != nil {
-		log.Error(err, "manager stopped")
-		os.Exit(1)
-	}
+	return mgr.Start(ctrl.SignalContext())
 }
