@@ -33,7 +33,7 @@ func front(ctx context.Context, restConfig *rest.Config) {
 
 // docs/many-clusters.md.
 func fleet(hub *rest.Config, configMaps *ctrl.Client[*corev1.ConfigMap], labeled func(*corev1.ConfigMap) *corev1.ConfigMap) {
-	mgr, err := ctrl.NewManager(ctrl.Options{Config: hub, ClusterProvider: ctrl.KubeconfigDir("/etc/fleet")})
+	mgr, err := ctrl.NewManager(ctrl.Options{Config: hub, ClusterProvider: ctrl.KubeconfigDir("/etc/fleet", ctrl.KubeconfigOptions{})})
 	c, err := ctrl.NewController(mgr, "labeler", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
 		member := ctrl.RequestFrom(ctx).Key.Cluster // the cluster of cm
 		_, err := configMaps.InCluster(member).PatchFrom(ctx, cm, labeled(cm))
@@ -68,7 +68,7 @@ func webhooks(mgr *ctrl.Manager) {
 		},
 		Update: func(ctx context.Context, old, w *Widget) error { return nil },
 	})
-	err = ctrl.Default(mgr, func(ctx context.Context, w *Widget) error {
+	err = ctrl.Mutate(mgr, func(ctx context.Context, w *Widget) error {
 		if w.Spec.Message == "" {
 			w.Spec.Message = "hello" // ctrl answers with a JSON patch of the change
 			ctrl.AdmissionWarning(ctx, "spec.message defaulted to hello")
