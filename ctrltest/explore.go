@@ -3,10 +3,16 @@ package ctrltest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path"
+	"path/filepath"
 	"regexp"
+	"regexp/syntax"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -205,6 +211,7 @@ func (f Finding) String() string {
 // namespace controller runs on the test's API server).
 func Explore(t *testing.T, env *Env, x Exploration) {
 	t.Helper()
+	var sum summary
 	t.Run("plans", func(t *testing.T) {
 		s, err := newSearch(env, x)
 		if err != nil {
@@ -215,7 +222,18 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 			t.Fatal(err)
 		}
 		t.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
-		for _, p := range sample(plans, testing.Short()) {
+		sum.drawn = len(plans)
+		patterns := planPatterns(runFlag(), t.Name())
+		replay := patterns != nil
+		if !replay {
+			plans = sample(plans, testing.Short())
+		} else {
+			var why string
+			if plans, why = replayed(plans, patterns); why != "" {
+				t.Fatalf("ctrltest: the replay cannot run: %s", why)
+			}
+		}
+		for _, p := range plans {
 			t.Run(p.id, func(t *testing.T) {
 				if !x.Serial {
 					t.Parallel()
@@ -224,26 +242,272 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if injected == "" {
+				sum.add(p.kind, injected != "", f != nil)
+				switch {
+				case injected == "" && replay:
+					t.Errorf("ctrltest: plan %s: nothing was injected: its point (%s) did not come in this run, so the replay tested nothing. "+
+						"The reference drew it from what the managers did in one run; they did not do it this time (a race in the controllers, "+
+						"or a plan that the reference no longer draws): run it again, or the whole search", p.id, p.describe())
+				case injected == "":
 					t.Log("ctrltest: the plan's point did not come in this run: nothing was injected")
-				} else {
+				default:
 					t.Logf("ctrltest: %s", injected)
 				}
 				if f != nil {
-					t.Errorf("ctrltest: %sreplay: go test -run '%s'", f, runPattern(t.Name()))
+					t.Errorf("ctrltest: %sreplay: %s", f, replayCommand(t.Name()))
 				}
 			})
 		}
 	})
+	sum.print(t.Name())
 }
 
-// runPattern is go test's -run pattern that runs the test name alone.
-func runPattern(name string) string {
+// describe says where the plan acts, for a replay that did not get there.
+func (p plan) describe() string {
+	switch p.kind {
+	case kindCrash:
+		return "a crash after the manager's write " + p.point
+	case kindConflict, kindThrottled:
+		return "the manager's write " + p.point
+	case kindUnobserved:
+		return "the watch event " + p.point
+	}
+	return fmt.Sprintf("step %d", p.step)
+}
+
+// replayed returns the plans a replay's -run patterns select: those the
+// reference drew that one of the patterns matches, else the plan a
+// literal pattern names, drawn or not; why says why there is none.
+func replayed(plans []plan, patterns []string) (_ []plan, why string) {
+	var out []plan
+	for _, p := range plans {
+		for _, pat := range patterns {
+			if ok, _ := regexp.MatchString(pat, p.id); ok {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	if len(out) > 0 {
+		return out, ""
+	}
+	for _, pat := range patterns {
+		id, ok := literal(pat)
+		if !ok {
+			continue
+		}
+		p, ok := planByID(id)
+		if !ok {
+			return nil, fmt.Sprintf("-run names plan %q, which is no plan's ID (IDs begin with %s)", id, kindPrefixes())
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Sprintf("-run selects none of the %d plans this run's reference drew (pattern %q): %s",
+			len(plans), strings.Join(patterns, "|"), strings.Join(ids(plans, 12), " "))
+	}
+	return out, ""
+}
+
+func kindPrefixes() string {
+	var ps []string
+	for _, k := range planKinds {
+		ps = append(ps, k.prefix)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// ids lists up to n plans' IDs.
+func ids(plans []plan, n int) []string {
+	var out []string
+	for i, p := range plans {
+		if i == n {
+			out = append(out, fmt.Sprintf("and %d more", len(plans)-n))
+			break
+		}
+		out = append(out, p.id)
+	}
+	return out
+}
+
+// literal returns the name an anchored pattern ("^name$") matches alone.
+func literal(pattern string) (string, bool) {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return "", false
+	}
+	re = re.Simplify()
+	if re.Op != syntax.OpConcat || len(re.Sub) != 3 || re.Sub[0].Op != syntax.OpBeginText ||
+		re.Sub[1].Op != syntax.OpLiteral || re.Sub[1].Flags&syntax.FoldCase != 0 || re.Sub[2].Op != syntax.OpEndText {
+		return "", false
+	}
+	return string(re.Sub[1].Rune), true
+}
+
+func runFlag() string {
+	if f := flag.Lookup("test.run"); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// planPatterns returns the patterns go test's -run gives the subtests of
+// the test named parent (the plans), or nil if it selects them all.
+func planPatterns(run, parent string) []string {
+	if run == "" {
+		return nil
+	}
+	names := strings.Split(parent, "/")
+	var out []string
+	for _, alt := range splitTop(run, '|') {
+		levels := splitTop(alt, '/')
+		match := true
+		for i := 0; i < len(names) && i < len(levels); i++ {
+			if ok, err := regexp.MatchString(levels[i], names[i]); err != nil || !ok {
+				match = false
+				break
+			}
+		}
+		switch {
+		case !match:
+		case len(levels) <= len(names):
+			return nil // this alternative runs every plan
+		default:
+			out = append(out, levels[len(names)])
+		}
+	}
+	return out
+}
+
+// splitTop splits a -run pattern at sep outside brackets and parentheses,
+// as go test does.
+func splitTop(s string, sep byte) []string {
+	var out []string
+	cs, cp, start := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			cs++
+		case ']':
+			if cs--; cs < 0 {
+				cs = 0
+			}
+		case '(':
+			if cs == 0 {
+				cp++
+			}
+		case ')':
+			if cs == 0 {
+				cp--
+			}
+		case '\\':
+			i++
+		case sep:
+			if cs == 0 && cp == 0 {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
+}
+
+// replayCommand is the go test command that runs the test name alone,
+// from anywhere in its module.
+func replayCommand(name string) string {
 	parts := strings.Split(name, "/")
 	for i, p := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
-	return strings.Join(parts, "/")
+	cmd := fmt.Sprintf("go test -count=1 -run '%s'", strings.Join(parts, "/"))
+	if pkg := packagePath(); pkg != "" {
+		cmd += " " + pkg
+	}
+	return cmd
+}
+
+// packagePath is the import path of the package under test, read from
+// the go.mod above the directory go test runs it in, or "".
+var packagePath = sync.OnceValue(func() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for rel := ""; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			mod := modulePath(filepath.Join(dir, "go.mod"))
+			if mod == "" || rel == "" {
+				return mod
+			}
+			return mod + "/" + rel
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		rel = path.Join(filepath.Base(dir), rel)
+		dir = parent
+	}
+})
+
+// summary counts what the plans of a search did, by kind.
+type summary struct {
+	mu    sync.Mutex
+	drawn int
+	kinds []planKind
+	by    map[planKind]*[3]int // run, injected, findings
+}
+
+func (s *summary) add(k planKind, injected, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[planKind]*[3]int{}
+	}
+	c := s.by[k]
+	if c == nil {
+		c = new([3]int)
+		s.by[k] = c
+		s.kinds = append(s.kinds, k)
+	}
+	c[0]++
+	if injected {
+		c[1]++
+	}
+	if found {
+		c[2]++
+	}
+}
+
+// String is the summary's line: "plans: 40 drawn, 40 run, 31 injected;
+// findings: 0; by kind (run/injected/findings): crash 12/12/0, ...".
+func (s *summary) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var total [3]int
+	var kinds []string
+	slices.SortFunc(s.kinds, func(a, b planKind) int {
+		return slices.IndexFunc(planKinds, func(k kindInfo) bool { return k.kind == a }) -
+			slices.IndexFunc(planKinds, func(k kindInfo) bool { return k.kind == b })
+	})
+	for _, k := range s.kinds {
+		c := s.by[k]
+		for i := range total {
+			total[i] += c[i]
+		}
+		kinds = append(kinds, fmt.Sprintf("%s %d/%d/%d", k, c[0], c[1], c[2]))
+	}
+	line := fmt.Sprintf("plans: %d drawn, %d run, %d injected; findings: %d", s.drawn, total[0], total[1], total[2])
+	if len(kinds) > 0 {
+		line += "; by kind (run/injected/findings): " + strings.Join(kinds, ", ")
+	}
+	return line
+}
+
+// print writes the summary to the test binary's output, where go test
+// shows it without -v.
+func (s *summary) print(test string) {
+	fmt.Printf("ctrltest: %s: %s\n", test, s)
 }
 
 // Search runs what [Explore] runs and returns the findings instead of
@@ -266,6 +530,7 @@ func Search(tb testing.TB, env *Env, x Exploration) []Finding {
 		findings []Finding
 		errs     []error
 		wg       sync.WaitGroup
+		sum      = summary{drawn: len(plans)}
 	)
 	limit := make(chan struct{}, 2)
 	if x.Serial {
@@ -277,18 +542,21 @@ func Search(tb testing.TB, env *Env, x Exploration) []Finding {
 		go func() {
 			defer wg.Done()
 			defer func() { <-limit }()
-			f, _, err := s.try(tb.Context(), p)
+			f, injected, err := s.try(tb.Context(), p)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("plan %s: %w", p.id, err))
+				return
 			}
+			sum.add(p.kind, injected != "", f != nil)
 			if f != nil {
 				findings = append(findings, *f)
 			}
 		}()
 	}
 	wg.Wait()
+	sum.print(tb.Name())
 	if err := errors.Join(errs...); err != nil {
 		tb.Fatal(err)
 	}
@@ -313,10 +581,61 @@ const (
 type plan struct {
 	id       string
 	kind     planKind
-	write    string // crash, conflict: "what#n" of the write
-	event    string // unobserved: "resource/name#n"
+	point    string // crash, conflict, throttled: the write's; unobserved: the event's (see point)
 	resource string // stale, gone
-	step     int    // stale, gone
+	step     int    // stale, gone, restart
+}
+
+// point names the n-th occurrence of a write ("patch widgets/a/status")
+// or of an object's event ("configmaps a") as the plans' IDs do.
+func point(what string, n int) string { return fmt.Sprintf("%s-%d", slug(what), n) }
+
+// planKinds are the plans' ID prefixes, in the order plans are drawn;
+// stepped kinds end in -step-N.
+var planKinds = []kindInfo{
+	{"crash-after-", kindCrash, false},
+	{"unobserved-", kindUnobserved, false},
+	{"stale-", kindStale, true},
+	{"conflict-", kindConflict, false},
+	{"throttled-", kindThrottled, false},
+	{"gone-", kindGone, true},
+	{"restart-apiserver-step-", kindRestart, true},
+}
+
+var (
+	pointID   = regexp.MustCompile(`^[a-z0-9.-]+-[0-9]+$`)
+	steppedID = regexp.MustCompile(`^(?:([a-z0-9.]+)-step-)?([0-9]+)$`)
+)
+
+type kindInfo struct {
+	prefix  string
+	kind    planKind
+	stepped bool
+}
+
+// planByID returns the plan an ID names, whether or not a reference drew
+// it: a replay runs the plan it names.
+func planByID(id string) (plan, bool) {
+	for _, k := range planKinds {
+		rest, ok := strings.CutPrefix(id, k.prefix)
+		switch {
+		case !ok:
+			continue
+		case !k.stepped && pointID.MatchString(rest):
+			return plan{id: id, kind: k.kind, point: rest}, true
+		case k.stepped:
+			m := steppedID.FindStringSubmatch(rest)
+			if m == nil || (m[1] == "") != (k.kind == kindRestart) {
+				return plan{}, false
+			}
+			step, err := strconv.Atoi(m[2])
+			if err != nil {
+				return plan{}, false
+			}
+			return plan{id: id, kind: k.kind, resource: m[1], step: step}, true
+		}
+	}
+	return plan{}, false
 }
 
 // search is one Explore or Search: the exploration and its reference.
@@ -374,19 +693,18 @@ func (s *search) plans() []plan {
 	r := s.ref
 	var out []plan
 	for _, w := range r.writes {
-		what, n, _ := strings.Cut(w, "#")
-		out = append(out, plan{id: "crash-after-" + slug(what) + "-" + n, kind: kindCrash, write: w})
+		out = append(out, plan{id: "crash-after-" + w, kind: kindCrash, point: w})
 	}
 	seen := map[string]bool{}
 	for i, e := range r.events {
-		id := fmt.Sprintf("%s/%s#%d", e.resource, e.name, e.n)
-		if seen[id] {
+		at := point(e.resource+" "+e.name, e.n)
+		if seen[at] {
 			continue
 		}
 		for _, later := range r.events[i+1:] {
 			if later.resource == e.resource && later.name == e.name && later.step == e.step && later.n > e.n {
-				seen[id] = true
-				out = append(out, plan{id: fmt.Sprintf("unobserved-%s-%d", slug(e.resource+" "+e.name), e.n), kind: kindUnobserved, event: id})
+				seen[at] = true
+				out = append(out, plan{id: "unobserved-" + at, kind: kindUnobserved, point: at})
 				break
 			}
 		}
@@ -411,10 +729,9 @@ func (s *search) plans() []plan {
 	}
 	if s.x.Faults {
 		for _, w := range r.writes {
-			what, n, _ := strings.Cut(w, "#")
-			if !strings.HasPrefix(what, "create ") {
-				out = append(out, plan{id: "conflict-" + slug(what) + "-" + n, kind: kindConflict, write: w})
-				out = append(out, plan{id: "throttled-" + slug(what) + "-" + n, kind: kindThrottled, write: w})
+			if !strings.HasPrefix(w, "create-") {
+				out = append(out, plan{id: "conflict-" + w, kind: kindConflict, point: w})
+				out = append(out, plan{id: "throttled-" + w, kind: kindThrottled, point: w})
 			}
 		}
 		steps := map[int]bool{}

@@ -141,7 +141,7 @@ type perturber struct {
 
 	mu        sync.Mutex
 	writes    map[string]int // occurrences of each write, by what()
-	order     []string       // writes in order, "what#n"
+	order     []string       // the managers' writes in order, as points ("patch-widgets-a-1")
 	watched   map[string]bool
 	events    []eventRecord
 	step      int
@@ -238,7 +238,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	if q.verb != "create" {
 		p.writes[t.count(what)] = n
 	}
-	at := p.plan.write == fmt.Sprintf("%s#%d", what, n) && q.verb != "create" && !t.workload
+	at := p.plan.point == point(what, n) && q.verb != "create" && !t.workload
 	p.mu.Unlock()
 	if at && p.plan.kind == kindConflict {
 		p.inject("answered %s #%d with 409 Conflict, not sent", what, n)
@@ -246,7 +246,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	}
 	if at && p.plan.kind == kindThrottled {
 		p.mu.Lock()
-		p.plan.write = "" // once: client-go sends it again
+		p.plan.point = "" // once: client-go sends it again
 		p.mu.Unlock()
 		p.inject("answered %s #%d with 429 Too Many Requests, not sent", what, n)
 		return answer(r, http.StatusTooManyRequests, throttledStatus, "Retry-After", "1"), nil
@@ -273,7 +273,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.mu.Lock()
 		n = p.writes[t.count(what)] + 1
 		p.writes[t.count(what)] = n
-		at = p.plan.write == fmt.Sprintf("%s#%d", what, n) && !t.workload
+		at = p.plan.point == point(what, n) && !t.workload
 		p.mu.Unlock()
 	}
 	if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && t.workload && resp.StatusCode < 300 {
@@ -283,7 +283,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	}
 	p.mu.Lock()
 	if !t.workload {
-		p.order = append(p.order, fmt.Sprintf("%s#%d", what, n))
+		p.order = append(p.order, point(what, n))
 	}
 	if q.name != "" && (q.namespace == "" || q.namespace == p.namespace) && resp.StatusCode < 300 {
 		k := objectKey{gvr: schema.GroupVersionResource{Group: q.group, Version: q.version, Resource: q.resource}, name: q.name, namespaced: q.namespace != ""}
@@ -551,7 +551,7 @@ func (s *stream) deliver(f frame) error {
 	n := s.seen[f.name]
 	p.mu.Lock()
 	p.events = append(p.events, eventRecord{resource: s.resource, name: f.name, n: n, step: p.step})
-	stashNow := p.plan.kind == kindUnobserved && p.plan.event == fmt.Sprintf("%s/%s#%d", s.resource, f.name, n)
+	stashNow := p.plan.kind == kindUnobserved && p.plan.point == point(s.resource+" "+f.name, n)
 	if stashNow {
 		p.stashes[s] = true
 	}
