@@ -61,7 +61,11 @@ type Exploration struct {
 	// more than a second does not count as work; at the end the controllers
 	// must be idle with no retry due within Settle, so a controller that
 	// requeues itself periodically needs a Settle shorter than its period.
-	// Default: 1 minute.
+	// A plan's settling ends sooner, with its finding, once a key has failed
+	// three times in a row with the same error while nothing changed (no
+	// watch event reached the managers, no write succeeded) for twice the
+	// longest time the reference runs went without a change, and at least
+	// a second: its retries cannot succeed. Default: 1 minute.
 	Settle time.Duration
 	// Faults adds plans of the faults ctrl itself survives, applied to the
 	// controllers under test: a write answered 409 Conflict or 429 Too Many
@@ -644,6 +648,7 @@ type search struct {
 	x     Exploration
 	ref   *result
 	noise map[string]bool // "object field" that differ between the two references
+	quiet time.Duration   // the references' longest time between two changes
 }
 
 func newSearch(env *Env, x Exploration) (*search, error) {
@@ -685,6 +690,7 @@ func (s *search) reference(ctx context.Context) ([]plan, error) {
 		s.noise[d.object+" "+d.field] = true
 	}
 	s.ref = a
+	s.quiet = max(a.quiet, b.quiet)
 	return s.plans(), nil
 }
 
@@ -833,6 +839,7 @@ type result struct {
 	steps   int
 	err     error // did not settle
 	trace   *trace
+	quiet   time.Duration // the longest time between two changes
 }
 
 func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result, error) {
@@ -848,7 +855,11 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 	}
 	defer cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), nsObj.Name, metav1.DeleteOptions{})
 	tr := newTrace()
-	r := &run{s: s, plan: p, ns: nsObj.Name, p: newPerturber(p, tr, nsObj.Name), trace: tr, ctx: ctx, restarted: make(chan struct{})}
+	st := newStuck(0) // a reference run must settle
+	if p.kind != kindNone {
+		st = newStuck(quietFloor(s.quiet, s.x.Settle))
+	}
+	r := &run{s: s, plan: p, ns: nsObj.Name, p: newPerturber(p, tr, st, nsObj.Name), trace: tr, ctx: ctx, restarted: make(chan struct{})}
 	if err := r.startManager(); err != nil {
 		return nil, err
 	}
@@ -896,6 +907,7 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 	}
 	res.steps = r.steps
 	r.mu.Unlock()
+	res.quiet = st.longestQuiet()
 
 	r.p.mu.Lock()
 	res.writes = slices.Clone(r.p.order)
@@ -939,7 +951,7 @@ func (r *run) startManager() error {
 	r.gen++
 	gen := r.gen
 	r.mu.Unlock()
-	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen))
+	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen), r.p.stuck.failed)
 	opts.FakeClientset, opts.FakeDynamic = nil, nil
 	// What runs side by side would share: ports, Leases, Sharding's
 	// memberships.
@@ -975,6 +987,7 @@ func (r *run) restart() {
 	defer close(r.restarted)
 	r.stopManager()
 	r.trace.add("a new manager starts")
+	r.p.stuck.changed()
 	if err := r.startManager(); err != nil {
 		r.mu.Lock()
 		r.startErr = err
@@ -990,6 +1003,8 @@ func (r *run) restart() {
 func (r *run) waitIdle(requeueWithin time.Duration) error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.s.x.Settle)
 	defer cancel()
+	ctx, stop := r.p.stuck.watch(ctx) // ends the wait once the outcome is known
+	defer stop()
 	for {
 		if err := r.p.waitWrites(ctx, true); err != nil {
 			return &settleError{fmt.Errorf("the managers' watches did not deliver the workload's writes: %w", err)}
@@ -998,7 +1013,7 @@ func (r *run) waitIdle(requeueWithin time.Duration) error {
 			select {
 			case <-r.restarted:
 			case <-ctx.Done():
-				return &settleError{fmt.Errorf("no new manager after the crash: %w", ctx.Err())}
+				return &settleError{fmt.Errorf("no new manager after the crash: %w", context.Cause(ctx))}
 			}
 		}
 		r.mu.Lock()

@@ -1,11 +1,14 @@
 package ctrltest
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // TestParseRequest reads what a request does to which object from its
@@ -211,5 +214,68 @@ func TestSummary(t *testing.T) {
 	want := "plans: 9 drawn, 4 run, 2 injected; findings: 1; by kind (run/injected/findings): crash 2/1/0, unobserved 1/0/0, stale 1/1/1"
 	if got := s.String(); got != want {
 		t.Errorf("got %s\nwant %s", got, want)
+	}
+}
+
+// TestStuck ends a settling once a key fails again and again with the
+// same error while nothing changes for longer than the floor, and not
+// before: a change or another error starts the count again.
+func TestStuck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const key, e = `controller "c": ns/a`, "not found"
+		s := newStuck(2 * time.Second)
+		s.changed()
+		for range 3 {
+			s.failed(key, e)
+		}
+		if why := s.verdict(); why != "" {
+			t.Fatalf("stuck at once: %s", why)
+		}
+		time.Sleep(time.Second)
+		s.failed(key, e)
+		s.changed() // an event: the next retry may succeed
+		time.Sleep(3 * time.Second)
+		s.failed(key, e)
+		s.failed(key, "another error")
+		s.failed(key, "another error")
+		if why := s.verdict(); why != "" {
+			t.Fatalf("stuck after a change and another error: %s", why)
+		}
+		s.failed(key, "another error")
+		want := `controller "c": ns/a failed 3 times in a row with the same error while nothing changed for 3s`
+		if why := s.verdict(); !strings.HasPrefix(why, want) {
+			t.Fatalf("got %q, want %q", why, want)
+		}
+		ctx, stop := s.watch(t.Context())
+		defer stop()
+		<-ctx.Done()
+		if err := context.Cause(ctx); !strings.Contains(err.Error(), want) {
+			t.Errorf("the wait ended with %v, want %q", err, want)
+		}
+		s.changed()
+		if why := s.verdict(); why != "" {
+			t.Errorf("still stuck after a change: %s", why)
+		}
+		if got, want := s.longestQuiet(), 3*time.Second+10*time.Millisecond; got != want {
+			t.Errorf("longest quiet: got %s, want %s (the stuck wait, and the watch's tick)", got, want)
+		}
+		never := newStuck(0)
+		time.Sleep(time.Minute)
+		for range 5 {
+			never.failed(key, e)
+		}
+		if why := never.verdict(); why != "" {
+			t.Errorf("stuck with no floor: %s", why)
+		}
+	})
+	for _, c := range []struct{ ref, settle, want time.Duration }{
+		{0, time.Minute, time.Second},
+		{2 * time.Second, time.Minute, 4 * time.Second},
+		{3 * time.Second, 5 * time.Second, 0},
+		{0, time.Second, 0},
+	} {
+		if got := quietFloor(c.ref, c.settle); got != c.want {
+			t.Errorf("quietFloor(%s, %s) = %s, want %s", c.ref, c.settle, got, c.want)
+		}
 	}
 }

@@ -138,6 +138,7 @@ var errCrashed = errors.New("ctrltest: this manager crashed (a plan stopped it)"
 type perturber struct {
 	plan  plan
 	trace *trace
+	stuck *stuck
 
 	mu        sync.Mutex
 	writes    map[string]int // occurrences of each write, by what()
@@ -161,8 +162,8 @@ type eventRecord struct {
 	step           int
 }
 
-func newPerturber(p plan, tr *trace, namespace string) *perturber {
-	return &perturber{plan: p, namespace: namespace, trace: tr, writes: map[string]int{}, watched: map[string]bool{},
+func newPerturber(p plan, tr *trace, st *stuck, namespace string) *perturber {
+	return &perturber{plan: p, namespace: namespace, trace: tr, stuck: st, writes: map[string]int{}, watched: map[string]bool{},
 		held: map[string]chan struct{}{}, gone: map[string]bool{}, streams: map[*stream]bool{}, stashes: map[*stream]bool{}, crash: make(chan struct{})}
 }
 
@@ -280,6 +281,9 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.mu.Lock()
 		p.pending = append(p.pending, pendingWrite{resource: q.resource, name: q.name, labels: o.Metadata.Labels, rv: rv})
 		p.mu.Unlock()
+	}
+	if resp.StatusCode < 300 {
+		p.stuck.changed()
 	}
 	p.mu.Lock()
 	if !t.workload {
@@ -442,6 +446,9 @@ func (s *stream) matches(name string, lbls map[string]string) bool {
 func (s *stream) write(f frame) error {
 	if _, err := s.out.Write(append(f.raw, '\n')); err != nil {
 		return err
+	}
+	if f.typ == "ADDED" || f.typ == "MODIFIED" || f.typ == "DELETED" {
+		s.p.stuck.changed()
 	}
 	if s.listing {
 		// The initial events of a watch are one list: the manager takes
@@ -733,7 +740,7 @@ func (p *perturber) waitWrites(ctx context.Context, delivered bool) error {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return fmt.Errorf("%w; not yet delivered: %s", ctx.Err(), strings.Join(missing, ", "))
+			return fmt.Errorf("%w; not yet delivered: %s", context.Cause(ctx), strings.Join(missing, ", "))
 		}
 	}
 }
