@@ -245,3 +245,26 @@ func TestRetryAfterEarlyHandOut(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryDue says when a delayed key is due, and how late it is once
+// due and not yet handed out: never a negative time.
+func TestRetryDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, 1)
+		a := key{name: "a"}
+		if got := q.RetryDue(a); got != "" {
+			t.Errorf("not delayed: got %q, want none", got)
+		}
+		q.Add(key{name: "busy"}, "event")
+		k, _, _ := q.Get() // the only worker's place
+		q.AddAfter(a, 1200*time.Millisecond, "retry")
+		if got, want := q.RetryDue(a), ", next retry in 1.2s"; got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+		time.Sleep(1203 * time.Millisecond)
+		if got, want := q.RetryDue(a), ", retry overdue by 3ms"; got != want {
+			t.Errorf("due while the worker is busy: got %q, want %q", got, want)
+		}
+		q.Done(k)
+	})
+}
