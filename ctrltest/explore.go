@@ -579,6 +579,7 @@ const (
 	kindGone       planKind = "gone"
 	kindThrottled  planKind = "throttled"
 	kindRestart    planKind = "restart"
+	kindTimeTravel planKind = "timetravel"
 )
 
 // plan is one perturbation of a run.
@@ -600,6 +601,7 @@ var planKinds = []kindInfo{
 	{"crash-after-", kindCrash, false},
 	{"unobserved-", kindUnobserved, false},
 	{"stale-", kindStale, true},
+	{"timetravel-", kindTimeTravel, true},
 	{"conflict-", kindConflict, false},
 	{"throttled-", kindThrottled, false},
 	{"gone-", kindGone, true},
@@ -733,6 +735,15 @@ func (s *search) plans() []plan {
 	for _, m := range moved {
 		out = append(out, plan{id: fmt.Sprintf("stale-%s-step-%d", slug(m.resource), m.step), kind: kindStale, resource: m.resource, step: m.step})
 	}
+	// A crash at the start of a step, its successor served the state of
+	// a resource that changed in the step before.
+	for step := 1; step < r.steps; step++ {
+		for _, res := range resources {
+			if slices.ContainsFunc(r.events, func(e eventRecord) bool { return e.resource == res && e.step == step-1 }) {
+				out = append(out, plan{id: fmt.Sprintf("timetravel-%s-step-%d", slug(res), step), kind: kindTimeTravel, resource: res, step: step})
+			}
+		}
+	}
 	if s.x.Faults {
 		for _, w := range r.writes {
 			if !strings.HasPrefix(w, "create-") {
@@ -823,6 +834,7 @@ type run struct {
 	done      chan error
 	gen       int
 	restarted chan struct{} // closed once a crashed manager's successor started
+	snap      *snapshot     // a time-travel plan's, recorded a step before its crash
 	startErr  error
 	faultErr  error         // the plan could not apply its fault
 	direct    *ctrl.Manager // ClientFor's, never started
@@ -1058,6 +1070,12 @@ func (r *run) settle(final bool) error {
 		// The controllers act on their stale view until idle, or for as
 		// long as their own writes wait for events that are held.
 		ctx, cancel := context.WithTimeout(r.ctx, min(r.s.x.Settle, 3*time.Second))
+		if r.p.crashed() {
+			select {
+			case <-r.restarted:
+			case <-ctx.Done():
+			}
+		}
 		r.mu.Lock()
 		m := r.mgr
 		r.mu.Unlock()
@@ -1065,7 +1083,21 @@ func (r *run) settle(final bool) error {
 			m.WaitIdle(ctx, r.s.x.Settle)
 		}
 		cancel()
-		if step > r.plan.step || final {
+		// A stale view lasts through the step after its own; a time
+		// traveler's successor catches up once idle on its old view.
+		last := r.plan.step
+		if r.plan.kind == kindStale {
+			last++
+		}
+		if step >= last || final {
+			if r.plan.kind == kindTimeTravel {
+				// The lagging server's history is gone: its watches end
+				// with 410 Gone, and the managers list again.
+				r.p.mu.Lock()
+				r.p.travel, r.p.catchup = nil, r.plan.resource
+				r.p.mu.Unlock()
+				r.p.expire(r.plan.resource)
+			}
 			r.p.release()
 			r.trace.add("released the held events: the managers catch up")
 		}
@@ -1094,6 +1126,18 @@ func (r *run) beginStep(step int) {
 	r.p.mu.Unlock()
 	r.trace.add("step %d begins", step)
 	p := r.plan
+	if p.kind == kindTimeTravel && p.step == step+1 {
+		snap, ok, err := r.p.record(r.ctx, r.s.env.Config(), p.resource)
+		r.mu.Lock()
+		r.snap = snap
+		if err != nil && r.faultErr == nil {
+			r.faultErr = err
+		}
+		r.mu.Unlock()
+		if ok && err == nil {
+			r.trace.add("recorded %d %s at resourceVersion %s", len(snap.items), p.resource, snap.rv)
+		}
+	}
 	if p.step != step {
 		return
 	}
@@ -1104,6 +1148,20 @@ func (r *run) beginStep(step int) {
 	case kindGone:
 		r.p.inject("the watches of %s end with 410 Gone at the start of step %d", p.resource, step)
 		r.p.expire(p.resource)
+	case kindTimeTravel:
+		r.mu.Lock()
+		snap := r.snap
+		r.mu.Unlock()
+		if snap == nil {
+			return // no manager watched the resource a step before
+		}
+		r.p.hold(p.resource)
+		r.p.mu.Lock()
+		r.p.travel = snap
+		r.p.mu.Unlock()
+		r.p.inject("the manager crashed at the start of step %d; its successor's lists of %s are answered as of the start of step %d "+
+			"(resourceVersion %s, %d objects), as by a lagging API server, until the managers are idle on that view; then they list it again", step, p.resource, step-1, snap.rv, len(snap.items))
+		r.p.crashNow()
 	case kindRestart:
 		r.p.inject("the API server restarts at the start of step %d", step)
 		err := r.s.env.StopAPIServer()
