@@ -178,10 +178,16 @@ func (f Finding) String() string {
 // two are not compared), then once for each plan drawn from what the
 // reference did, each a parallel subtest of t.Run("plans") named by the
 // plan's ID. A plan's subtest fails with a [Finding] if its end state
-// differs from the reference or it does not settle; go test -run
-// 'TestName/plans/ID' replays it.
+// differs from the reference or it does not settle, printing the command
+// that replays it: go test -run '^TestName$/^plans$/^ID$' with the
+// package's import path, which runs that plan whether or not the new
+// reference draws it, and fails saying why if it selects no plan or the
+// plan's point does not come (nothing injected: nothing tested). A -run
+// pattern that selects no plan fails too. The search ends with a line of
+// what it tested, printed without -v: the plans drawn, run and injected,
+// and the findings, by kind.
 //
-// The plans, three kinds always and two with x.Faults:
+// The plans, four kinds always and four with x.Faults:
 //   - crash-after-WRITE-N: the manager is stopped right after the N-th
 //     time it sent that write (a create, update, patch or delete of one
 //     object, or of its subresource), as a crash stops it: every later
@@ -194,6 +200,15 @@ func (f Finding) String() string {
 //     writes still land. Each of the two steps ends once the managers are
 //     idle on that view (or after 3 seconds, if a write of theirs waits for
 //     a held event); then they catch up and settle.
+//   - timetravel-RESOURCE-step-N: the manager crashes at the start of
+//     step N, and the new manager's lists of the resource are answered with
+//     the state recorded at the start of step N-1, as by a lagging API
+//     server of a highly available control plane (Sieve's time travel); its
+//     watches of the resource resume from there, their events held, until
+//     the managers are idle on that view (or 3 seconds have passed, as for
+//     a stale view); then the watches end with 410 Gone and the managers
+//     list the resource again. One plan per resource and step N > 0 with
+//     an event of it in step N-1.
 //   - unobserved-RESOURCE-NAME-N: the N-th event of that object in a watch
 //     is never delivered when another event of it follows: the managers
 //     see the object jump over a state. One plan per event of the
@@ -228,19 +243,33 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 		t.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
 		sum.drawn = len(plans)
 		patterns := planPatterns(runFlag(), t.Name())
-		replay := patterns != nil
-		if !replay {
+		// A plan named by its ID alone, as a finding's replay command
+		// names it, must inject, or its pass would mean nothing.
+		replays := map[string]bool{}
+		if patterns == nil {
 			plans = sample(plans, testing.Short())
 		} else {
 			var why string
 			if plans, why = replayed(plans, patterns); why != "" {
-				t.Fatalf("ctrltest: the replay cannot run: %s", why)
+				t.Fatalf("ctrltest: -run selects no plan to run: %s", why)
 			}
+			for _, pat := range patterns {
+				if id, ok := literal(pat); ok {
+					replays[id] = true
+				}
+			}
+		}
+		drawn := map[string]bool{}
+		for _, p := range s.plans() {
+			drawn[p.id] = true
 		}
 		for _, p := range plans {
 			t.Run(p.id, func(t *testing.T) {
 				if !x.Serial {
 					t.Parallel()
+				}
+				if !drawn[p.id] {
+					t.Logf("ctrltest: plan %s is not among the plans this run's reference drew; it runs as its ID says", p.id)
 				}
 				f, injected, err := s.try(t.Context(), p)
 				if err != nil {
@@ -248,7 +277,7 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 				}
 				sum.add(p.kind, injected != "", f != nil)
 				switch {
-				case injected == "" && replay:
+				case injected == "" && replays[p.id]:
 					t.Errorf("ctrltest: plan %s: nothing was injected: its point (%s) did not come in this run, so the replay tested nothing. "+
 						"The reference drew it from what the managers did in one run; they did not do it this time (a race in the controllers, "+
 						"or a plan that the reference no longer draws): run it again, or the whole search", p.id, p.describe())
@@ -279,9 +308,9 @@ func (p plan) describe() string {
 	return fmt.Sprintf("step %d", p.step)
 }
 
-// replayed returns the plans a replay's -run patterns select: those the
-// reference drew that one of the patterns matches, else the plan a
-// literal pattern names, drawn or not; why says why there is none.
+// replayed returns the plans -run's patterns select: those the reference
+// drew that a pattern matches, and the plan each pattern that names an ID
+// alone names, drawn or not; why says why there is none.
 func replayed(plans []plan, patterns []string) (_ []plan, why string) {
 	var out []plan
 	for _, p := range plans {
@@ -292,12 +321,9 @@ func replayed(plans []plan, patterns []string) (_ []plan, why string) {
 			}
 		}
 	}
-	if len(out) > 0 {
-		return out, ""
-	}
 	for _, pat := range patterns {
 		id, ok := literal(pat)
-		if !ok {
+		if !ok || slices.ContainsFunc(out, func(p plan) bool { return p.id == id }) {
 			continue
 		}
 		p, ok := planByID(id)

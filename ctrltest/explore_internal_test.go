@@ -175,6 +175,8 @@ func TestReplaySelection(t *testing.T) {
 		{"^TestX$/^sub$/^plans$/^stale-configmaps-step-0$", "stale-configmaps-step-0"},
 		{"TestY/x|TestX/sub/plans/^stale", "stale-configmaps-step-0"},
 		{"^TestX$/^sub$/^plans$/^crash-after-delete-configmaps-b-3$", "crash-after-delete-configmaps-b-3"},
+		{"^TestX$/^sub$/^plans$/^stale-configmaps-step-0$|^TestX$/^sub$/^plans$/^crash-after-delete-configmaps-b-3$",
+			"stale-configmaps-step-0 crash-after-delete-configmaps-b-3"},
 		{"^TestX$/^sub$/^plans$/^crash-after-delete$", `cannot: -run names plan "crash-after-delete", which is no plan's ID`},
 		{"TestX/sub/plans/nothing", `cannot: -run selects none of the 3 plans this run's reference drew (pattern "nothing")`},
 	} {

@@ -689,6 +689,7 @@ func (p *perturber) hold(resource string) {
 }
 
 func (p *perturber) release() {
+	p.stuck.changed() // what was held may end a failure
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for r, ch := range p.held {
