@@ -242,6 +242,10 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 		}
 		t.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
 		sum.drawn = len(plans)
+		drawn := map[string]bool{}
+		for _, p := range plans {
+			drawn[p.id] = true
+		}
 		patterns := planPatterns(runFlag(), t.Name())
 		// A plan named by its ID alone, as a finding's replay command
 		// names it, must inject, or its pass would mean nothing.
@@ -259,10 +263,6 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 				}
 			}
 		}
-		drawn := map[string]bool{}
-		for _, p := range s.plans() {
-			drawn[p.id] = true
-		}
 		for _, p := range plans {
 			t.Run(p.id, func(t *testing.T) {
 				if !x.Serial {
@@ -278,9 +278,12 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 				sum.add(p.kind, injected != "", f != nil)
 				switch {
 				case injected == "" && replays[p.id]:
-					t.Errorf("ctrltest: plan %s: nothing was injected: its point (%s) did not come in this run, so the replay tested nothing. "+
-						"The reference drew it from what the managers did in one run; they did not do it this time (a race in the controllers, "+
-						"or a plan that the reference no longer draws): run it again, or the whole search", p.id, p.describe())
+					why := "this run's reference drew it, but the managers did not get there again (a race in the controllers)"
+					if !drawn[p.id] {
+						why = "this run's reference did not draw it either: it came from a race of another run, or from other controllers or another workload"
+					}
+					t.Errorf("ctrltest: plan %s: nothing was injected: its point (%s) did not come in this run, so the replay tested nothing; "+
+						"%s: run it again, or the whole search", p.id, p.describe(), why)
 				case injected == "":
 					t.Log("ctrltest: the plan's point did not come in this run: nothing was injected")
 				default:
