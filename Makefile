@@ -30,15 +30,25 @@ test-skew:
 	GO=$(GO) bash hack/skew.sh
 
 ## explore: run every plan of the searches of ctrltest.Explore over the
-## examples, and ctrltest's own test of the search (a few minutes).
+## examples, and ctrltest's own test of the search (a few minutes). The test
+## binaries are built together, then run in their packages' directories, two
+## at a time, each output printed whole, passing or not: the line each
+## search ends with says what it tested.
+EXPLORE := ctrltest examples/provisioner examples/quickstart examples/widget
 explore: controlplane
-	$(GO) test -race -count=1 -timeout 30m -run 'Plans|SearchFindsBugs' ./ctrltest/ ./examples/...
+	@mkdir -p $(TESTBINS)/explore
+	$(GO) test -race -c -o $(TESTBINS)/explore/ $(addprefix ./,$(EXPLORE))
+	$(MAKE) --jobs=2 --output-sync=target $(addprefix explore/,$(EXPLORE))
+explore/%:
+	cd $* && $(TESTBINS)/explore/$(notdir $*).test -test.count=1 -test.timeout=30m -test.run 'Plans|SearchFindsBugs'
 
 # testbins compiles the test binaries without running them, so that the work
-# overlaps the control plane's build, which uses one core for much of its time.
+# overlaps the control plane's build, which uses one core for much of its time;
+# only of packages with tests, since two packages of one name (cmd/scaffold,
+# internal/scaffold) would both write scaffold.test.
 testbins:
 	@mkdir -p $(TESTBINS)
-	$(GO) test -race -c -o $(TESTBINS)/ ./...
+	$(GO) test -race -c -o $(TESTBINS)/ $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 TESTBINS ?= $(or $(TMPDIR),/tmp)/ctrl-testbins
 
 ## check: gofmt, go vet, and the API-compatibility gate: the exported API of

@@ -312,6 +312,36 @@ func TestWaitIdleFailing(t *testing.T) {
 			must(t, mgr.WaitIdle(start(t, mgr), time.Minute))
 		})
 	})
+	// A retry due while the only worker is busy is overdue, not due in a
+	// negative time.
+	t.Run("overdue", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cs := fake.NewClientset(configMap("ns", "a"))
+			mgr := newManager(t, ctrl.Options{FakeClientset: cs})
+			failed, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			_, err := ctrl.NewController(mgr, "failing", func(ctx context.Context, cm *corev1.ConfigMap) (ctrl.Result, error) {
+				if cm.Name == "a" {
+					once.Do(func() { close(failed) })
+					return ctrl.Result{}, boom
+				}
+				<-release // b holds the worker while a's retry comes due
+				return ctrl.Result{}, nil
+			}, ctrl.ControllerOptions{Workers: 1})
+			must(t, err)
+			ctx := start(t, mgr)
+			<-failed
+			_, err = cs.CoreV1().ConfigMaps("ns").Create(ctx, configMap("ns", "b"), metav1.CreateOptions{})
+			must(t, err)
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			err = mgr.WaitIdle(wait, time.Hour)
+			close(release)
+			if err == nil || !strings.Contains(err.Error(), `ns/a failed 1 times, retry overdue by 9.99`) || strings.Contains(err.Error(), " in -") {
+				t.Errorf("got %v, want ns/a's retry overdue by about 10 s", err)
+			}
+		})
+	})
 }
 
 func metricValue(t *testing.T, reg *prometheus.Registry, series string) float64 {

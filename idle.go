@@ -213,11 +213,7 @@ func (c *Controller[T]) failing() error {
 			errs = append(errs, fmt.Errorf("%s: and %d more keys", c, len(entries)-i))
 			break
 		}
-		retry := ""
-		if at, ok := c.q.DueAt(e.Key); ok {
-			retry = fmt.Sprintf(", next retry in %s", time.Until(at).Round(time.Millisecond))
-		}
-		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.Key, e.Attempts, retry, e.Err))
+		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.Key, e.Attempts, c.q.RetryDue(e.Key), e.Err))
 	}
 	return errors.Join(errs...)
 }

@@ -66,11 +66,12 @@
 // does not tolerate, as Sieve does: it runs a workload (the steps a user
 // takes, with [Workload.Settle] between them) unperturbed, then once per
 // plan drawn from that run: the manager crashed right after one of its
-// writes, a resource's events held back so its view goes stale, an event
+// writes, a resource's events held back so its view goes stale, a
+// restarted manager served an older state (time travel), an event
 // coalesced into the next. A plan whose end state differs from the
 // unperturbed run's, or that does not settle, fails its subtest with the
 // difference, what happened around the injection and the command that
-// replays it:
+// replays it; the search ends with a line of what it tested:
 //
 //	func TestWidgetPlans(t *testing.T) {
 //		env := ctrltest.Start(t, ctrltest.Options{CRDs: [][]byte{widget.CRD}})

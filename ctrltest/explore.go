@@ -3,10 +3,16 @@ package ctrltest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path"
+	"path/filepath"
 	"regexp"
+	"regexp/syntax"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,7 +61,11 @@ type Exploration struct {
 	// more than a second does not count as work; at the end the controllers
 	// must be idle with no retry due within Settle, so a controller that
 	// requeues itself periodically needs a Settle shorter than its period.
-	// Default: 1 minute.
+	// A plan's settling ends sooner, with its finding, once a key has failed
+	// three times in a row with the same error while nothing changed (no
+	// watch event reached the managers, no write succeeded) for twice the
+	// longest time the reference runs went without a change, and at least
+	// a second: its retries cannot succeed. Default: 1 minute.
 	Settle time.Duration
 	// Faults adds plans of the faults ctrl itself survives, applied to the
 	// controllers under test: a write answered 409 Conflict or 429 Too Many
@@ -170,10 +180,16 @@ func (f Finding) String() string {
 // two are not compared), then once for each plan drawn from what the
 // reference did, each a parallel subtest of t.Run("plans") named by the
 // plan's ID. A plan's subtest fails with a [Finding] if its end state
-// differs from the reference or it does not settle; go test -run
-// 'TestName/plans/ID' replays it.
+// differs from the reference or it does not settle, printing the command
+// that replays it: go test -run '^TestName$/^plans$/^ID$' with the
+// package's import path, which runs that plan whether or not the new
+// reference draws it, and fails saying why if it selects no plan or the
+// plan's point does not come (nothing injected: nothing tested). A -run
+// pattern that selects no plan fails too. The search ends with a line of
+// what it tested, printed without -v: the plans drawn, run and injected,
+// and the findings, by kind.
 //
-// The plans, three kinds always and two with x.Faults:
+// The plans, four kinds always and four with x.Faults:
 //   - crash-after-WRITE-N: the manager is stopped right after the N-th
 //     time it sent that write (a create, update, patch or delete of one
 //     object, or of its subresource), as a crash stops it: every later
@@ -186,6 +202,15 @@ func (f Finding) String() string {
 //     writes still land. Each of the two steps ends once the managers are
 //     idle on that view (or after 3 seconds, if a write of theirs waits for
 //     a held event); then they catch up and settle.
+//   - timetravel-RESOURCE-step-N: the manager crashes at the start of
+//     step N, and the new manager's lists of the resource are answered with
+//     the state recorded at the start of step N-1, as by a lagging API
+//     server of a highly available control plane (Sieve's time travel); its
+//     watches of the resource resume from there, their events held, until
+//     the managers are idle on that view (or 3 seconds have passed, as for
+//     a stale view); then the watches end with 410 Gone and the managers
+//     list the resource again. One plan per resource and step N > 0 with
+//     an event of it in step N-1.
 //   - unobserved-RESOURCE-NAME-N: the N-th event of that object in a watch
 //     is never delivered when another event of it follows: the managers
 //     see the object jump over a state. One plan per event of the
@@ -207,6 +232,7 @@ func (f Finding) String() string {
 // namespace controller runs on the test's API server).
 func Explore(t *testing.T, env *Env, x Exploration) {
 	t.Helper()
+	var sum summary
 	t.Run("plans", func(t *testing.T) {
 		s, err := newSearch(env, x)
 		if err != nil {
@@ -217,35 +243,306 @@ func Explore(t *testing.T, env *Env, x Exploration) {
 			t.Fatal(err)
 		}
 		t.Logf("ctrltest: %d plans from the reference (%d writes, %d watch events, %d steps)", len(plans), len(s.ref.writes), len(s.ref.events), s.ref.steps)
-		for _, p := range sample(plans, testing.Short()) {
+		sum.drawn = len(plans)
+		drawn := map[string]bool{}
+		for _, p := range plans {
+			drawn[p.id] = true
+		}
+		patterns := planPatterns(runFlag(), t.Name())
+		// A plan named by its ID alone, as a finding's replay command
+		// names it, must inject, or its pass would mean nothing.
+		replays := map[string]bool{}
+		if patterns == nil {
+			plans = sample(plans, testing.Short())
+		} else {
+			var why string
+			if plans, why = replayed(plans, patterns); why != "" {
+				t.Fatalf("ctrltest: -run selects no plan to run: %s", why)
+			}
+			for _, pat := range patterns {
+				if id, ok := literal(pat); ok {
+					replays[id] = true
+				}
+			}
+		}
+		for _, p := range plans {
 			t.Run(p.id, func(t *testing.T) {
 				if !x.Serial {
 					t.Parallel()
+				}
+				if !drawn[p.id] {
+					t.Logf("ctrltest: plan %s is not among the plans this run's reference drew; it runs as its ID says", p.id)
 				}
 				f, injected, err := s.try(t.Context(), p)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if injected == "" {
+				sum.add(p.kind, injected != "", f != nil)
+				switch {
+				case injected == "" && replays[p.id]:
+					why := "this run's reference drew it, but the managers did not get there again (a race in the controllers)"
+					if !drawn[p.id] {
+						why = "this run's reference did not draw it either: it came from a race of another run, or from other controllers or another workload"
+					}
+					t.Errorf("ctrltest: plan %s: nothing was injected: its point (%s) did not come in this run, so the replay tested nothing; "+
+						"%s: run it again, or the whole search", p.id, p.describe(), why)
+				case injected == "":
 					t.Log("ctrltest: the plan's point did not come in this run: nothing was injected")
-				} else {
+				default:
 					t.Logf("ctrltest: %s", injected)
 				}
 				if f != nil {
-					t.Errorf("ctrltest: %sreplay: go test -run '%s'", f, runPattern(t.Name()))
+					t.Errorf("ctrltest: %sreplay: %s", f, replayCommand(t.Name()))
 				}
 			})
 		}
 	})
+	sum.print(t.Name())
 }
 
-// runPattern is go test's -run pattern that runs the test name alone.
-func runPattern(name string) string {
+// describe says where the plan acts, for a replay that did not get there.
+func (p plan) describe() string {
+	switch p.kind {
+	case kindCrash:
+		return "a crash after the manager's write " + p.point
+	case kindConflict, kindThrottled:
+		return "the manager's write " + p.point
+	case kindUnobserved:
+		return "the watch event " + p.point
+	}
+	return fmt.Sprintf("step %d", p.step)
+}
+
+// replayed returns the plans -run's patterns select: those the reference
+// drew that a pattern matches, and the plan each pattern that names an ID
+// alone names, drawn or not; why says why there is none.
+func replayed(plans []plan, patterns []string) (_ []plan, why string) {
+	var out []plan
+	for _, p := range plans {
+		for _, pat := range patterns {
+			if ok, _ := regexp.MatchString(pat, p.id); ok {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	for _, pat := range patterns {
+		id, ok := literal(pat)
+		if !ok || slices.ContainsFunc(out, func(p plan) bool { return p.id == id }) {
+			continue
+		}
+		p, ok := planByID(id)
+		if !ok {
+			return nil, fmt.Sprintf("-run names plan %q, which is no plan's ID (IDs begin with %s)", id, kindPrefixes())
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Sprintf("-run selects none of the %d plans this run's reference drew (pattern %q): %s",
+			len(plans), strings.Join(patterns, "|"), strings.Join(ids(plans, 12), " "))
+	}
+	return out, ""
+}
+
+func kindPrefixes() string {
+	var ps []string
+	for _, k := range planKinds {
+		ps = append(ps, k.prefix)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// ids lists up to n plans' IDs.
+func ids(plans []plan, n int) []string {
+	var out []string
+	for i, p := range plans {
+		if i == n {
+			out = append(out, fmt.Sprintf("and %d more", len(plans)-n))
+			break
+		}
+		out = append(out, p.id)
+	}
+	return out
+}
+
+// literal returns the name an anchored pattern ("^name$") matches alone.
+func literal(pattern string) (string, bool) {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return "", false
+	}
+	re = re.Simplify()
+	if re.Op != syntax.OpConcat || len(re.Sub) != 3 || re.Sub[0].Op != syntax.OpBeginText ||
+		re.Sub[1].Op != syntax.OpLiteral || re.Sub[1].Flags&syntax.FoldCase != 0 || re.Sub[2].Op != syntax.OpEndText {
+		return "", false
+	}
+	return string(re.Sub[1].Rune), true
+}
+
+func runFlag() string {
+	if f := flag.Lookup("test.run"); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// planPatterns returns the patterns go test's -run gives the subtests of
+// the test named parent (the plans), or nil if it selects them all.
+func planPatterns(run, parent string) []string {
+	if run == "" {
+		return nil
+	}
+	names := strings.Split(parent, "/")
+	var out []string
+	for _, alt := range splitTop(run, '|') {
+		levels := splitTop(alt, '/')
+		match := true
+		for i := 0; i < len(names) && i < len(levels); i++ {
+			if ok, err := regexp.MatchString(levels[i], names[i]); err != nil || !ok {
+				match = false
+				break
+			}
+		}
+		switch {
+		case !match:
+		case len(levels) <= len(names):
+			return nil // this alternative runs every plan
+		default:
+			out = append(out, levels[len(names)])
+		}
+	}
+	return out
+}
+
+// splitTop splits a -run pattern at sep outside brackets and parentheses,
+// as go test does.
+func splitTop(s string, sep byte) []string {
+	var out []string
+	cs, cp, start := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			cs++
+		case ']':
+			if cs--; cs < 0 {
+				cs = 0
+			}
+		case '(':
+			if cs == 0 {
+				cp++
+			}
+		case ')':
+			if cs == 0 {
+				cp--
+			}
+		case '\\':
+			i++
+		case sep:
+			if cs == 0 && cp == 0 {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
+}
+
+// replayCommand is the go test command that runs the test name alone,
+// from anywhere in its module.
+func replayCommand(name string) string {
 	parts := strings.Split(name, "/")
 	for i, p := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
-	return strings.Join(parts, "/")
+	cmd := fmt.Sprintf("go test -count=1 -run '%s'", strings.Join(parts, "/"))
+	if pkg := packagePath(); pkg != "" {
+		cmd += " " + pkg
+	}
+	return cmd
+}
+
+// packagePath is the import path of the package under test, read from
+// the go.mod above the directory go test runs it in, or "".
+var packagePath = sync.OnceValue(func() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for rel := ""; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			mod := modulePath(filepath.Join(dir, "go.mod"))
+			if mod == "" || rel == "" {
+				return mod
+			}
+			return mod + "/" + rel
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		rel = path.Join(filepath.Base(dir), rel)
+		dir = parent
+	}
+})
+
+// summary counts what the plans of a search did, by kind.
+type summary struct {
+	mu    sync.Mutex
+	drawn int
+	kinds []planKind
+	by    map[planKind]*[3]int // run, injected, findings
+}
+
+func (s *summary) add(k planKind, injected, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[planKind]*[3]int{}
+	}
+	c := s.by[k]
+	if c == nil {
+		c = new([3]int)
+		s.by[k] = c
+		s.kinds = append(s.kinds, k)
+	}
+	c[0]++
+	if injected {
+		c[1]++
+	}
+	if found {
+		c[2]++
+	}
+}
+
+// String is the summary's line: "plans: 40 drawn, 40 run, 31 injected;
+// findings: 0; by kind (run/injected/findings): crash 12/12/0, ...".
+func (s *summary) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var total [3]int
+	var kinds []string
+	slices.SortFunc(s.kinds, func(a, b planKind) int {
+		return slices.IndexFunc(planKinds, func(k kindInfo) bool { return k.kind == a }) -
+			slices.IndexFunc(planKinds, func(k kindInfo) bool { return k.kind == b })
+	})
+	for _, k := range s.kinds {
+		c := s.by[k]
+		for i := range total {
+			total[i] += c[i]
+		}
+		kinds = append(kinds, fmt.Sprintf("%s %d/%d/%d", k, c[0], c[1], c[2]))
+	}
+	line := fmt.Sprintf("plans: %d drawn, %d run, %d injected; findings: %d", s.drawn, total[0], total[1], total[2])
+	if len(kinds) > 0 {
+		line += "; by kind (run/injected/findings): " + strings.Join(kinds, ", ")
+	}
+	return line
+}
+
+// print writes the summary to the test binary's output, where go test
+// shows it without -v.
+func (s *summary) print(test string) {
+	fmt.Printf("ctrltest: %s: %s\n", test, s)
 }
 
 // Search runs what [Explore] runs and returns the findings instead of
@@ -268,6 +565,7 @@ func Search(tb testing.TB, env *Env, x Exploration) []Finding {
 		findings []Finding
 		errs     []error
 		wg       sync.WaitGroup
+		sum      = summary{drawn: len(plans)}
 	)
 	limit := make(chan struct{}, 2)
 	if x.Serial {
@@ -279,18 +577,21 @@ func Search(tb testing.TB, env *Env, x Exploration) []Finding {
 		go func() {
 			defer wg.Done()
 			defer func() { <-limit }()
-			f, _, err := s.try(tb.Context(), p)
+			f, injected, err := s.try(tb.Context(), p)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("plan %s: %w", p.id, err))
+				return
 			}
+			sum.add(p.kind, injected != "", f != nil)
 			if f != nil {
 				findings = append(findings, *f)
 			}
 		}()
 	}
 	wg.Wait()
+	sum.print(tb.Name())
 	if err := errors.Join(errs...); err != nil {
 		tb.Fatal(err)
 	}
@@ -309,16 +610,69 @@ const (
 	kindGone       planKind = "gone"
 	kindThrottled  planKind = "throttled"
 	kindRestart    planKind = "restart"
+	kindTimeTravel planKind = "timetravel"
 )
 
 // plan is one perturbation of a run.
 type plan struct {
 	id       string
 	kind     planKind
-	write    string // crash, conflict: "what#n" of the write
-	event    string // unobserved: "resource/name#n"
+	point    string // crash, conflict, throttled: the write's; unobserved: the event's (see point)
 	resource string // stale, gone
-	step     int    // stale, gone
+	step     int    // stale, gone, restart
+}
+
+// point names the n-th occurrence of a write ("patch widgets/a/status")
+// or of an object's event ("configmaps a") as the plans' IDs do.
+func point(what string, n int) string { return fmt.Sprintf("%s-%d", slug(what), n) }
+
+// planKinds are the plans' ID prefixes, in the order plans are drawn;
+// stepped kinds end in -step-N.
+var planKinds = []kindInfo{
+	{"crash-after-", kindCrash, false},
+	{"unobserved-", kindUnobserved, false},
+	{"stale-", kindStale, true},
+	{"timetravel-", kindTimeTravel, true},
+	{"conflict-", kindConflict, false},
+	{"throttled-", kindThrottled, false},
+	{"gone-", kindGone, true},
+	{"restart-apiserver-step-", kindRestart, true},
+}
+
+var (
+	pointID   = regexp.MustCompile(`^[a-z0-9.-]+-[0-9]+$`)
+	steppedID = regexp.MustCompile(`^(?:([a-z0-9.]+)-step-)?([0-9]+)$`)
+)
+
+type kindInfo struct {
+	prefix  string
+	kind    planKind
+	stepped bool
+}
+
+// planByID returns the plan an ID names, whether or not a reference drew
+// it: a replay runs the plan it names.
+func planByID(id string) (plan, bool) {
+	for _, k := range planKinds {
+		rest, ok := strings.CutPrefix(id, k.prefix)
+		switch {
+		case !ok:
+			continue
+		case !k.stepped && pointID.MatchString(rest):
+			return plan{id: id, kind: k.kind, point: rest}, true
+		case k.stepped:
+			m := steppedID.FindStringSubmatch(rest)
+			if m == nil || (m[1] == "") != (k.kind == kindRestart) {
+				return plan{}, false
+			}
+			step, err := strconv.Atoi(m[2])
+			if err != nil {
+				return plan{}, false
+			}
+			return plan{id: id, kind: k.kind, resource: m[1], step: step}, true
+		}
+	}
+	return plan{}, false
 }
 
 // search is one Explore or Search: the exploration and its reference.
@@ -327,6 +681,7 @@ type search struct {
 	x     Exploration
 	ref   *result
 	noise map[string]bool // "object field" that differ between the two references
+	quiet time.Duration   // the references' longest time between two changes
 }
 
 func newSearch(env *Env, x Exploration) (*search, error) {
@@ -373,6 +728,7 @@ func (s *search) reference(ctx context.Context) ([]plan, error) {
 		s.noise[d.object+" "+d.field] = true
 	}
 	s.ref = a
+	s.quiet = max(a.quiet, b.quiet)
 	return s.plans(), nil
 }
 
@@ -381,19 +737,18 @@ func (s *search) plans() []plan {
 	r := s.ref
 	var out []plan
 	for _, w := range r.writes {
-		what, n, _ := strings.Cut(w, "#")
-		out = append(out, plan{id: "crash-after-" + slug(what) + "-" + n, kind: kindCrash, write: w})
+		out = append(out, plan{id: "crash-after-" + w, kind: kindCrash, point: w})
 	}
 	seen := map[string]bool{}
 	for i, e := range r.events {
-		id := fmt.Sprintf("%s/%s#%d", e.resource, e.name, e.n)
-		if seen[id] {
+		at := point(e.resource+" "+e.name, e.n)
+		if seen[at] {
 			continue
 		}
 		for _, later := range r.events[i+1:] {
 			if later.resource == e.resource && later.name == e.name && later.step == e.step && later.n > e.n {
-				seen[id] = true
-				out = append(out, plan{id: fmt.Sprintf("unobserved-%s-%d", slug(e.resource+" "+e.name), e.n), kind: kindUnobserved, event: id})
+				seen[at] = true
+				out = append(out, plan{id: "unobserved-" + at, kind: kindUnobserved, point: at})
 				break
 			}
 		}
@@ -416,12 +771,20 @@ func (s *search) plans() []plan {
 	for _, m := range moved {
 		out = append(out, plan{id: fmt.Sprintf("stale-%s-step-%d", slug(m.resource), m.step), kind: kindStale, resource: m.resource, step: m.step})
 	}
+	// A crash at the start of a step, its successor served the state of
+	// a resource that changed in the step before.
+	for step := 1; step < r.steps; step++ {
+		for _, res := range resources {
+			if slices.ContainsFunc(r.events, func(e eventRecord) bool { return e.resource == res && e.step == step-1 }) {
+				out = append(out, plan{id: fmt.Sprintf("timetravel-%s-step-%d", slug(res), step), kind: kindTimeTravel, resource: res, step: step})
+			}
+		}
+	}
 	if s.x.Faults {
 		for _, w := range r.writes {
-			what, n, _ := strings.Cut(w, "#")
-			if !strings.HasPrefix(what, "create ") {
-				out = append(out, plan{id: "conflict-" + slug(what) + "-" + n, kind: kindConflict, write: w})
-				out = append(out, plan{id: "throttled-" + slug(what) + "-" + n, kind: kindThrottled, write: w})
+			if !strings.HasPrefix(w, "create-") {
+				out = append(out, plan{id: "conflict-" + w, kind: kindConflict, point: w})
+				out = append(out, plan{id: "throttled-" + w, kind: kindThrottled, point: w})
 			}
 		}
 		steps := map[int]bool{}
@@ -507,6 +870,7 @@ type run struct {
 	done      chan error
 	gen       int
 	restarted chan struct{} // closed once a crashed manager's successor started
+	snap      *snapshot     // a time-travel plan's, recorded a step before its crash
 	startErr  error
 	faultErr  error         // the plan could not apply its fault
 	direct    *ctrl.Manager // ClientFor's, never started
@@ -523,6 +887,7 @@ type result struct {
 	steps   int
 	err     error // did not settle
 	trace   *trace
+	quiet   time.Duration // the longest time between two changes
 }
 
 func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result, error) {
@@ -538,7 +903,11 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 	}
 	defer cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), nsObj.Name, metav1.DeleteOptions{})
 	tr := newTrace()
-	r := &run{s: s, plan: p, ns: nsObj.Name, p: newPerturber(p, tr, nsObj.Name), trace: tr, ctx: ctx, restarted: make(chan struct{})}
+	st := newStuck(0) // a reference run must settle
+	if p.kind != kindNone {
+		st = newStuck(quietFloor(s.quiet, s.x.Settle))
+	}
+	r := &run{s: s, plan: p, ns: nsObj.Name, p: newPerturber(p, tr, st, nsObj.Name), trace: tr, ctx: ctx, restarted: make(chan struct{})}
 	if err := r.startManager(); err != nil {
 		return nil, err
 	}
@@ -586,6 +955,7 @@ func (s *search) run(ctx context.Context, p plan, compare []objectKey) (*result,
 	}
 	res.steps = r.steps
 	r.mu.Unlock()
+	res.quiet = st.longestQuiet()
 
 	r.p.mu.Lock()
 	res.writes = slices.Clone(r.p.order)
@@ -629,7 +999,7 @@ func (r *run) startManager() error {
 	r.gen++
 	gen := r.gen
 	r.mu.Unlock()
-	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen))
+	opts.Logger = r.trace.logger(fmt.Sprintf("manager %d", gen), r.p.stuck.failed)
 	opts.FakeClientset, opts.FakeDynamic = nil, nil
 	// What runs side by side would share: ports, Leases, Sharding's
 	// memberships.
@@ -665,6 +1035,7 @@ func (r *run) restart() {
 	defer close(r.restarted)
 	r.stopManager()
 	r.trace.add("a new manager starts")
+	r.p.stuck.changed()
 	if err := r.startManager(); err != nil {
 		r.mu.Lock()
 		r.startErr = err
@@ -680,6 +1051,8 @@ func (r *run) restart() {
 func (r *run) waitIdle(requeueWithin time.Duration) error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.s.x.Settle)
 	defer cancel()
+	ctx, stop := r.p.stuck.watch(ctx) // ends the wait once the outcome is known
+	defer stop()
 	for {
 		if err := r.p.waitWrites(ctx, true); err != nil {
 			return &settleError{fmt.Errorf("the managers' watches did not deliver the workload's writes: %w", err)}
@@ -688,7 +1061,7 @@ func (r *run) waitIdle(requeueWithin time.Duration) error {
 			select {
 			case <-r.restarted:
 			case <-ctx.Done():
-				return &settleError{fmt.Errorf("no new manager after the crash: %w", ctx.Err())}
+				return &settleError{fmt.Errorf("no new manager after the crash: %w", context.Cause(ctx))}
 			}
 		}
 		r.mu.Lock()
@@ -733,6 +1106,12 @@ func (r *run) settle(final bool) error {
 		// The controllers act on their stale view until idle, or for as
 		// long as their own writes wait for events that are held.
 		ctx, cancel := context.WithTimeout(r.ctx, min(r.s.x.Settle, 3*time.Second))
+		if r.p.crashed() {
+			select {
+			case <-r.restarted:
+			case <-ctx.Done():
+			}
+		}
 		r.mu.Lock()
 		m := r.mgr
 		r.mu.Unlock()
@@ -740,7 +1119,21 @@ func (r *run) settle(final bool) error {
 			m.WaitIdle(ctx, r.s.x.Settle)
 		}
 		cancel()
-		if step > r.plan.step || final {
+		// A stale view lasts through the step after its own; a time
+		// traveler's successor catches up once idle on its old view.
+		last := r.plan.step
+		if r.plan.kind == kindStale {
+			last++
+		}
+		if step >= last || final {
+			if r.plan.kind == kindTimeTravel {
+				// The lagging server's history is gone: its watches end
+				// with 410 Gone, and the managers list again.
+				r.p.mu.Lock()
+				r.p.travel, r.p.catchup = nil, r.plan.resource
+				r.p.mu.Unlock()
+				r.p.expire(r.plan.resource)
+			}
 			r.p.release()
 			r.trace.add("released the held events: the managers catch up")
 		}
@@ -769,6 +1162,18 @@ func (r *run) beginStep(step int) {
 	r.p.mu.Unlock()
 	r.trace.add("step %d begins", step)
 	p := r.plan
+	if p.kind == kindTimeTravel && p.step == step+1 {
+		snap, ok, err := r.p.record(r.ctx, r.s.env.Config(), p.resource)
+		r.mu.Lock()
+		r.snap = snap
+		if err != nil && r.faultErr == nil {
+			r.faultErr = err
+		}
+		r.mu.Unlock()
+		if ok && err == nil {
+			r.trace.add("recorded %d %s at resourceVersion %s", len(snap.items), p.resource, snap.rv)
+		}
+	}
 	if p.step != step {
 		return
 	}
@@ -779,6 +1184,20 @@ func (r *run) beginStep(step int) {
 	case kindGone:
 		r.p.inject("the watches of %s end with 410 Gone at the start of step %d", p.resource, step)
 		r.p.expire(p.resource)
+	case kindTimeTravel:
+		r.mu.Lock()
+		snap := r.snap
+		r.mu.Unlock()
+		if snap == nil {
+			return // no manager watched the resource a step before
+		}
+		r.p.hold(p.resource)
+		r.p.mu.Lock()
+		r.p.travel = snap
+		r.p.mu.Unlock()
+		r.p.inject("the manager crashed at the start of step %d; its successor's lists of %s are answered as of the start of step %d "+
+			"(resourceVersion %s, %d objects), as by a lagging API server, until the managers are idle on that view; then they list it again", step, p.resource, step-1, snap.rv, len(snap.items))
+		r.p.crashNow()
 	case kindRestart:
 		r.p.inject("the API server restarts at the start of step %d", step)
 		err := r.s.env.StopAPIServer()

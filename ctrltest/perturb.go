@@ -138,10 +138,11 @@ var errCrashed = errors.New("ctrltest: this manager crashed (a plan stopped it)"
 type perturber struct {
 	plan  plan
 	trace *trace
+	stuck *stuck
 
 	mu        sync.Mutex
 	writes    map[string]int // occurrences of each write, by what()
-	order     []string       // writes in order, "what#n"
+	order     []string       // the managers' writes in order, as points ("patch-widgets-a-1")
 	watched   map[string]bool
 	events    []eventRecord
 	step      int
@@ -149,10 +150,14 @@ type perturber struct {
 	stashes   map[*stream]bool         // streams that may hold back an event
 	gone      map[string]bool          // resources whose next watch answers 410 Gone
 	streams   map[*stream]bool
-	pending   []pendingWrite // the workload's, not yet seen by every watch that should
-	namespace string         // the run's
-	objects   []objectKey    // that the managers wrote
-	crash     chan struct{}  // closed when the plan crashes the manager
+	pending   []pendingWrite     // the workload's, not yet seen by every watch that should
+	namespace string             // the run's
+	objects   []objectKey        // that the managers wrote
+	crash     chan struct{}      // closed when the plan crashes the manager
+	life      *life              // the latest manager's
+	lists     map[string]request // how the managers list each resource
+	travel    *snapshot          // what a time-travel plan answers lists of its resource with
+	catchup   string             // the resource a time traveler's managers list again once released
 }
 
 type eventRecord struct {
@@ -161,9 +166,9 @@ type eventRecord struct {
 	step           int
 }
 
-func newPerturber(p plan, tr *trace, namespace string) *perturber {
-	return &perturber{plan: p, namespace: namespace, trace: tr, writes: map[string]int{}, watched: map[string]bool{},
-		held: map[string]chan struct{}{}, gone: map[string]bool{}, streams: map[*stream]bool{}, stashes: map[*stream]bool{}, crash: make(chan struct{})}
+func newPerturber(p plan, tr *trace, st *stuck, namespace string) *perturber {
+	return &perturber{plan: p, namespace: namespace, trace: tr, stuck: st, writes: map[string]int{}, watched: map[string]bool{},
+		held: map[string]chan struct{}{}, gone: map[string]bool{}, lists: map[string]request{}, streams: map[*stream]bool{}, stashes: map[*stream]bool{}, crash: make(chan struct{})}
 }
 
 // life is one manager's: dead once the plan crashed it.
@@ -180,6 +185,9 @@ func (l *life) isDead() bool {
 
 // wrap is rest.Config.WrapTransport for a manager of the run.
 func (p *perturber) wrap(l *life) func(http.RoundTripper) http.RoundTripper {
+	p.mu.Lock()
+	p.life = l
+	p.mu.Unlock()
 	return func(rt http.RoundTripper) http.RoundTripper { return &perturbing{p: p, life: l, next: rt} }
 }
 
@@ -220,6 +228,13 @@ func (t *perturbing) RoundTrip(r *http.Request) (*http.Response, error) {
 	case q.verb == "watch":
 		return p.watch(t, r, q)
 	case q.verb == "list":
+		p.mu.Lock()
+		p.lists[q.resource] = q
+		p.mu.Unlock()
+		if s := p.traveling(q.resource); s != nil {
+			p.trace.add("list %s: answered as of resourceVersion %s", q.resource, s.rv)
+			return s.list(r), nil
+		}
 		if err := p.waitRelease(r, q.resource); err != nil {
 			return nil, err
 		}
@@ -238,7 +253,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	if q.verb != "create" {
 		p.writes[t.count(what)] = n
 	}
-	at := p.plan.write == fmt.Sprintf("%s#%d", what, n) && q.verb != "create" && !t.workload
+	at := p.plan.point == point(what, n) && q.verb != "create" && !t.workload
 	p.mu.Unlock()
 	if at && p.plan.kind == kindConflict {
 		p.inject("answered %s #%d with 409 Conflict, not sent", what, n)
@@ -246,7 +261,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 	}
 	if at && p.plan.kind == kindThrottled {
 		p.mu.Lock()
-		p.plan.write = "" // once: client-go sends it again
+		p.plan.point = "" // once: client-go sends it again
 		p.mu.Unlock()
 		p.inject("answered %s #%d with 429 Too Many Requests, not sent", what, n)
 		return answer(r, http.StatusTooManyRequests, throttledStatus, "Retry-After", "1"), nil
@@ -273,7 +288,7 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.mu.Lock()
 		n = p.writes[t.count(what)] + 1
 		p.writes[t.count(what)] = n
-		at = p.plan.write == fmt.Sprintf("%s#%d", what, n) && !t.workload
+		at = p.plan.point == point(what, n) && !t.workload
 		p.mu.Unlock()
 	}
 	if rv, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64); err == nil && t.workload && resp.StatusCode < 300 {
@@ -281,9 +296,12 @@ func (p *perturber) write(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.pending = append(p.pending, pendingWrite{resource: q.resource, name: q.name, labels: o.Metadata.Labels, rv: rv})
 		p.mu.Unlock()
 	}
+	if resp.StatusCode < 300 {
+		p.stuck.changed()
+	}
 	p.mu.Lock()
 	if !t.workload {
-		p.order = append(p.order, fmt.Sprintf("%s#%d", what, n))
+		p.order = append(p.order, point(what, n))
 	}
 	if q.name != "" && (q.namespace == "" || q.namespace == p.namespace) && resp.StatusCode < 300 {
 		k := objectKey{gvr: schema.GroupVersionResource{Group: q.group, Version: q.version, Resource: q.resource}, name: q.name, namespaced: q.namespace != ""}
@@ -358,6 +376,7 @@ func (p *perturber) waitRelease(r *http.Request, resource string) error {
 func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Response, error) {
 	p.mu.Lock()
 	p.watched[q.resource] = true
+	p.lists[q.resource] = q
 	isGone := p.gone[q.resource] && r.URL.Query().Get("resourceVersion") != ""
 	delete(p.gone, q.resource)
 	p.mu.Unlock()
@@ -365,14 +384,24 @@ func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Resp
 		p.trace.add("watch %s: 410 Gone", q.resource)
 		return answer(r, http.StatusGone, goneStatus), nil
 	}
-	if err := p.waitRelease(r, q.resource); err != nil {
-		return nil, err
+	var initial []frame
+	tv := p.traveling(q.resource)
+	switch {
+	case tv != nil && r.URL.Query().Get("sendInitialEvents") == "true":
+		// Its events are held (deliver) until the managers catch up.
+		initial = tv.initial(r)
+		r = tv.resume(r)
+		p.trace.add("watch %s: %d initial events as of resourceVersion %s", q.resource, len(initial)-1, tv.rv)
+	case tv == nil:
+		if err := p.waitRelease(r, q.resource); err != nil {
+			return nil, err
+		}
 	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		return resp, err
 	}
-	s := &stream{p: p, life: t.life, resource: q.resource, body: resp.Body, seen: map[string]int{}, done: make(chan struct{})}
+	s := &stream{p: p, life: t.life, resource: q.resource, body: resp.Body, seen: map[string]int{}, done: make(chan struct{}), initial: initial}
 	query := r.URL.Query()
 	if sel, err := labels.Parse(query.Get("labelSelector")); err == nil && !sel.Empty() {
 		s.labels = sel
@@ -380,11 +409,15 @@ func (p *perturber) watch(t *perturbing, r *http.Request, q request) (*http.Resp
 	if sel, err := fields.ParseSelector(query.Get("fieldSelector")); err == nil && !sel.Empty() {
 		s.fields = sel
 	}
-	s.listing = query.Get("sendInitialEvents") == "true"
+	s.listing = query.Get("sendInitialEvents") == "true" || initial != nil
 	if rv, err := strconv.ParseInt(query.Get("resourceVersion"), 10, 64); err == nil && !s.listing {
 		s.observed.Store(rv) // the list before the watch is in the cache
 		s.received.Store(rv)
 	}
+	p.mu.Lock()
+	s.fresh = p.catchup == q.resource
+	p.mu.Unlock()
+	s.synced.Store(!s.listing) // a watch after a list: the list is in
 	pr, pw := io.Pipe()
 	s.out = pw
 	resp.Body = &streamBody{PipeReader: pr, s: s}
@@ -414,6 +447,12 @@ type stream struct {
 	observed atomic.Int64 // resourceVersion up to which the manager has processed the stream
 	received atomic.Int64 // resourceVersion up to which the stream was read from the server
 	listing  bool         // before the end of the initial events of a watch that sends them
+	initial  []frame      // a time-travel plan's, sent before the server's
+
+	// fresh: begun once a time traveler's view was released, from the
+	// server's state; synced once its manager has taken that state in.
+	fresh  bool
+	synced atomic.Bool
 }
 
 type frame struct {
@@ -443,6 +482,9 @@ func (s *stream) write(f frame) error {
 	if _, err := s.out.Write(append(f.raw, '\n')); err != nil {
 		return err
 	}
+	if f.typ == "ADDED" || f.typ == "MODIFIED" || f.typ == "DELETED" {
+		s.p.stuck.changed()
+	}
 	if s.listing {
 		// The initial events of a watch are one list: the manager takes
 		// them in at its end.
@@ -460,6 +502,7 @@ func (s *stream) write(f frame) error {
 	if _, err := s.out.Write(append(b, '\n')); err != nil {
 		return err
 	}
+	s.synced.Store(true) // read after the list it ends was taken in
 	if rv > s.observed.Load() {
 		s.observed.Store(rv)
 	}
@@ -488,6 +531,15 @@ func (s *stream) stop() {
 
 func (s *stream) run() {
 	defer s.stop()
+	for _, f := range s.initial {
+		s.wmu.Lock()
+		err := s.write(f)
+		s.wmu.Unlock()
+		if err != nil {
+			s.out.CloseWithError(err)
+			return
+		}
+	}
 	dec := json.NewDecoder(s.body)
 	for {
 		var raw json.RawMessage
@@ -551,7 +603,7 @@ func (s *stream) deliver(f frame) error {
 	n := s.seen[f.name]
 	p.mu.Lock()
 	p.events = append(p.events, eventRecord{resource: s.resource, name: f.name, n: n, step: p.step})
-	stashNow := p.plan.kind == kindUnobserved && p.plan.event == fmt.Sprintf("%s/%s#%d", s.resource, f.name, n)
+	stashNow := p.plan.kind == kindUnobserved && p.plan.point == point(s.resource+" "+f.name, n)
 	if stashNow {
 		p.stashes[s] = true
 	}
@@ -637,6 +689,7 @@ func (p *perturber) hold(resource string) {
 }
 
 func (p *perturber) release() {
+	p.stuck.changed() // what was held may end a failure
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for r, ch := range p.held {
@@ -665,6 +718,17 @@ func (p *perturber) expire(resource string) {
 		s.stop()
 	}
 	p.trace.add("watch %s: 410 Gone", resource)
+}
+
+// crashNow crashes the latest manager, as a crash plan does after a write.
+func (p *perturber) crashNow() {
+	p.mu.Lock()
+	l := p.life
+	p.mu.Unlock()
+	l.mu.Lock()
+	l.dead = true
+	l.mu.Unlock()
+	close(p.crash)
 }
 
 func (p *perturber) crashed() bool {
@@ -725,6 +789,11 @@ func (p *perturber) waitWrites(ctx context.Context, delivered bool) error {
 		}
 		if delivered {
 			p.pending = keep
+			if c := p.catchup; c != "" && !p.caughtUp(c) {
+				missing = append(missing, fmt.Sprintf("%s listed again (a time traveler catching up)", c))
+			} else {
+				p.catchup = ""
+			}
 		}
 		p.mu.Unlock()
 		if len(missing) == 0 {
@@ -733,7 +802,7 @@ func (p *perturber) waitWrites(ctx context.Context, delivered bool) error {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return fmt.Errorf("%w; not yet delivered: %s", ctx.Err(), strings.Join(missing, ", "))
+			return fmt.Errorf("%w; not yet delivered: %s", context.Cause(ctx), strings.Join(missing, ", "))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ctrltest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,9 +64,68 @@ func (t *trace) injection() string {
 }
 
 // logger sends a manager's log (to V(1), and errors) to the trace: its
-// reconciles' lines and ctrl's retries.
-func (t *trace) logger(name string) logr.Logger {
-	return funcr.New(func(prefix, args string) {
+// reconciles' lines and ctrl's retries. failed hears of each reconcile
+// that failed and is retried: its controller and key, and its error.
+func (t *trace) logger(name string, failed func(key, err string)) logr.Logger {
+	l := funcr.New(func(prefix, args string) {
 		t.add("%s log %s %s", name, prefix, args)
 	}, funcr.Options{Verbosity: 1})
+	return logr.New(&retrySink{LogSink: l.GetSink(), failed: failed})
+}
+
+// The lines ctrl logs when a reconcile failed and is retried (worker.go).
+const (
+	logRetry         = "reconcile failed; retrying with backoff"
+	logConflictRetry = "reconcile hit a conflict; retrying"
+)
+
+// retrySink passes a log on, telling failed of ctrl's retries.
+type retrySink struct {
+	logr.LogSink
+	values []any
+	failed func(key, err string)
+}
+
+func (s *retrySink) WithValues(kv ...any) logr.LogSink {
+	return &retrySink{LogSink: s.LogSink.WithValues(kv...), values: append(slices.Clip(s.values), kv...), failed: s.failed}
+}
+
+func (s *retrySink) WithName(name string) logr.LogSink {
+	return &retrySink{LogSink: s.LogSink.WithName(name), values: s.values, failed: s.failed}
+}
+
+func (s *retrySink) Error(err error, msg string, kv ...any) {
+	if msg == logRetry && err != nil {
+		s.failed(s.key(), err.Error())
+	}
+	s.LogSink.Error(err, msg, kv...)
+}
+
+func (s *retrySink) Info(level int, msg string, kv ...any) {
+	if msg == logConflictRetry {
+		if err, ok := value(kv, "err").(string); ok {
+			s.failed(s.key(), err)
+		}
+	}
+	s.LogSink.Info(level, msg, kv...)
+}
+
+// key names the reconciled key from the logger's values.
+func (s *retrySink) key() string {
+	k := fmt.Sprintf("controller %q: %v/%v", value(s.values, "controller"), value(s.values, "namespace"), value(s.values, "name"))
+	if c := value(s.values, "cluster"); c != nil {
+		k += fmt.Sprintf(" in cluster %v", c)
+	}
+	return k
+}
+
+// value returns the last value of key in a logr key/value list.
+func value(kv []any, key string) any {
+	var v any
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == key {
+			v = kv[i+1]
+		}
+	}
+	return v
 }

@@ -1,9 +1,11 @@
 package workq
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Failures remember the last error of each key awaiting a retry; keys
@@ -69,4 +71,19 @@ func (f *Failures[K]) Sorted(cmp func(a, b K) int) []Failure[K] {
 	f.mu.Unlock()
 	slices.SortFunc(out, func(a, b Failure[K]) int { return cmp(a.Key, b.Key) })
 	return out
+}
+
+// RetryDue says when key's delayed add is due, for a report of a failing
+// key: ", next retry in 1.2s"; ", retry overdue by 3ms" once due and not yet
+// handed out (every worker busy); "" if none is.
+func (q *Queue[K, C, E]) RetryDue(key K) string {
+	at, ok := q.DueAt(key)
+	switch d := time.Until(at); {
+	case !ok:
+		return ""
+	case d < 0:
+		return fmt.Sprintf(", retry overdue by %s", (-d).Round(time.Millisecond))
+	default:
+		return fmt.Sprintf(", next retry in %s", d.Round(time.Millisecond))
+	}
 }

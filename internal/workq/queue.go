@@ -432,15 +432,28 @@ func (q *Queue[K, C, E]) handOut(key K) (it Item[E], ok bool) {
 		fair = nil // one cluster: nothing to share, nothing to count
 	}
 	capped := fair != nil && fair.capped()
+	var again time.Duration
+	defer func() {
+		if again > 0 {
+			q.wq.AddAfter(key, again)
+		}
+	}()
 	q.mu.Lock()
 	it = Item[E]{Causes: q.causes[key]}
 	delete(q.causes, key)
 	if it.Causes == nil {
 		it.Causes = q.newCausesLocked()
 	}
-	if d, ok := q.due[key]; ok && !time.Now().Before(d.at) {
-		delete(q.due, key)
-		q.cfg.Note(it.Causes, d.cause)
+	if d, ok := q.due[key]; ok {
+		if now := time.Now(); !now.Before(d.at) {
+			delete(q.due, key)
+			q.cfg.Note(it.Causes, d.cause)
+		} else if q.cfg.Count(it.Causes) == 0 {
+			// A delayed add came early, one a later AddAfter joined: its
+			// key, with no cause, is drained, not reconciled. Add it again
+			// for d, or the key never comes back for it.
+			again = d.at.Sub(now)
+		}
 	}
 	if at, ok := q.released[key]; ok {
 		delete(q.released, key)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -195,4 +196,75 @@ func TestRecycle(t *testing.T) {
 	if with != without-1 {
 		t.Errorf("a key queued and taken allocates %v times, %v with its record given back; want one fewer", without, with)
 	}
+}
+
+// TestRetryAfterEarlyHandOut keeps a retry that its delayed add merged
+// into an earlier one: the key handed out early, with no cause of its own
+// (a worker drains it), must still be handed out when its retry is due. It
+// is the sequence a conflict, then two failures, made in a controller: the
+// last retry's delayed add joined the one still pending from the failure
+// before, which handed the key out before the last retry was due.
+func TestRetryAfterEarlyHandOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, 1)
+		a := key{name: "a"}
+		q.Add(a, "owned")
+		k, _, _ := q.Get()                         // t=0: reconciling, for an owned object
+		q.AddAfter(a, 5*time.Millisecond, "retry") // the conflict's retry, due at 5
+		time.Sleep(6 * time.Millisecond)           // it comes while a runs
+		q.AddAfter(a, 5*time.Millisecond, "retry") // t=6: failed; due at 11
+		q.Done(k)
+		k, it, _ := q.Get() // the conflict's retry
+		if !slices.Equal(it.Causes.list, []string{"retry"}) {
+			t.Fatalf("got causes %v, want the retry", it.Causes.list)
+		}
+		q.AddAfter(a, 10*time.Millisecond, "retry") // t=6: failed again; due at 16
+		q.Done(k)
+		time.Sleep(7 * time.Millisecond) // t=13: the add due at 11 came
+		k, it, _ = q.Get()
+		if len(it.Causes.list) != 0 {
+			t.Fatalf("at 13: got causes %v, want none: the retry is due at 16", it.Causes.list)
+		}
+		q.Done(k) // drained: no cause, no reconcile
+		got := make(chan []string)
+		go func() {
+			_, it, shutdown := q.Get()
+			if !shutdown {
+				got <- it.Causes.list
+			}
+		}()
+		select {
+		case cs := <-got:
+			if !slices.Equal(cs, []string{"retry"}) {
+				t.Errorf("got causes %v, want the retry", cs)
+			}
+		case <-time.After(time.Minute):
+			at, _ := q.DueAt(a)
+			t.Errorf("the retry due at 16 ms was never handed out (due %s ago)", time.Since(at))
+			q.ShutDown()
+		}
+	})
+}
+
+// TestRetryDue says when a delayed key is due, and how late it is once
+// due and not yet handed out: never a negative time.
+func TestRetryDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newQueue(t, 1)
+		a := key{name: "a"}
+		if got := q.RetryDue(a); got != "" {
+			t.Errorf("not delayed: got %q, want none", got)
+		}
+		q.Add(key{name: "busy"}, "event")
+		k, _, _ := q.Get() // the only worker's place
+		q.AddAfter(a, 1200*time.Millisecond, "retry")
+		if got, want := q.RetryDue(a), ", next retry in 1.2s"; got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+		time.Sleep(1203 * time.Millisecond)
+		if got, want := q.RetryDue(a), ", retry overdue by 3ms"; got != want {
+			t.Errorf("due while the worker is busy: got %q, want %q", got, want)
+		}
+		q.Done(k)
+	})
 }
