@@ -128,7 +128,7 @@ func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
 	}
-	if c.opt != nil && c.opt.busy() {
+	if c.opt != nil && c.opt.Busy() {
 		return c.String() + ": following a change of its CustomResourceDefinition"
 	}
 	if c.refeeding.Load() {
