@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/typedctrl/ctrl/internal/idle"
 )
 
 // WaitIdle blocks until the manager is idle, ctx is done (give it a
@@ -21,35 +23,19 @@ import (
 // naming each failing key with its last error (wrapped for errors.Is and
 // errors.As) and, if ctx ended, what was busy (Testable).
 func (m *Manager) WaitIdle(ctx context.Context, requeueWithin time.Duration) error {
-	select {
-	case <-m.startedCh:
-	case <-m.stopped:
-		return m.stoppedErr()
-	case <-ctx.Done():
-		return fmt.Errorf("ctrl: WaitIdle: %w", context.Cause(ctx))
+	err := idle.Wait(ctx, m.startedCh, m.stopped, requeueWithin, idle.Checks{
+		Busy:    func() string { return m.busy(requeueWithin) },
+		Failing: m.failing,
+		StartErr: func() error {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.startErr
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("ctrl: WaitIdle: %w", err)
 	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := m.busy(requeueWithin)
-		if busy == "" {
-			if err := m.failing(); err != nil {
-				return fmt.Errorf("ctrl: WaitIdle: idle, but reconciles failed (no retry due within %s):\n%w", requeueWithin, err)
-			}
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-m.stopped:
-			return m.stoppedErr()
-		case <-ctx.Done():
-			err := fmt.Errorf("ctrl: WaitIdle: %w; still busy: %s", context.Cause(ctx), busy)
-			if failing := m.failing(); failing != nil {
-				err = fmt.Errorf("%w; reconciles failing:\n%w", err, failing)
-			}
-			return err
-		}
-	}
+	return nil
 }
 
 func (m *Manager) failing() error {
@@ -69,22 +55,6 @@ func (m *Manager) failing() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// stoppedErr says that the manager stopped, why, and which keys were
-// failing: a context that ends both Start and WaitIdle may end either first.
-func (m *Manager) stoppedErr() error {
-	m.mu.Lock()
-	startErr := m.startErr
-	m.mu.Unlock()
-	err := errors.New("ctrl: WaitIdle: manager stopped")
-	if startErr != nil {
-		err = fmt.Errorf("ctrl: WaitIdle: manager stopped: %w", startErr)
-	}
-	if failing := m.failing(); failing != nil {
-		err = fmt.Errorf("%w; reconciles failing:\n%w", err, failing)
-	}
-	return err
 }
 
 // busy checks WaitIdle's conditions between two reads of the activity
@@ -128,7 +98,7 @@ func (c *Cache[T]) busy() string {
 	if c.dispatching.Load() != 0 {
 		return c.String() + ": dispatching an event"
 	}
-	if c.opt != nil && c.opt.busy() {
+	if c.opt != nil && c.opt.Busy() {
 		return c.String() + ": following a change of its CustomResourceDefinition"
 	}
 	if c.refeeding.Load() {
@@ -179,25 +149,11 @@ func (c *Controller[T]) busy(requeueWithin time.Duration) string {
 		}
 		return fmt.Sprintf("%s: not running: starting, or this replica does not lead", c)
 	}
-	switch {
-	case c.q.BacklogLen() != 0: // read first: the backlog empties into the queue
-		return fmt.Sprintf("%s: %d keys of a list not yet queued", c, c.q.BacklogLen())
-	case c.q.Len() != 0:
-		return fmt.Sprintf("%s: %d keys queued", c, c.q.Len())
-	case c.q.Processing() != 0:
-		return fmt.Sprintf("%s: %d keys being reconciled", c, c.q.Processing())
-	case c.q.AsideLen() != 0:
-		return fmt.Sprintf("%s: %d keys set aside while other clusters' keys are reconciled", c, c.q.AsideLen())
-	case c.q.WaitingLen() != 0:
-		return fmt.Sprintf("%s: %d keys waiting for the API server", c, c.q.WaitingLen())
-	case c.q.DueWithin(requeueWithin):
-		return fmt.Sprintf("%s: a requeue is due within %s", c, requeueWithin)
+	if b := idle.QueueBusy(c.q, requeueWithin); b != "" {
+		return fmt.Sprintf("%s: %s", c, b)
 	}
 	return ""
 }
-
-// maxFailuresShown bounds the keys an error of WaitIdle names per controller.
-const maxFailuresShown = 5
 
 // failing names the controller's failing keys, each with its last error.
 func (c *Controller[T]) failing() error {
@@ -208,12 +164,5 @@ func (c *Controller[T]) failing() error {
 	if changed := c.misused.Load(); changed != nil {
 		errs = append(errs, *changed)
 	}
-	for i, e := range entries {
-		if i == maxFailuresShown {
-			errs = append(errs, fmt.Errorf("%s: and %d more keys", c, len(entries)-i))
-			break
-		}
-		errs = append(errs, fmt.Errorf("%s: %s failed %d times%s: %w", c, e.Key, e.Attempts, c.q.RetryDue(e.Key), e.Err))
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, idle.Failures(c, entries, c.q.RetryDue)...)...)
 }

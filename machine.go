@@ -2,15 +2,11 @@ package ctrl
 
 import (
 	"context"
-	"errors"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	machinedecl "github.com/typedctrl/ctrl/internal/machine"
+	engine "github.com/typedctrl/ctrl/internal/machine"
 )
 
 // Machine declares a state machine over the phase S, a string type such as
@@ -86,41 +82,20 @@ type Next[S ~string] struct {
 	RequeueAfter time.Duration
 }
 
-type machine[T Object, S ~string] struct {
-	Machine[T, S]
-	names   []S        // the states, sorted
-	cleanup map[S]bool // the states reachable from Deleting
-}
-
-// compile checks m and copies its states, or lists every problem.
-func (m Machine[T, S]) compile() (*machine[T, S], error) {
-	var errs []string
-	if m.Phase == nil || m.Conditions == nil || m.ObservedGeneration == nil {
-		errs = append(errs, "Phase, Conditions and ObservedGeneration must all be set")
-	}
-	if m.Condition == "" {
-		m.Condition = "Ready"
-	}
-	states := maps.Clone(m.States)
-	decl := machinedecl.Machine{Initial: string(m.Initial), States: map[string]machinedecl.State{},
-		Condition: m.Condition, Finalizer: m.Finalizer, Deleting: string(m.Deleting)}
-	for s, st := range states {
-		st.To = slices.Clone(st.To)
-		states[s] = st
-		to := make([]string, len(st.To))
-		for i, t := range st.To {
-			to[i] = string(t)
+// compile checks m and hands it to the engine, or lists every problem.
+func (m Machine[T, S]) compile() (*engine.Engine[T, S], error) {
+	states := make(map[S]engine.Stage[T, S], len(m.States))
+	for s, st := range m.States {
+		var step func(context.Context, T) (engine.Next[S], error)
+		if st.Step != nil {
+			step = func(ctx context.Context, obj T) (engine.Next[S], error) {
+				next, err := st.Step(ctx, obj)
+				return engine.Next[S](next), err
+			}
 		}
-		decl.States[string(s)] = machinedecl.State{Step: st.Step != nil, To: to, SpecChanged: string(st.SpecChanged)}
+		states[s] = engine.Stage[T, S]{Step: step, To: st.To, Ready: st.Ready, SpecChanged: st.SpecChanged}
 	}
-	m.States = states
-	cleanup, problems := machinedecl.Check(decl)
-	if errs = append(errs, problems...); len(errs) > 0 {
-		return nil, errors.New(strings.Join(errs, "; "))
-	}
-	d := &machine[T, S]{Machine: m, names: slices.Sorted(maps.Keys(states)), cleanup: map[S]bool{}}
-	for s := range cleanup {
-		d.cleanup[S(s)] = true
-	}
-	return d, nil
+	return engine.Compile(engine.Spec[T, S]{Initial: m.Initial, States: states, Phase: m.Phase, Conditions: m.Conditions,
+		ObservedGeneration: m.ObservedGeneration, Condition: m.Condition, Finalizer: m.Finalizer, Deleting: m.Deleting,
+		Terminal: Terminal})
 }

@@ -4,21 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
-
-	machinedecl "github.com/typedctrl/ctrl/internal/machine"
-	"github.com/typedctrl/ctrl/internal/mergepatch"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/go-logr/logr"
 
-	"github.com/typedctrl/ctrl/internal/binding"
+	engine "github.com/typedctrl/ctrl/internal/machine"
+	"github.com/typedctrl/ctrl/internal/mergepatch"
 	"github.com/typedctrl/ctrl/internal/metrics"
 )
 
@@ -61,7 +55,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	if err != nil {
 		return nil, fmt.Errorf("ctrl: NewMachine %q: %w", name, err)
 	}
-	r := &machineRun[T, S]{machine: d, events: events}
+	r := &machineRun[T, S]{Engine: d, events: events}
 	opts.CopyObject = false // reconcile reads the cache again, and copies
 	c, err := NewController(m, name, r.reconcile, opts)
 	if err != nil {
@@ -73,7 +67,7 @@ func NewMachine[T Object, S ~string](m *Manager, name string, machine Machine[T,
 	}
 	var states []string
 	var edges [][2]string
-	for _, s := range d.names {
+	for _, s := range d.Names {
 		states = append(states, string(s))
 		for _, to := range d.States[s].To {
 			edges = append(edges, [2]string{string(s), string(to)})
@@ -98,151 +92,13 @@ func (m Machine[T, S]) Reconcile(ctx context.Context, obj T) (T, Result, error) 
 	if err != nil {
 		return obj, Result{}, fmt.Errorf("ctrl: Machine.Reconcile: %w", err)
 	}
-	out, _, res, err := d.advance(ctx, obj, memoryWriter[T]{})
-	return out, res, err
-}
-
-// A machine at work: one reconcile advances an object by at most one move.
-
-// machineWriter writes the finalizers and the status, returning the object.
-type machineWriter[T Object] interface {
-	writeFinalizers(ctx context.Context, old, obj T) (T, error)
-	writeStatus(ctx context.Context, old, obj T) (T, error)
-}
-
-// move is a move the machine wrote.
-type move[S ~string] struct {
-	from, to S
-	next     Next[S]   // with its reason and message set
-	entered  time.Time // when the object entered from, if known
-}
-
-// The reasons of the moves the machine makes itself.
-const (
-	reasonCreated     = "Created"
-	reasonSpecChanged = "SpecChanged"
-	reasonDeleting    = "Deleting"
-)
-
-// advance runs one reconcile on obj, which it leaves as it is (the cache's
-// own, in a controller), writing through w; it returns the object as last
-// written, the move written, and the Result.
-func (d *machine[T, S]) advance(ctx context.Context, obj T, w machineWriter[T]) (T, *move[S], Result, error) {
-	deleting := obj.GetDeletionTimestamp() != nil
-	if d.Finalizer != "" {
-		has := slices.Contains(obj.GetFinalizers(), d.Finalizer)
-		switch {
-		case deleting && !has:
-			return obj, nil, Result{}, nil // not waiting for us
-		case !has:
-			// Before any move: a step may create what cleanup must remove.
-			changed := obj.DeepCopyObject().(T)
-			changed.SetFinalizers(append(slices.Clone(obj.GetFinalizers()), d.Finalizer))
-			out, err := w.writeFinalizers(ctx, obj, changed)
-			if err != nil {
-				return obj, nil, Result{}, err
-			}
-			obj = out
-		}
-	} else if deleting {
-		return obj, nil, Result{}, nil
-	}
-
-	from := *d.Phase(obj)
-	state, known := d.States[from]
-	gen := obj.GetGeneration()
-	switch {
-	case deleting && !d.cleanup[from]:
-		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: d.Deleting, Reason: reasonDeleting, Message: "the object is being deleted"})
-	case deleting && state.Step == nil:
-		// The cleanup path is complete.
-		changed := obj.DeepCopyObject().(T)
-		changed.SetFinalizers(slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == d.Finalizer }))
-		out, err := w.writeFinalizers(ctx, obj, changed)
-		if apierrors.IsNotFound(err) {
-			return obj, nil, Result{}, nil
-		}
-		return out, nil, Result{}, err
-	case from == "":
-		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: d.Initial, Reason: reasonCreated, Message: "new object"})
-	case !known:
-		return obj, nil, Result{}, Terminal(fmt.Errorf("phase %q is not a state of the machine", from))
-	case !deleting && gen > *d.ObservedGeneration(obj) && state.SpecChanged != "" && state.SpecChanged != from:
-		return d.makeMove(ctx, obj, obj.DeepCopyObject().(T), w, from, Next[S]{To: state.SpecChanged, Reason: reasonSpecChanged,
-			Message: fmt.Sprintf("generation %d", gen)})
-	case state.Step == nil:
-		out, err := d.stay(ctx, obj, obj.DeepCopyObject().(T), w)
-		return out, nil, Result{}, err
-	}
-
-	before := obj
-	obj = obj.DeepCopyObject().(T) // the step's to change
-	next, err := state.Step(ctx, obj)
-	if err != nil {
-		return before, nil, Result{}, fmt.Errorf("state %s: %w", from, err)
-	}
-	if next.To == "" || next.To == from {
-		out, err := d.stay(ctx, before, obj, w)
-		return out, nil, Result{RequeueAfter: next.RequeueAfter}, err
-	}
-	if !slices.Contains(state.To, next.To) {
-		return before, nil, Result{}, Terminal(machinedecl.Refuse(from, next.To, state.To))
-	}
-	return d.makeMove(ctx, before, obj, w, from, next)
-}
-
-// makeMove moves obj, changed by a step from before, to next.To, and writes it.
-func (d *machine[T, S]) makeMove(ctx context.Context, before, obj T, w machineWriter[T], from S, next Next[S]) (T, *move[S], Result, error) {
-	if next.Reason == "" {
-		next.Reason = string(next.To)
-	}
-	if !machinedecl.ValidReason(next.Reason) {
-		return before, nil, Result{}, Terminal(fmt.Errorf("%s -> %s: reason %q is not a valid condition reason, such as Provisioned", from, next.To, next.Reason))
-	}
-	if next.Message == "" {
-		next.Message = fmt.Sprintf("entered %s from %s", next.To, from)
-	}
-	mv := &move[S]{from: from, to: next.To, next: next}
-	gen := obj.GetGeneration()
-	// A copy: DeepCopyObject may share the slice with the cache's object.
-	conds := slices.Clone(*d.Conditions(obj))
-	if i := slices.IndexFunc(conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
-		mv.entered = conds[i].LastTransitionTime.Time
-		conds = slices.Delete(conds, i, i+1)
-	}
-	status := metav1.ConditionFalse
-	if d.States[next.To].Ready {
-		status = metav1.ConditionTrue
-	}
-	// lastTransitionTime changes with every move, not only when the status
-	// flips: a waiting state's step reads it as the time it was entered.
-	*d.Conditions(obj) = append(conds, metav1.Condition{Type: d.Condition, Status: status, ObservedGeneration: gen,
-		LastTransitionTime: metav1.Now(), Reason: next.Reason, Message: next.Message})
-	*d.Phase(obj) = next.To
-	*d.ObservedGeneration(obj) = gen
-	out, err := w.writeStatus(ctx, before, obj)
-	if err != nil {
-		return before, nil, Result{}, err
-	}
-	return out, mv, Result{}, nil
-}
-
-// stay writes a step's status changes, if any, with observedGeneration.
-func (d *machine[T, S]) stay(ctx context.Context, before, obj T, w machineWriter[T]) (T, error) {
-	if gen := obj.GetGeneration(); *d.ObservedGeneration(obj) != gen {
-		*d.ObservedGeneration(obj) = gen
-		conds := d.Conditions(obj)
-		if i := slices.IndexFunc(*conds, func(c metav1.Condition) bool { return c.Type == d.Condition }); i >= 0 {
-			*conds = slices.Clone(*conds)
-			(*conds)[i].ObservedGeneration = gen
-		}
-	}
-	return w.writeStatus(ctx, before, obj)
+	out, _, after, err := d.Advance(ctx, obj, engine.Memory[T]{})
+	return out, Result{RequeueAfter: after}, err
 }
 
 // machineRun is a machine at work in a controller.
 type machineRun[T Object, S ~string] struct {
-	*machine[T, S]
+	*engine.Engine[T, S]
 	ctrl    *Controller[T]
 	events  *Recorder[T]
 	metrics metrics.Machine
@@ -264,50 +120,36 @@ func (r *machineRun[T, S]) reconcile(ctx context.Context, cached T) (Result, err
 		return Result{}, nil
 	}
 	obj := latest // shared: advance copies what it changes
-	out, mv, res, err := r.advance(ctx, obj, r)
-	var refused *machinedecl.Refused
+	out, mv, after, err := r.Advance(ctx, obj, r)
+	var refused *engine.Refused
 	if errors.As(err, &refused) {
 		r.events.Event(obj, corev1.EventTypeWarning, "TransitionRefused", refused.Error())
 	}
 	if mv == nil {
-		return res, err
+		return Result{RequeueAfter: after}, err
 	}
 	eventType := corev1.EventTypeNormal
-	if mv.next.Warning {
+	if mv.Next.Warning {
 		eventType = corev1.EventTypeWarning
 	}
-	if mv.from == "" {
-		r.events.Eventf(out, eventType, mv.next.Reason, "%s: %s", mv.to, mv.next.Message)
+	if mv.From == "" {
+		r.events.Eventf(out, eventType, mv.Next.Reason, "%s: %s", mv.To, mv.Next.Message)
 	} else {
-		r.events.Eventf(out, eventType, mv.next.Reason, "%s -> %s: %s", mv.from, mv.to, mv.next.Message)
+		r.events.Eventf(out, eventType, mv.Next.Reason, "%s -> %s: %s", mv.From, mv.To, mv.Next.Message)
 	}
-	r.metrics.Moved(string(mv.from), string(mv.to), mv.entered)
-	logr.FromContextOrDiscard(ctx).Info("moved", "from", mv.from, "to", mv.to, "reason", mv.next.Reason, "generation", out.GetGeneration())
-	return res, nil
+	r.metrics.Moved(string(mv.From), string(mv.To), mv.Entered)
+	logr.FromContextOrDiscard(ctx).Info("moved", "from", mv.From, "to", mv.To, "reason", mv.Next.Reason, "generation", out.GetGeneration())
+	return Result{}, nil
 }
 
-func (r *machineRun[T, S]) writeFinalizers(ctx context.Context, old, obj T) (T, error) {
+func (r *machineRun[T, S]) WriteFinalizers(ctx context.Context, old, obj T) (T, error) {
 	return r.ctrl.client.InCluster(keyFrom(ctx, old).Cluster).PatchFrom(ctx, old, obj)
 }
 
-func (r *machineRun[T, S]) writeStatus(ctx context.Context, old, obj T) (T, error) {
+func (r *machineRun[T, S]) WriteStatus(ctx context.Context, old, obj T) (T, error) {
 	patch, err := mergepatch.Status(old, obj)
 	if err != nil || patch == nil {
 		return old, err
 	}
 	return r.ctrl.client.PatchStatus(ctx, KeyOf(old).InCluster(keyFrom(ctx, old).Cluster), types.MergePatchType, patch)
-}
-
-// memoryWriter writes as the API server would, to memory: Machine.Reconcile's.
-type memoryWriter[T Object] struct{}
-
-func (memoryWriter[T]) writeFinalizers(_ context.Context, _, obj T) (T, error) { return obj, nil }
-
-// writeStatus applies the status patch from old to obj, as the server would.
-func (memoryWriter[T]) writeStatus(_ context.Context, old, obj T) (T, error) {
-	out := binding.New[T]()
-	if changed, err := mergepatch.ApplyStatus(old, obj, out); !changed || err != nil {
-		return old, err
-	}
-	return out, nil
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/typedctrl/ctrl/internal/metrics"
 	"github.com/typedctrl/ctrl/internal/probe"
 	"github.com/typedctrl/ctrl/internal/rbac"
+	"github.com/typedctrl/ctrl/internal/serve"
 	"github.com/typedctrl/ctrl/internal/transport"
 )
 
@@ -227,7 +228,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
-	if err := opts.TLS.check(); err != nil {
+	if err := serve.TLS(opts.TLS).Check(); err != nil {
 		return nil, fmt.Errorf("ctrl: NewManager: %w", err)
 	}
 	m := &Manager{

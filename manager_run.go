@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"github.com/typedctrl/ctrl/internal/binding"
+	"github.com/typedctrl/ctrl/internal/synced"
 )
 
 // lead runs the controllers until stop (their terms) is done, then stops
@@ -74,48 +72,20 @@ func (m *Manager) startCache(c managedCache) {
 
 // waitForSync fails at once on an unserved resource; forbidden caches are not awaited.
 func (m *Manager) waitForSync(ctx context.Context, caches []managedCache) error {
-	timer := time.NewTimer(m.opts.SyncTimeout)
-	defer timer.Stop()
-	poll := time.NewTicker(100 * time.Millisecond)
-	defer poll.Stop()
-	expired := false
-	for _, c := range caches {
-		for synced := false; !synced; {
-			if expired {
-				select {
-				case <-c.syncedChan():
-					synced = true
-					continue
-				default:
-				}
-				if c.forbidden() != nil {
-					break // reported, and waited for by its controllers
-				}
-				err := fmt.Errorf("ctrl: %s did not sync within %s", c.describe(), m.opts.SyncTimeout)
-				if last := c.lastError(); last != nil {
-					err = fmt.Errorf("%w: %w", err, last)
-				}
-				return err
-			}
-			select {
-			case <-c.syncedChan():
-				synced = true
-			case <-ctx.Done():
-				return nil
-			case <-timer.C:
-				expired = true
-			case <-poll.C:
-				switch last := c.lastError(); {
-				case c.forbidden() != nil:
-					synced = true // reported, and waited for by its controllers
-				case last == nil:
-				case apierrors.IsNotFound(last):
-					return fmt.Errorf("ctrl: %s is not served by the API server (is its CustomResourceDefinition installed?): %w", c.describe(), last)
-				case errors.Is(last, binding.ErrNoListKind):
-					return fmt.Errorf("ctrl: %s cannot be listed: %w", c.describe(), last)
-				}
-			}
-		}
+	waits := make([]synced.Cache, len(caches))
+	for i, c := range caches {
+		waits[i] = syncing{c}
+	}
+	if err := synced.Wait(ctx, m.opts.SyncTimeout, waits); err != nil {
+		return fmt.Errorf("ctrl: %w", err)
 	}
 	return nil
 }
+
+// syncing is a cache as synced.Wait reads it.
+type syncing struct{ managedCache }
+
+func (s syncing) String() string          { return s.describe() }
+func (s syncing) Synced() <-chan struct{} { return s.syncedChan() }
+func (s syncing) Forbidden() bool         { return s.forbidden() != nil }
+func (s syncing) LastError() error        { return s.lastError() }

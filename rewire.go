@@ -92,7 +92,7 @@ func (c *Cache[T]) release() {
 	c.mu.Unlock()
 	c.markSynced() // nothing waits for a cache that will never list
 	if o := c.opt; o != nil {
-		c.mgr.metrics.WaitingForCRD.DeleteLabelValues(o.crd)
+		c.mgr.metrics.WaitingForCRD.DeleteLabelValues(o.Name)
 		select {
 		case <-o.ready:
 			c.mgr.unuse(o.crds)

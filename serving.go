@@ -2,9 +2,7 @@ package ctrl
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -38,22 +36,6 @@ type TLSOptions struct {
 	CipherSuites []uint16
 	// HTTP2 offers HTTP/2 (docs/why.md#http2-off-by-default). Default: off.
 	HTTP2 bool
-}
-
-func (o TLSOptions) check() error {
-	if v := o.MinVersion; v != 0 && (v < tls.VersionTLS10 || v > tls.VersionTLS13) {
-		return fmt.Errorf("Options.TLS.MinVersion %#04x is not a TLS version: use a constant such as tls.VersionTLS13", v)
-	}
-	var known []uint16
-	for _, s := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
-		known = append(known, s.ID)
-	}
-	for _, id := range o.CipherSuites {
-		if !slices.Contains(known, id) {
-			return fmt.Errorf("Options.TLS.CipherSuites: %#04x is not a cipher suite Go knows", id)
-		}
-	}
-	return nil
 }
 
 // metricsEndpoint's reviews use the manager's clients (in tests, the fake's reactors).

@@ -1,5 +1,7 @@
-// Package machine checks the declaration of a state machine: its states,
-// the moves between them, its condition and its cleanup path.
+// Package machine checks the declaration of a state machine (its states,
+// the moves between them, its condition and its cleanup path) and runs it:
+// one reconcile advances an object by at most one move, written through a
+// Writer that ctrl backs with its client, or with memory in unit tests.
 package machine
 
 import (

@@ -19,6 +19,24 @@ type TLS struct {
 	HTTP2 bool
 }
 
+// Check returns an error naming the option, as ctrl's Options.TLS, that
+// is not a TLS version or a cipher suite Go knows.
+func (o TLS) Check() error {
+	if v := o.MinVersion; v != 0 && (v < tls.VersionTLS10 || v > tls.VersionTLS13) {
+		return fmt.Errorf("Options.TLS.MinVersion %#04x is not a TLS version: use a constant such as tls.VersionTLS13", v)
+	}
+	var known []uint16
+	for _, s := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		known = append(known, s.ID)
+	}
+	for _, id := range o.CipherSuites {
+		if !slices.Contains(known, id) {
+			return fmt.Errorf("Options.TLS.CipherSuites: %#04x is not a cipher suite Go knows", id)
+		}
+	}
+	return nil
+}
+
 // config returns the TLS configuration of a server that serves the
 // certificate getCert returns.
 func (o TLS) config(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
