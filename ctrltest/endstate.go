@@ -11,10 +11,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 // objectKey names an object of a run, its namespace the run's.
@@ -53,6 +57,7 @@ func capture(ctx context.Context, cfg *rest.Config, ns string, keys []objectKey)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	state := map[string]map[string]string{}
+	var mapper meta.RESTMapper
 	for _, k := range keys {
 		ri := dc.Resource(k.gvr)
 		var get dynamic.ResourceInterface = ri
@@ -66,9 +71,55 @@ func capture(ctx context.Context, cfg *rest.Config, ns string, keys []objectKey)
 		if err != nil {
 			return nil, fmt.Errorf("ctrltest: reading %s at the end of the run: %w", k, err)
 		}
+		if refs := u.GetOwnerReferences(); len(refs) > 0 {
+			if mapper == nil {
+				disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+				if err != nil {
+					return nil, err
+				}
+				mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+			}
+			orphan, err := orphaned(ctx, dc, mapper, u.GetNamespace(), refs)
+			if err != nil {
+				return nil, fmt.Errorf("ctrltest: reading the owners of %s at the end of the run: %w", k, err)
+			}
+			if orphan {
+				continue // the garbage collector, which the test's control plane lacks, deletes it
+			}
+		}
 		state[k.String()] = flatten(normalize(u.Object, ns))
 	}
 	return state, nil
+}
+
+// orphaned reports whether none of the owners refs name exists, so that a
+// cluster's garbage collector deletes their dependent (in namespace ns):
+// a run that made a child for a parent deleted meanwhile (a controller
+// served an older view, say) ends as the reference did, once collected.
+func orphaned(ctx context.Context, dc dynamic.Interface, mapper meta.RESTMapper, ns string, refs []metav1.OwnerReference) (bool, error) {
+	for _, ref := range refs {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			return false, nil // not the collector's to judge
+		}
+		m, err := mapper.RESTMapping(gv.WithKind(ref.Kind).GroupKind(), gv.Version)
+		if err != nil {
+			return false, nil
+		}
+		var get dynamic.ResourceInterface = dc.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			get = dc.Resource(m.Resource).Namespace(ns)
+		}
+		owner, err := get.Get(ctx, ref.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, err
+		case owner.GetUID() == ref.UID:
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // normalize removes what the server sets and masks what differs between

@@ -6,6 +6,7 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -578,5 +579,53 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCaptureCollectsOrphans: the end state leaves out an object whose
+// owners are all gone, as a cluster's garbage collector deletes it, and
+// keeps one with an owner left, or with an owner of another uid gone.
+func TestCaptureCollectsOrphans(t *testing.T) {
+	env := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string, owners ...*corev1.ConfigMap) *corev1.ConfigMap {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		for _, o := range owners {
+			cm.OwnerReferences = append(cm.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID})
+		}
+		cm, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	gone, kept := create("gone"), create("kept")
+	create("orphan", gone)
+	create("half", gone, kept)
+	replaced := create("replaced")
+	create("of-old", replaced)
+	for _, name := range []string{"gone", "replaced"} {
+		if err := cs.CoreV1().ConfigMaps("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("replaced") // a new object of the name: not the owner
+	var keys []objectKey
+	for _, name := range []string{"kept", "orphan", "half", "replaced", "of-old"} {
+		keys = append(keys, objectKey{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), name: name, namespaced: true})
+	}
+	state, err := capture(ctx, env.Config(), "default", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(state))
+	if want := []string{"configmaps/half", "configmaps/kept", "configmaps/replaced"}; !slices.Equal(got, want) {
+		t.Errorf("captured %v, want %v", got, want)
 	}
 }

@@ -48,7 +48,9 @@ type Exploration struct {
 
 	// Objects are the objects whose end state each plan must reproduce.
 	// Default: every object the controllers or the workload wrote, in the
-	// reference or the plan's run.
+	// reference or the plan's run. An object whose owner references all
+	// name objects that are gone counts as absent: a cluster's garbage
+	// collector, which the test's control plane lacks, deletes it.
 	Objects []ObjectRef
 	// Fields are the fields compared, as dotted paths such as "spec",
 	// "status.phase" or "data". Default: every field but the metadata the
