@@ -46,7 +46,7 @@
 //   - Unhindered: a cache's watch reads on while its controllers
 //     reconcile; a reconcile run on the goroutine that read its event (an
 //     idle controller's, while its reconciles end or send a request within
-//     1 ms) holds the reading for 10 ms at most (as the runtime's timers
+//     1 ms) holds the reading for 40 ms at most (as the runtime's timers
 //     fire), and only until it sends a request through the manager's
 //     clients.
 //   - Live first: a list's keys (initial, relist, takeover, resync) enter
