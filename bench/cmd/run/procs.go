@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -18,100 +14,22 @@ import (
 	"github.com/typedctrl/ctrl/bench/internal/breakdown"
 	"github.com/typedctrl/ctrl/bench/internal/controlplane"
 	"github.com/typedctrl/ctrl/bench/internal/harness"
+	"github.com/typedctrl/ctrl/bench/internal/proc"
 )
 
 // controller is a running implementation binary.
-type controller struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan harness.Event
-	exited chan struct{}
-	err    error // Wait's result, set before exited is closed
-	log    string
-}
+type controller struct{ *proc.Process[harness.Event] }
 
+// eventTimeout bounds every wait for an event.
 const eventTimeout = 20 * time.Minute
 
-func startController(bin, logPath string, args []string) (*controller, time.Time, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = logFile
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	spawned := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, time.Time{}, err
-	}
-	c := &controller{cmd: cmd, stdin: stdin, events: make(chan harness.Event, 16), exited: make(chan struct{}), log: logPath}
-	go func() {
-		defer close(c.events)
-		dec := json.NewDecoder(stdout)
-		for {
-			var e harness.Event
-			if err := dec.Decode(&e); err != nil {
-				_, _ = io.Copy(io.Discard, stdout)
-				return
-			}
-			c.events <- e
-		}
-	}()
-	go func() {
-		c.err = cmd.Wait()
-		logFile.Close()
-		close(c.exited)
-	}()
-	return c, spawned, nil
-}
-
 // expect waits for the event named want.
-func (c *controller) expect(want string) (harness.Event, error) {
-	select {
-	case e, ok := <-c.events:
-		if !ok {
-			<-c.exited
-			return e, fmt.Errorf("exited (%v) while waiting for %q; log: %s\n%s", c.err, want, c.log, tail(c.log, 20))
-		}
-		if e.Event != want {
-			return e, fmt.Errorf("got event %q, want %q", e.Event, want)
-		}
-		return e, nil
-	case <-time.After(eventTimeout):
-		return harness.Event{}, fmt.Errorf("no %q after %s; log: %s", want, eventTimeout, c.log)
+func (c controller) expect(want string) (harness.Event, error) {
+	e, err := c.Next(fmt.Sprintf("%q", want), eventTimeout)
+	if err == nil && e.Event != want {
+		err = fmt.Errorf("got event %q, want %q", e.Event, want)
 	}
-}
-
-func (c *controller) send(cmd string) error {
-	_, err := io.WriteString(c.stdin, cmd+"\n")
-	return err
-}
-
-// kill ends the process if it is still running.
-func (c *controller) kill() {
-	select {
-	case <-c.exited:
-	default:
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-func (c *controller) wait() error {
-	select {
-	case <-c.exited:
-		return c.err
-	case <-time.After(time.Minute):
-		c.kill()
-		return errors.New("did not exit within a minute of its report")
-	}
+	return e, err
 }
 
 // runImpl runs one implementation through the protocol of package harness.
@@ -128,11 +46,12 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.Cont
 		args = append(args, "-profile-dir", profileDir, "-profile-tag", "r"+strconv.Itoa(rep))
 	}
 	logPath := filepath.Join(cfg.work, "logs", fmt.Sprintf("%s-r%d.log", impl, rep))
-	c, spawned, err := startController(bin, logPath, args)
+	p, err := proc.Start[harness.Event](bin, args, nil, logPath)
 	if err != nil {
 		return rr, err
 	}
-	defer c.kill()
+	defer p.Kill()
+	c := controller{p}
 	if _, err := c.expect("synced"); err != nil {
 		return rr, err
 	}
@@ -143,7 +62,7 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.Cont
 	if err != nil {
 		return rr, err
 	}
-	if err := c.send("begin"); err != nil {
+	if err := c.Send("begin"); err != nil {
 		return rr, err
 	}
 	serverProfiled := make(chan error, 1)
@@ -163,7 +82,7 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.Cont
 			return rr, err
 		}
 		patchSeconds += time.Since(t0).Seconds()
-		if err := c.send("wait " + strconv.Itoa(g)); err != nil {
+		if err := c.Send("wait " + strconv.Itoa(g)); err != nil {
 			return rr, err
 		}
 		if _, err := c.expect("round"); err != nil {
@@ -186,7 +105,7 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.Cont
 		}
 		rr.serverProfiled = true
 	}
-	if err := c.send("end"); err != nil {
+	if err := c.Send("end"); err != nil {
 		return rr, err
 	}
 	e, err := c.expect("report")
@@ -197,8 +116,8 @@ func runImpl(ctx context.Context, cs kubernetes.Interface, cp *controlplane.Cont
 		return rr, errors.New("report event without a report")
 	}
 	rr.report = *e.Report
-	rr.initSeconds = time.Unix(0, rr.report.MainUnixNano).Sub(spawned).Seconds()
-	if err := c.wait(); err != nil {
+	rr.initSeconds = time.Unix(0, rr.report.MainUnixNano).Sub(c.Spawned).Seconds()
+	if err := c.Wait(time.Minute); err != nil {
 		return rr, fmt.Errorf("after its report: %w", err)
 	}
 	if profileDir != "" {
@@ -232,17 +151,4 @@ func serverCPU(cp *controlplane.ControlPlane) (apiserver, etcd time.Duration, er
 		return 0, 0, err
 	}
 	return apiserver, etcd, nil
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

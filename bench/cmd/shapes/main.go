@@ -36,6 +36,7 @@ import (
 
 	"github.com/typedctrl/ctrl/bench/internal/benchdoc"
 	"github.com/typedctrl/ctrl/bench/internal/controlplane"
+	"github.com/typedctrl/ctrl/bench/internal/proc"
 	"github.com/typedctrl/ctrl/bench/internal/shapes"
 )
 
@@ -230,15 +231,16 @@ func runOne(ctx context.Context, cs kubernetes.Interface, c config, impl, bin st
 		"-spin-per-ms", strconv.Itoa(c.spinPerMs),
 	}
 	logPath := filepath.Join(c.work, "logs", fmt.Sprintf("%s-%s-r%d.log", impl, v, rep))
-	p, err := startProcess(bin, logPath, args)
+	pp, err := proc.Start[shapes.Event](bin, args, nil, logPath)
 	if err != nil {
 		return rr, err
 	}
-	defer p.kill()
+	defer pp.Kill()
+	p := process{pp}
 	if _, err := p.expect("ready"); err != nil {
 		return rr, err
 	}
-	if err := p.send("begin"); err != nil {
+	if err := p.Send("begin"); err != nil {
 		return rr, err
 	}
 	if _, err := p.expect("begun"); err != nil {
@@ -248,13 +250,13 @@ func runOne(ctx context.Context, cs kubernetes.Interface, c config, impl, bin st
 	if err != nil {
 		return rr, err
 	}
-	if err := p.send("wait"); err != nil {
+	if err := p.Send("wait"); err != nil {
 		return rr, err
 	}
 	if _, err := p.expect("caught-up"); err != nil {
 		return rr, err
 	}
-	if err := p.send("end"); err != nil {
+	if err := p.Send("end"); err != nil {
 		return rr, err
 	}
 	e, err := p.expect("report")
@@ -264,7 +266,7 @@ func runOne(ctx context.Context, cs kubernetes.Interface, c config, impl, bin st
 	if e.Report == nil {
 		return rr, errors.New("report event without a report")
 	}
-	if err := p.wait(); err != nil {
+	if err := p.Wait(time.Minute); err != nil {
 		return rr, fmt.Errorf("after its report: %w", err)
 	}
 	return measure(rr, writes, *e.Report)
