@@ -142,4 +142,3 @@ func Tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
