@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/typedctrl/ctrl/internal/apireq"
 )
 
 // A request as the perturbing transport sees it: what it does to which
@@ -36,51 +38,10 @@ type request struct {
 // parseRequest reads the resource and verb of an API request from its method
 // and URL. ok is false for paths that are not a resource (discovery,
 // /version).
-func parseRequest(r *http.Request) (q request, ok bool) {
-	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	switch {
-	case len(segs) >= 3 && segs[0] == "api":
-		q.version, segs = segs[1], segs[2:]
-	case len(segs) >= 4 && segs[0] == "apis":
-		q.group, q.version, segs = segs[1], segs[2], segs[3:]
-	default:
-		return q, false
-	}
-	if len(segs) >= 3 && segs[0] == "namespaces" {
-		q.namespace, segs = segs[1], segs[2:]
-	}
-	q.resource = segs[0]
-	if len(segs) > 1 {
-		q.name = segs[1]
-	}
-	if len(segs) > 2 {
-		q.sub = segs[2]
-	}
-	switch r.Method {
-	case http.MethodGet:
-		switch {
-		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
-			q.verb = "watch"
-		case q.name == "":
-			q.verb = "list"
-		default:
-			q.verb = "get"
-		}
-	case http.MethodPost:
-		q.verb = "create"
-	case http.MethodPut:
-		q.verb = "update"
-	case http.MethodPatch:
-		q.verb = "patch"
-	case http.MethodDelete:
-		q.verb = "delete"
-		if q.name == "" {
-			q.verb = "deletecollection"
-		}
-	default:
-		return q, false
-	}
-	return q, true
+func parseRequest(r *http.Request) (request, bool) {
+	i, ok := apireq.Parse(r)
+	return request{verb: i.Verb, group: i.Group, version: i.Version, resource: i.Resource,
+		namespace: i.Namespace, name: i.Name, sub: i.Subresource}, ok
 }
 
 // write reports whether q changes state a controller owns: not an Event, a

@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/typedctrl/ctrl/internal/apireq"
 )
 
 // Requests keeps what the API server refuses the manager's requests other
@@ -129,48 +130,13 @@ func (q request) String() string {
 }
 
 // parse reads the verb, resource and namespace of a request to a resource,
-// as the API server's authorizer does; ok is false for lists, watches and
-// paths that name no resource (discovery, /version).
-func parse(req *http.Request) (q request, ok bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:] // api, v1
-	case len(parts) >= 4 && parts[0] == "apis":
-		q.resource.Group = parts[1]
-		parts = parts[3:] // apis, group, version
-	default:
-		return q, false
+// as the API server's authorizer does; ok is false for lists, watches (a
+// cache reports its own) and paths that name no resource (discovery,
+// /version).
+func parse(req *http.Request) (request, bool) {
+	i, ok := apireq.Parse(req)
+	if !ok || i.Verb == "list" || i.Verb == "watch" {
+		return request{}, false
 	}
-	// namespaces/NS/RESOURCE... is namespaced; namespaces/NS alone, or
-	// with a subresource of its own (status, finalize), is a Namespace.
-	if len(parts) >= 3 && parts[0] == "namespaces" && parts[2] != "status" && parts[2] != "finalize" {
-		q.namespace, parts = parts[1], parts[2:]
-	}
-	q.resource.Resource = parts[0]
-	named := len(parts) >= 2
-	if len(parts) >= 3 {
-		q.subresource = parts[2]
-	}
-	switch req.Method {
-	case http.MethodGet, http.MethodHead:
-		if !named {
-			return q, false // a list or a watch: the cache reports its own
-		}
-		q.verb = "get"
-	case http.MethodPost:
-		q.verb = "create"
-	case http.MethodPut:
-		q.verb = "update"
-	case http.MethodPatch:
-		q.verb = "patch"
-	case http.MethodDelete:
-		q.verb = "delete"
-		if !named {
-			q.verb = "deletecollection"
-		}
-	default:
-		return q, false
-	}
-	return q, true
+	return request{verb: i.Verb, resource: schema.GroupResource{Group: i.Group, Resource: i.Resource}, subresource: i.Subresource, namespace: i.Namespace}, true
 }
