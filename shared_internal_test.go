@@ -60,23 +60,7 @@ func TestSharedObjectSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	production(t) // the first 100, then one in 64
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	idle := func() {
-		t.Helper()
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		defer wcancel()
-		if err := mgr.WaitIdle(wctx, time.Second); err != nil {
-			t.Fatalf("WaitIdle: %v", err)
-		}
-	}
+	_, idle := startIdle(t, mgr)
 	idle()
 	key := Key{Namespace: "ns", Name: "a"}
 	if cm, _ := c.Cache().Get(key); cm.Labels["seen"] != "" {
@@ -109,6 +93,28 @@ func TestSharedObjectSampled(t *testing.T) {
 	}
 	if n := counter(t, reg, "ctrl_reconcile_shared_object_changes_total"); n != 1 {
 		t.Errorf("ctrl_reconcile_shared_object_changes_total = %v, want 1", n)
+	}
+}
+
+// startIdle starts mgr until the test ends, and returns its context and a
+// function that waits up to a minute for it to be idle.
+func startIdle(t *testing.T, mgr *Manager) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx, func() {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		if err := mgr.WaitIdle(wctx, time.Second); err != nil {
+			t.Fatalf("WaitIdle: %v", err)
+		}
 	}
 }
 
@@ -193,23 +199,7 @@ func testFailedWriteOfSharedObject(t *testing.T, dropped bool) {
 	if err := c.Cache().AddIndex("app", func(cm *corev1.ConfigMap) []string { return []string{cm.Labels["app"]} }); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	idle := func() {
-		t.Helper()
-		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-		defer wcancel()
-		if err := mgr.WaitIdle(wctx, time.Second); err != nil {
-			t.Fatalf("WaitIdle: %v", err)
-		}
-	}
+	ctx, idle := startIdle(t, mgr)
 	idle() // the first 100 reconciles, and then one in 64, are checked
 	for i := range marked {
 		patch := []byte(`{"metadata":{"annotations":{"move":"yes"}}}`)
